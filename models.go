@@ -1,0 +1,23 @@
+package lastseen
+
+import "time"
+
+// User is the default UserModel: a presence table of its own, table "users".
+// Apps normally pass their own user model in Config.UserModel instead.
+type User struct {
+	ID         uint64     `gorm:"primaryKey"`
+	LastSeenAt *time.Time `gorm:"index"`
+}
+
+// Session is the default SessionModel, table "sessions": one row per login
+// session, keyed by the session token's id (up to 64 bytes).
+type Session struct {
+	ID        string    `gorm:"primaryKey;size:64"`
+	UserID    uint64    `gorm:"index;not null"`
+	ExpiresAt time.Time `gorm:"index;not null"`
+	CreatedAt time.Time
+}
+
+// Expired reports whether the session has expired at now: an expiry equal
+// to now counts as expired, as in the Expired scope.
+func (s Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) }

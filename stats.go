@@ -1,0 +1,59 @@
+package lastseen
+
+import "sync/atomic"
+
+// counters are the cumulative figures behind Stats.
+type counters struct {
+	touches, recorded, throttled, cacheHits, invalid       atomic.Int64
+	redisErrors, backlogged, backlogDropped                atomic.Int64
+	flushes, flushErrors, drained, written, unknown, stale atomic.Int64
+	rejected                                               atomic.Int64
+	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
+	flushSkipped                                           atomic.Int64
+}
+
+// Stats are cumulative counters since New; read them with Plugin.Stats.
+type Stats struct {
+	Touches        int64 // Touch and TouchAt calls
+	Recorded       int64 // touches that opened a throttle window in Redis
+	Throttled      int64 // touches inside a window (local cache or Redis)
+	CacheHits      int64 // throttled touches the local cache answered alone
+	Invalid        int64 // touches refused for their id or time
+	RedisErrors    int64 // touches Redis did not answer in time, or breaker open
+	Backlogged     int64 // of those, kept in the in-process backlog
+	BacklogDropped int64 // of those, dropped because the backlog was full
+	Backlog        int64 // users in the backlog now
+
+	Flushes      int64 // flush runs
+	FlushErrors  int64 // flush runs that returned an error
+	FlushSkipped int64 // shards skipped because another instance held the lock
+	Drained      int64 // pending entries taken from Redis
+	RowsWritten  int64 // rows whose last-seen column a flush moved forward
+	Unknown      int64 // entries for users not in the table (Update mode)
+	Stale        int64 // entries not newer than the column
+	Rejected     int64 // entries with an unreadable id or timestamp, dropped
+
+	Purges          int64 // purge runs
+	PurgeErrors     int64 // purge runs that returned an error
+	PurgeSkipped    int64 // scheduled purges skipped: another instance held the lock
+	SessionsDeleted int64 // session rows deleted
+}
+
+// Stats returns the cumulative counters.
+func (p *Plugin) Stats() Stats {
+	c := &p.stats
+	s := Stats{
+		Touches: c.touches.Load(), Recorded: c.recorded.Load(), Throttled: c.throttled.Load(),
+		CacheHits: c.cacheHits.Load(), Invalid: c.invalid.Load(), RedisErrors: c.redisErrors.Load(),
+		Backlogged: c.backlogged.Load(), BacklogDropped: c.backlogDropped.Load(),
+		Flushes: c.flushes.Load(), FlushErrors: c.flushErrors.Load(), FlushSkipped: c.flushSkipped.Load(),
+		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
+		Stale: c.stale.Load(), Rejected: c.rejected.Load(),
+		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
+		SessionsDeleted: c.sessionsDeleted.Load(),
+	}
+	if p.tracker != nil {
+		s.Backlog = int64(p.tracker.backlog.len())
+	}
+	return s
+}
