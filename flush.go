@@ -280,7 +280,7 @@ func (p *Plugin) drainInflight(ctx context.Context, keys shardKeys, token string
 		if err := ack(fields, false); err != nil {
 			return err
 		}
-		res.Drained += len(batch) + len(rejected) - len(refused)
+		res.Drained += len(batch) + len(rejected)
 		res.Rejected += len(rejected)
 		batch, rejected = batch[:0], rejected[:0]
 		clear(seen)
