@@ -1,0 +1,147 @@
+package lastseen
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ShardStatus is one shard's part of the Redis buffer, as Status read it.
+type ShardStatus struct {
+	// Shard is the shard number, 0 to Config.Shards-1 (the N of the
+	// "<prefix>:{N}:pending" key).
+	Shard int
+	// Pending is the number of users in the shard's pending hash (HLEN):
+	// touched since a flush last took this shard.
+	Pending int64
+	// InFlight is the number of users in the shard's in-flight hash (HLEN):
+	// taken by a flush that is running now, or left by a flush whose
+	// database write failed; the next flush writes them first.
+	InFlight int64
+	// Oldest is the oldest timestamp in the pending and in-flight hashes, in
+	// UTC; the zero time when there is none.
+	Oldest time.Time
+	// Unreadable counts entries a flush would drop as Rejected: an id that
+	// does not fit the user model's primary key, or a value that is not a
+	// timestamp (Unix microseconds, 1970 to the clock plus MaxClockSkew).
+	Unreadable int64
+}
+
+// Status is what the plugin has accepted and not yet written to the
+// database: the Redis buffer shard by shard, and this process's in-process
+// backlog. It is read shard by shard while touches and flushes go on, so
+// it is not one atomic snapshot.
+type Status struct {
+	// At is the plugin's clock when the read started (UTC).
+	At time.Time
+	// Shards has one entry per shard, in shard order.
+	Shards []ShardStatus
+	// Pending, InFlight and Unreadable are the sums over Shards.
+	Pending, InFlight, Unreadable int64
+	// Oldest is the oldest timestamp over all shards (UTC); the zero time
+	// when the buffer is empty.
+	Oldest time.Time
+	// Backlog is the number of users this process kept in memory because
+	// Redis did not answer; the next flush moves them to Redis. Other
+	// processes' backlogs are not visible here.
+	Backlog int
+}
+
+// OldestAge is how long the oldest buffered timestamp has waited: At minus
+// Oldest, or 0 when the buffer is empty. It bounds how far the database
+// lags behind the truth for the users in the buffer.
+func (s Status) OldestAge() time.Duration {
+	if s.Oldest.IsZero() {
+		return 0
+	}
+	return s.At.Sub(s.Oldest)
+}
+
+// Status reads the Redis buffer for operators (the lastseen CLI's status
+// command prints it). It only reads; it takes no lock and never changes
+// what a flush will do.
+//
+// Cost: one pipelined round trip of HLEN for the 2 × Shards hashes, then
+// every non-empty hash is read with HSCAN in pages of BatchSize entries
+// (never HGETALL), to find the oldest timestamp: O(buffered users) work in
+// Redis, about one round trip per BatchSize users, and O(BatchSize) memory
+// here. On a buffer of a million users with the default BatchSize that is
+// about a thousand small round trips; call it on demand, not on every
+// request. Errors: ErrNotInitialized before db.Use, or the first Redis
+// error, prefixed "lastseen: status".
+func (p *Plugin) Status(ctx context.Context) (Status, error) {
+	t := p.tracker
+	if t == nil {
+		return Status{}, ErrNotInitialized
+	}
+	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(t.shards)), Backlog: t.backlog.len()}
+	pending := make([]*redis.IntCmd, len(t.shards))
+	inflight := make([]*redis.IntCmd, len(t.shards))
+	_, err := p.cfg.Redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, k := range t.shards {
+			pending[i] = pipe.HLen(ctx, k.pending)
+			inflight[i] = pipe.HLen(ctx, k.inflight)
+		}
+		return nil
+	})
+	if err != nil {
+		return Status{}, fmt.Errorf("lastseen: status: hlen: %w", err)
+	}
+	for i, k := range t.shards {
+		s := &st.Shards[i]
+		s.Shard, s.Pending, s.InFlight = i, pending[i].Val(), inflight[i].Val()
+		for _, h := range []struct {
+			key string
+			n   int64
+		}{{k.pending, s.Pending}, {k.inflight, s.InFlight}} {
+			if h.n == 0 {
+				continue
+			}
+			if err := p.scanOldest(ctx, h.key, st.At, s); err != nil {
+				return Status{}, fmt.Errorf("lastseen: status shard %d: %w", i, err)
+			}
+		}
+		st.Pending += s.Pending
+		st.InFlight += s.InFlight
+		st.Unreadable += s.Unreadable
+		if !s.Oldest.IsZero() && (st.Oldest.IsZero() || s.Oldest.Before(st.Oldest)) {
+			st.Oldest = s.Oldest
+		}
+	}
+	return st, nil
+}
+
+// scanOldest walks one hash with HSCAN and folds its oldest readable
+// timestamp and its unreadable entries into s. HSCAN may return an entry
+// twice; unreadable fields are deduplicated per hash.
+func (p *Plugin) scanOldest(ctx context.Context, key string, now time.Time, s *ShardStatus) error {
+	var unreadable map[string]struct{}
+	var cursor uint64
+	for {
+		kv, next, err := p.cfg.Redis.HScan(ctx, key, cursor, "", int64(p.cfg.BatchSize)).Result()
+		if err != nil {
+			return fmt.Errorf("hscan %s: %w", key, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			_, errID := p.users.ids.parse(kv[i])
+			at, ok := parseMicros(kv[i+1], now)
+			if errID != nil || !ok {
+				if unreadable == nil {
+					unreadable = map[string]struct{}{}
+				}
+				unreadable[kv[i]] = struct{}{}
+				continue
+			}
+			if s.Oldest.IsZero() || at.Before(s.Oldest) {
+				s.Oldest = at
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	s.Unreadable += int64(len(unreadable))
+	return nil
+}
