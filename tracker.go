@@ -123,7 +123,7 @@ func newTracker(cfg Config, ids idCodec, log *slog.Logger, stats *counters) (*tr
 	}
 	t.breaker = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
 		Name:    "lastseen-redis",
-		Timeout: 5 * time.Second,
+		Timeout: cfg.BreakerCooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.ConsecutiveFailures >= 5
 		},
@@ -146,20 +146,22 @@ type cacheKey struct {
 	isNum bool
 }
 
+// Negative integers take the slow path: as a uint64 key they would collide
+// with a large unsigned id that the primary key type may refuse.
 func quickKey(id any) (cacheKey, bool) {
 	switch v := id.(type) {
 	case string:
 		return cacheKey{s: v}, true
 	case int:
-		return cacheKey{n: uint64(v), isNum: true}, true
+		return cacheKey{n: uint64(v), isNum: true}, v > 0
 	case int64:
-		return cacheKey{n: uint64(v), isNum: true}, true
+		return cacheKey{n: uint64(v), isNum: true}, v > 0
 	case uint64:
 		return cacheKey{n: v, isNum: true}, true
 	case uint:
 		return cacheKey{n: uint64(v), isNum: true}, true
 	case int32:
-		return cacheKey{n: uint64(v), isNum: true}, true
+		return cacheKey{n: uint64(v), isNum: true}, v > 0
 	case uint32:
 		return cacheKey{n: uint64(v), isNum: true}, true
 	}
@@ -228,6 +230,10 @@ func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorde
 		return false, ErrNotInitialized
 	}
 	p.stats.touches.Add(1)
+	if err := t.checkTime(at); err != nil { // before the cache: a cached user's bad time is still an error
+		p.stats.invalid.Add(1)
+		return false, err
+	}
 	qk, quick := quickKey(userID)
 	if quick && t.cache != nil {
 		if deadline, ok := t.cache.GetIfPresent(qk); ok && t.now().UnixNano() < deadline {
@@ -238,10 +244,6 @@ func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorde
 	}
 	uid, err := t.ids.normalize(userID)
 	if err != nil {
-		p.stats.invalid.Add(1)
-		return false, err
-	}
-	if err := t.checkTime(at); err != nil {
 		p.stats.invalid.Add(1)
 		return false, err
 	}
