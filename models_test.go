@@ -1,0 +1,291 @@
+package lastseen
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// App models of the kinds issue 2 names: custom TableName, custom column,
+// embedded gorm.Model, integer, string and UUID primary keys, time.Time and
+// *time.Time last-seen fields.
+
+type appAccount struct {
+	ID    int64      `gorm:"primaryKey"`
+	Email string     `gorm:"not null;size:190"`
+	Seen  *time.Time `gorm:"column:seen"`
+}
+
+func (appAccount) TableName() string { return "app_accounts" }
+
+type appMember struct {
+	gorm.Model
+	Name       string `gorm:"not null"`
+	LastSeenAt *time.Time
+}
+
+type intPKUser struct {
+	ID         int       `gorm:"primaryKey"`
+	LastSeenAt time.Time `gorm:"not null"`
+}
+
+type int32PKUser struct {
+	ID         int32     `gorm:"primaryKey"`
+	LastActive time.Time `gorm:"column:last_active"`
+}
+
+type uintPKUser struct {
+	ID         uint `gorm:"primaryKey"`
+	LastSeenAt *time.Time
+}
+
+type handleUser struct {
+	Handle     string `gorm:"primaryKey;size:64"`
+	LastSeenAt *time.Time
+}
+
+type collatedUser struct {
+	ID         string `gorm:"primaryKey"`
+	LastSeenAt *time.Time
+}
+
+func (collatedUser) TableName() string { return "collated_users" }
+
+type uuidPKUser struct {
+	ID       uuid.UUID `gorm:"primaryKey"`
+	LastSeen *time.Time
+}
+
+func (uuidPKUser) TableName() string { return "uuid_pk_users" }
+
+type plainTSUser struct {
+	ID     uint64 `gorm:"primaryKey"`
+	SeenAt *time.Time
+}
+
+func (plainTSUser) TableName() string { return "plain_ts_users" }
+
+// modelCase is one app model: how its table is made and seeded, and the ids
+// to touch.
+type modelCase struct {
+	name           string
+	model          any
+	field          string // LastSeenField
+	table, pk, col string
+	ddl            map[string]string // CREATE TABLE per dialect; nil: AutoMigrate
+	seed           string            // INSERT of the existing row, its id bound as ?
+	existing       any               // the existing user's id, as the app passes it
+	unknown        any               // an id with no row
+	msOnMySQL      bool              // the MySQL column keeps milliseconds (GORM's datetime(3))
+	initial        string            // the column's value after seeding, RFC3339Nano; "" for NULL
+}
+
+var u1 = uuid.MustParse("0b5d6f3c-8a8e-4f4e-9b1c-2f6f5d9a7e01")
+
+var modelCases = []modelCase{
+	{
+		name: "custom table and column", model: &appAccount{}, field: "Seen",
+		table: "app_accounts", pk: "id", col: "seen",
+		seed: "INSERT INTO app_accounts (id, email) VALUES (?, 'a@x.test')", existing: 1, unknown: int64(2),
+		msOnMySQL: true,
+	},
+	{
+		name: "embedded gorm.Model", model: &appMember{}, field: "LastSeenAt",
+		table: "app_members", pk: "id", col: "last_seen_at",
+		seed: "INSERT INTO app_members (id, name) VALUES (?, 'M')", existing: uint(1), unknown: uint(2),
+		msOnMySQL: true,
+	},
+	{
+		name: "int key, time.Time NOT NULL", model: &intPKUser{}, field: "last_seen_at",
+		table: "int_pk_users", pk: "id", col: "last_seen_at",
+		ddl: map[string]string{
+			"postgres": "CREATE TABLE int_pk_users (id integer PRIMARY KEY, last_seen_at timestamptz NOT NULL DEFAULT '0001-01-01 00:00:00+00')",
+			"mysql":    "CREATE TABLE int_pk_users (id int PRIMARY KEY, last_seen_at DATETIME(6) NOT NULL DEFAULT '1000-01-01 00:00:00')",
+			"sqlite":   "CREATE TABLE int_pk_users (id integer PRIMARY KEY, last_seen_at datetime NOT NULL DEFAULT '0001-01-01 00:00:00+00:00')",
+		},
+		seed: "INSERT INTO int_pk_users (id) VALUES (?)", existing: 1, unknown: 2,
+		initial: "0001-01-01T00:00:00Z",
+	},
+	{
+		name: "int32 key, time.Time from GORM's zero", model: &int32PKUser{}, field: "LastActive",
+		table: "int32_pk_users", pk: "id", col: "last_active",
+		seed: "", existing: int32(1), unknown: int32(2), msOnMySQL: true,
+		initial: "0001-01-01T00:00:00Z",
+	},
+	{
+		name: "uint key", model: &uintPKUser{}, field: "LastSeenAt",
+		table: "uint_pk_users", pk: "id", col: "last_seen_at",
+		seed: "INSERT INTO uint_pk_users (id) VALUES (?)", existing: uint64(1), unknown: uint32(2), msOnMySQL: true,
+	},
+	{
+		name: "default User, uint64 key", model: &User{}, field: "LastSeenAt",
+		table: "users", pk: "id", col: "last_seen_at",
+		seed: "INSERT INTO users (id) VALUES (?)", existing: uint64(1), unknown: 2, msOnMySQL: true,
+	},
+	{
+		name: "string key", model: &handleUser{}, field: "LastSeenAt",
+		table: "handle_users", pk: "handle", col: "last_seen_at",
+		seed: "INSERT INTO handle_users (handle) VALUES (?)", existing: "alice", unknown: "bob", msOnMySQL: true,
+	},
+	{
+		name: "string key, collation other than the connection's", model: &collatedUser{}, field: "LastSeenAt",
+		table: "collated_users", pk: "id", col: "last_seen_at",
+		ddl: map[string]string{
+			"postgres": `CREATE TABLE collated_users (id varchar(64) COLLATE "C" PRIMARY KEY, last_seen_at timestamptz)`,
+			"mysql":    "CREATE TABLE collated_users (id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci PRIMARY KEY, last_seen_at DATETIME(6) NULL)",
+			"sqlite":   "CREATE TABLE collated_users (id text COLLATE NOCASE PRIMARY KEY, last_seen_at datetime)",
+		},
+		seed: "INSERT INTO collated_users (id) VALUES (?)", existing: "Zoë", unknown: "zoe-2",
+	},
+	{
+		name: "UUID key", model: &uuidPKUser{}, field: "LastSeen",
+		table: "uuid_pk_users", pk: "id", col: "last_seen",
+		ddl: map[string]string{
+			"postgres": "CREATE TABLE uuid_pk_users (id uuid PRIMARY KEY, last_seen timestamptz)",
+			"mysql":    "CREATE TABLE uuid_pk_users (id CHAR(36) PRIMARY KEY, last_seen DATETIME(6) NULL)",
+			"sqlite":   "CREATE TABLE uuid_pk_users (id text PRIMARY KEY, last_seen datetime)",
+		},
+		seed: "INSERT INTO uuid_pk_users (id) VALUES (?)", existing: u1, unknown: uuid.MustParse("0b5d6f3c-8a8e-4f4e-9b1c-2f6f5d9a7e02"),
+	},
+	{
+		name: "timestamp without time zone / TIMESTAMP / TIMESTAMPTZ text", model: &plainTSUser{}, field: "SeenAt",
+		table: "plain_ts_users", pk: "id", col: "seen_at",
+		ddl: map[string]string{
+			"postgres": "CREATE TABLE plain_ts_users (id bigint PRIMARY KEY, seen_at timestamp)",
+			"mysql":    "CREATE TABLE plain_ts_users (id BIGINT UNSIGNED PRIMARY KEY, seen_at TIMESTAMP(6) NULL)",
+			"sqlite":   "CREATE TABLE plain_ts_users (id integer PRIMARY KEY, seen_at TIMESTAMPTZ)",
+		},
+		seed: "INSERT INTO plain_ts_users (id) VALUES (?)", existing: 1, unknown: 2,
+	},
+}
+
+// readColumn reads one row's time column as RFC3339Nano UTC, "" for NULL,
+// "missing" for no row, whatever the driver returns for the column type
+// (SQLite gives text for a column not declared DATETIME or TIMESTAMP).
+func readColumn(t testing.TB, db *gorm.DB, table, pk, col string, id any) string {
+	t.Helper()
+	rows, err := db.Table(table).Select(col).Where(pk+" = ?", id).Rows()
+	must(t, err)
+	defer rows.Close()
+	if !rows.Next() {
+		must(t, rows.Err())
+		return "missing"
+	}
+	var v any
+	must(t, rows.Scan(&v))
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case time.Time:
+		return v.UTC().Format(time.RFC3339Nano)
+	case []byte, string:
+		s := fmt.Sprint(v)
+		if b, ok := v.([]byte); ok {
+			s = string(b)
+		}
+		for _, layout := range []string{"2006-01-02 15:04:05.999999999-07:00", time.RFC3339Nano, "2006-01-02 15:04:05.999999999"} {
+			if ts, err := time.Parse(layout, s); err == nil {
+				return ts.UTC().Format(time.RFC3339Nano)
+			}
+		}
+		t.Fatalf("%s.%s: cannot read %q as a time", table, col, s)
+	}
+	t.Fatalf("%s.%s: unexpected %T", table, col, v)
+	return ""
+}
+
+// TestAppModels runs every app model on every dialect: touch, flush, exact
+// column value, LastSeen, unknown ids, and the newer-only guard.
+func TestAppModels(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		for i, c := range modelCases {
+			t.Run(c.name, func(t *testing.T) {
+				ctx := context.Background()
+				cfg := h.config()
+				cfg.Prefix = fmt.Sprintf("%s:m%d", h.prefix, i) // markers of one case do not throttle the next
+				cfg.UserModel = c.model
+				cfg.LastSeenField = c.field
+				cfg.Throttle = time.Minute
+				cfg.Shards = 1
+				p, db := h.plugin(cfg)
+				if ddl := c.ddl[h.dialect]; ddl != "" {
+					must(t, db.Exec(ddl).Error)
+				} else {
+					must(t, db.AutoMigrate(c.model))
+				}
+				if c.seed != "" {
+					must(t, db.Exec(c.seed, c.existing).Error)
+				} else { // through GORM, with the zero time.Time
+					must(t, db.Create(&int32PKUser{ID: 1}).Error)
+				}
+				prec := time.Microsecond
+				if h.dialect == "mysql" && c.msOnMySQL {
+					prec = time.Millisecond
+				}
+				column := func() string { return readColumn(t, db, c.table, c.pk, c.col, c.existing) }
+				initial := c.initial
+				if h.dialect == "mysql" && initial != "" && c.seed != "" {
+					initial = "1000-01-01T00:00:00Z" // MySQL's DATETIME starts at year 1000
+				}
+				equal(t, "column after seeding", column(), initial)
+				last, ok, err := p.LastSeen(ctx, c.existing)
+				must(t, err)
+				if initial == "" || initial == "0001-01-01T00:00:00Z" {
+					equal(t, "LastSeen before any touch ok", ok, false)
+				} else {
+					equal(t, "LastSeen before any touch", last.Format(time.RFC3339Nano), initial)
+				}
+
+				t1 := mustTime("2026-03-01T10:00:00.123456Z")
+				for _, id := range []any{c.existing, c.unknown} {
+					ok, err := p.TouchAt(ctx, id, t1)
+					must(t, err)
+					equal(t, fmt.Sprintf("touch %v recorded", id), ok, true)
+				}
+				last, ok, err = p.LastSeen(ctx, c.existing)
+				must(t, err)
+				equal(t, "LastSeen before the flush", last.Format(time.RFC3339Nano), t1.Format(time.RFC3339Nano))
+
+				res, err := p.Flush(ctx)
+				must(t, err)
+				equal(t, "drained", res.Drained, 2)
+				equal(t, "written", res.Written, 1)
+				equal(t, "unknown", res.Unknown, 1)
+				equal(t, "rejected", res.Rejected, 0)
+				want := t1.Truncate(prec).Format(time.RFC3339Nano)
+				equal(t, "column", column(), want)
+				equal(t, "unknown row", readColumn(t, db, c.table, c.pk, c.col, c.unknown), "missing")
+				last, ok, err = p.LastSeen(ctx, c.existing)
+				must(t, err)
+				equal(t, "LastSeen ok", ok, true)
+				equal(t, "LastSeen", last.Format(time.RFC3339Nano), want)
+				_, ok, err = p.LastSeen(ctx, c.unknown)
+				must(t, err)
+				equal(t, "LastSeen of the unknown user ok", ok, false)
+
+				h.expireThrottle(time.Minute)
+				_, err = p.TouchAt(ctx, c.existing, mustTime("2026-03-01T09:59:00Z"))
+				must(t, err)
+				res, err = p.Flush(ctx)
+				must(t, err)
+				equal(t, "older: written", res.Written, 0)
+				equal(t, "older: stale", res.Stale, 1)
+				equal(t, "column after an older touch", column(), want)
+
+				h.expireThrottle(time.Minute)
+				_, err = p.TouchAt(ctx, c.existing, mustTime("2026-03-01T10:01:00.5Z"))
+				must(t, err)
+				res, err = p.Flush(ctx)
+				must(t, err)
+				equal(t, "newer: written", res.Written, 1)
+				equal(t, "column after a newer touch", column(), "2026-03-01T10:01:00.5Z")
+				equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
+			})
+		}
+	})
+}
