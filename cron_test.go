@@ -1,0 +1,227 @@
+package lastseen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
+)
+
+// logBuffer is a slog destination tests can read while jobs write to it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// count returns how many log lines contain s.
+func (b *logBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), s)
+}
+
+func debugLogger(b *logBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// panicsOnce returns a job body that panics on its first run and counts
+// every run that got past the panic point.
+func panicsOnce() (fn func(context.Context), runs *atomic.Int64, completed *atomic.Int64) {
+	runs, completed = &atomic.Int64{}, &atomic.Int64{}
+	return func(context.Context) {
+		if runs.Add(1) == 1 {
+			panic("boom")
+		}
+		completed.Add(1)
+	}, runs, completed
+}
+
+// TestSchedulerRecoversPanic: a job that panicked is recovered, logged, and
+// runs again on the next tick.
+func TestSchedulerRecoversPanic(t *testing.T) {
+	var logs logBuffer
+	s := newScheduler(debugLogger(&logs))
+	fn, runs, completed := panicsOnce()
+	j := s.job(fn)
+	for range 3 {
+		j.Run() // must not panic
+	}
+	equal(t, "runs", runs.Load(), 3)
+	equal(t, "completed runs", completed.Load(), 2)
+	equal(t, "panics logged", logs.count("lastseen: cron: panic"), 1)
+	equal(t, "skips logged", logs.count("lastseen: cron: skip"), 0)
+}
+
+// TestSchedulerV301ReverseChainStaysStuck shows the robfig/cron v3.0.1 bug
+// the scheduler guards against: with Recover outside SkipIfStillRunning, a
+// panic never gives back SkipIfStillRunning's token, so every later run is
+// skipped. If an upgraded cron fixes it, this test fails and the comment in
+// cron.go can go.
+func TestSchedulerV301ReverseChainStaysStuck(t *testing.T) {
+	var logs logBuffer
+	l := cronLogger{debugLogger(&logs)}
+	fn, runs, completed := panicsOnce()
+	j := cron.NewChain(cron.Recover(l), cron.SkipIfStillRunning(l)).Then(cron.FuncJob(func() { fn(context.Background()) }))
+	for range 3 {
+		j.Run()
+	}
+	equal(t, "runs", runs.Load(), 1)
+	equal(t, "completed runs", completed.Load(), 0)
+	equal(t, "skips logged", logs.count("lastseen: cron: skip"), 2)
+}
+
+// TestSchedulerSkipsOverlappingRuns: a run that comes while the previous
+// one still runs is skipped, also between the entries of several specs of
+// one job; the next run after it ended goes ahead.
+func TestSchedulerSkipsOverlappingRuns(t *testing.T) {
+	var logs logBuffer
+	s := newScheduler(debugLogger(&logs))
+	started, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
+	must(t, s.add("flush", "@every 1m; 0 3 * * *", func(context.Context) {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+	}))
+	entries := s.cron.Entries()
+	equal(t, "entries", len(entries), 2)
+
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		entries[0].Job.Run()
+	}()
+	<-started
+	entries[0].Job.Run() // same entry while the first run blocks
+	entries[1].Job.Run() // the job's other spec
+	equal(t, "runs while the first blocks", runs.Load(), 1)
+	equal(t, "skips logged", logs.count("lastseen: cron: skip"), 2)
+	close(release)
+	<-first
+	entries[1].Job.Run()
+	equal(t, "runs after the first ended", runs.Load(), 2)
+}
+
+// TestInitializeSchedulesJobs: with the scheduler on, Initialize adds one
+// cron entry per flush and purge spec; Close cancels the jobs' context.
+func TestInitializeSchedulesJobs(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	cfg := h.config()
+	cfg.DisableScheduler = false
+	cfg.FlushSchedule = "@every 1m; */5 * * * *"
+	cfg.PurgeSchedule = "@every 1h;0 3 * * *;"
+	p, _ := h.plugin(cfg)
+	var got []cron.Schedule
+	for _, e := range p.sched.cron.Entries() {
+		got = append(got, e.Schedule)
+	}
+	var want []cron.Schedule
+	for _, spec := range []string{"@every 1m", "*/5 * * * *", "@every 1h", "0 3 * * *"} {
+		s, err := cron.ParseStandard(spec)
+		must(t, err)
+		want = append(want, s)
+	}
+	equal(t, "entries", len(got), 4)
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			found = found || reflect.DeepEqual(g, w)
+		}
+		if !found {
+			t.Errorf("no entry with schedule %#v", w)
+		}
+	}
+
+	must(t, p.Close(context.Background()))
+	equal(t, "jobs' context after Close", p.sched.ctx.Err(), context.Canceled)
+
+	off := h.config() // DisableScheduler: no cron at all
+	q, _ := h.plugin(off)
+	equal(t, "scheduler with DisableScheduler", q.sched == nil, true)
+}
+
+// TestInitializeRejectsBadSchedules: a spec that does not parse fails
+// Initialize with a message naming the option and the spec.
+func TestInitializeRejectsBadSchedules(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	for _, c := range []struct {
+		flush, purge string
+		want         string
+	}{
+		{"@every 1m;every minute", "", `lastseen: invalid config: FlushSchedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
+		{"", "61 * * * *", `lastseen: invalid config: PurgeSchedule "61 * * * *": end of range (61) above maximum (59): 61`},
+	} {
+		cfg := h.config()
+		cfg.DisableScheduler = false
+		cfg.FlushSchedule, cfg.PurgeSchedule = c.flush, c.purge
+		err := h.openDB().Use(New(cfg))
+		equal(t, "error", fmt.Sprint(err), c.want)
+		equal(t, "errors.Is ErrInvalidConfig", errors.Is(err, ErrInvalidConfig), true)
+	}
+}
+
+// TestCloseWaitsForScheduledFlush: Close stops the cron, cancels the
+// running flush's context, waits for it to return, and then its own final
+// flush writes what the interrupted one left in flight.
+func TestCloseWaitsForScheduledFlush(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	ctx := context.Background()
+	cfg := h.config()
+	cfg.DisableScheduler = false
+	cfg.FlushSchedule = "@every 1s" // robfig's shortest interval
+	p, db := h.plugin(cfg)
+	seedUsers(t, db, 1)
+	_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:29:00Z"))
+	must(t, err)
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var jobReturned atomic.Bool
+	must(t, db.Callback().Raw().Before("gorm:raw").Register("test:block_first_update", func(tx *gorm.DB) {
+		if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE") {
+			once.Do(func() {
+				close(entered)
+				<-release
+				jobReturned.Store(true)
+			})
+		}
+	}))
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the scheduled flush did not start within 30s")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(ctx) }()
+	<-p.sched.ctx.Done() // Close stopped the cron and canceled the jobs
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the scheduled flush was still running", err)
+	default:
+	}
+	close(release)
+	must(t, <-closed)
+	equal(t, "scheduled flush returned before Close", jobReturned.Load(), true)
+	equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:29:00Z")
+	equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
+	s := p.Stats()
+	equal(t, "flushes (scheduled + final)", s.Flushes, 2)
+	equal(t, "flush errors (the interrupted one)", s.FlushErrors, 1)
+}
