@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+	"gorm.io/gorm/schema"
+)
+
+// connFlags are the connection flags of every command: one database and
+// one Redis. The demo falls back to a temporary SQLite file and an
+// in-process Redis when they are not given; the operator commands need
+// both.
+type connFlags struct {
+	Postgres     string   `help:"PostgreSQL DSN, e.g. 'host=127.0.0.1 user=app dbname=app sslmode=disable'." xor:"db" placeholder:"DSN" group:"Connection"`
+	MySQL        string   `name:"mysql" help:"MySQL/MariaDB DSN, e.g. 'app:secret@tcp(127.0.0.1:3306)/app?parseTime=true'." xor:"db" placeholder:"DSN" group:"Connection"`
+	SQLite       string   `name:"sqlite" help:"SQLite database file." xor:"db" placeholder:"PATH" group:"Connection"`
+	Redis        string   `help:"Redis address host:port, or a redis:// or rediss:// URL (password, database number)." xor:"redis" placeholder:"ADDR" group:"Connection"`
+	RedisCluster []string `help:"Redis Cluster seed addresses, comma separated." xor:"redis" placeholder:"ADDRS" sep:"," group:"Connection"`
+}
+
+// hasDB reports whether a database flag was given.
+func (c *connFlags) hasDB() bool { return c.Postgres != "" || c.MySQL != "" || c.SQLite != "" }
+
+// hasRedis reports whether a Redis flag was given.
+func (c *connFlags) hasRedis() bool { return c.Redis != "" || len(c.RedisCluster) > 0 }
+
+// dbName describes the database for humans, without credentials.
+func (c *connFlags) dbName() string {
+	switch {
+	case c.Postgres != "":
+		return "postgres"
+	case c.MySQL != "":
+		return "mysql"
+	case c.SQLite != "":
+		return "sqlite " + c.SQLite
+	}
+	return "none"
+}
+
+// redisName describes the Redis for humans, without credentials.
+func (c *connFlags) redisName() string {
+	switch {
+	case len(c.RedisCluster) > 0:
+		return "redis cluster " + strings.Join(c.RedisCluster, ",")
+	case strings.Contains(c.Redis, "://"):
+		if opt, err := redis.ParseURL(c.Redis); err == nil {
+			return "redis " + opt.Addr
+		}
+	}
+	return "redis " + c.Redis
+}
+
+// openDB opens the database given by the flags with namer as GORM's naming
+// strategy and checks that it answers.
+func (c *connFlags) openDB(ctx context.Context, namer schema.Namer) (*gorm.DB, error) {
+	var d gorm.Dialector
+	switch {
+	case c.Postgres != "":
+		d = postgres.Open(c.Postgres)
+	case c.MySQL != "":
+		d = mysql.Open(c.MySQL)
+	case c.SQLite != "":
+		d = sqlite.Open(c.SQLite + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	default:
+		return nil, errors.New("lastseen: no database: give one of --postgres, --mysql or --sqlite")
+	}
+	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard, NamingStrategy: namer})
+	if err != nil {
+		return nil, fmt.Errorf("lastseen: open %s: %w", c.dbName(), err)
+	}
+	sqlDB, err := db.DB()
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = sqlDB.PingContext(pctx)
+		cancel()
+	}
+	if err != nil {
+		closeDB(db)
+		return nil, fmt.Errorf("lastseen: %s does not answer: %w", c.dbName(), err)
+	}
+	return db, nil
+}
+
+// openRedis connects to the Redis given by the flags and checks that it
+// answers: an operator command against a Redis it cannot reach would only
+// report an empty buffer.
+func (c *connFlags) openRedis(ctx context.Context) (redis.UniversalClient, error) {
+	var rdb redis.UniversalClient
+	switch {
+	case len(c.RedisCluster) > 0:
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisCluster})
+	case strings.Contains(c.Redis, "://"):
+		opt, err := redis.ParseURL(c.Redis)
+		if err != nil {
+			return nil, fmt.Errorf("lastseen: --redis: %w", err)
+		}
+		rdb = redis.NewClient(opt)
+	case c.Redis != "":
+		rdb = redis.NewClient(&redis.Options{Addr: c.Redis})
+	default:
+		return nil, errors.New("lastseen: no redis: give --redis or --redis-cluster")
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("lastseen: %s does not answer: %w", c.redisName(), err)
+	}
+	return rdb, nil
+}
+
+func closeDB(db *gorm.DB) {
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.Close()
+	}
+}
+
+// tableNamer is GORM's default naming strategy with table names chosen per
+// Go type and column names chosen per Go field, so that the commands can
+// point fixed Go models at the app's own table and columns. Keys of tables
+// are Go type names without type arguments ("userRow" for userRow[int64]);
+// keys of columns are Go field names, which the models keep unique.
+type tableNamer struct {
+	schema.NamingStrategy
+	tables  map[string]string
+	columns map[string]string
+}
+
+// TableName returns the table chosen for the Go type name, else GORM's
+// default.
+func (n tableNamer) TableName(typeName string) string {
+	base, _, _ := strings.Cut(typeName, "[")
+	if t, ok := n.tables[base]; ok {
+		return t
+	}
+	return n.NamingStrategy.TableName(typeName)
+}
+
+// ColumnName returns the column chosen for the Go field name, else GORM's
+// default.
+func (n tableNamer) ColumnName(table, field string) string {
+	if c, ok := n.columns[field]; ok {
+		return c
+	}
+	return n.NamingStrategy.ColumnName(table, field)
+}

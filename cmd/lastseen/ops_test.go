@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lastseen/lastseen"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+)
+
+// opsRedis is a Redis for the ops tests: its CLI flags and a client for
+// the app's plugin. Keys of the test's prefix are removed at cleanup.
+type opsRedis struct {
+	name  string
+	flags []string
+	rdb   redis.UniversalClient
+}
+
+var opsRedisKinds = []struct {
+	name string
+	open func(t testing.TB) opsRedis
+}{
+	{"miniredis", func(t testing.TB) opsRedis {
+		mr, rdb := testRedis(t)
+		return opsRedis{name: "miniredis", flags: []string{"--redis", mr.Addr()}, rdb: rdb}
+	}},
+	{"redis", func(t testing.TB) opsRedis {
+		addr := needService(t, envRedis)
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { rdb.Close() })
+		return opsRedis{name: "redis", flags: []string{"--redis", addr}, rdb: rdb}
+	}},
+}
+
+// forEachOpsEnv runs fn for every dialect with miniredis and a real Redis.
+func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d testDB, r opsRedis, prefix string)) {
+	for _, rk := range opsRedisKinds {
+		for _, o := range dbOpeners {
+			t.Run(o.name+"/"+rk.name, func(t *testing.T) {
+				r := rk.open(t)
+				d := o.open(t)
+				prefix := randomName("cli")
+				t.Cleanup(func() { _ = deleteKeys(context.Background(), r.rdb, prefix+":*") })
+				fn(t, d, r, prefix)
+			})
+		}
+	}
+}
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// shardTable is the status command's table: 16 shards, the given ones with
+// their figures, every other one empty.
+func shardTable(rows map[int]string, total string) []string {
+	out := []string{"shard  pending  in-flight  oldest"}
+	for i := range 16 {
+		if r, ok := rows[i]; ok {
+			out = append(out, fmt.Sprintf("%-7d%s", i, r))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%-7d0        0          -", i))
+	}
+	return append(out, "total  "+total)
+}
+
+func equalLines(t testing.TB, what string, got string, want []string) {
+	t.Helper()
+	g := lines(got)
+	if strings.Join(g, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%s output:\n%s\nwant:\n%s", what, strings.Join(g, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// splitDuration checks that the last line is "duration  <a Go duration>"
+// and returns the other lines.
+func splitDuration(t testing.TB, out string) string {
+	t.Helper()
+	ls := lines(out)
+	last := ls[len(ls)-1]
+	v, ok := strings.CutPrefix(last, "duration  ")
+	if !ok {
+		t.Fatalf("last line %q is not the duration", last)
+	}
+	if _, err := time.ParseDuration(v); err != nil {
+		t.Errorf("duration %q: %v", v, err)
+	}
+	return strings.Join(ls[:len(ls)-1], "\n") + "\n"
+}
+
+// TestOpsDefaultModels runs status, flush and purge against the plugin's
+// own models (lastseen.User, lastseen.Session) after an app plugin touched
+// users: user ids 9 and 10 fall in shard 4, 2 in shard 5, 99 (no such user)
+// in 7 and 1 in 12.
+func TestOpsDefaultModels(t *testing.T) {
+	forEachOpsEnv(t, func(t *testing.T, d testDB, r opsRedis, prefix string) {
+		ctx := context.Background()
+		clock := &fixedClock{t: mustTime("2026-03-01T09:30:00Z")}
+		app := d.open(t, quiet())
+		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
+		must(t, app.Create(&[]lastseen.User{{ID: 1}, {ID: 2}, {ID: 9}, {ID: 10}, {ID: 11}}).Error)
+		must(t, app.Create(&[]lastseen.Session{
+			{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")},
+			{ID: "s2", UserID: 1, ExpiresAt: mustTime("2026-03-01T09:29:59Z")},
+			{ID: "s3", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:00Z")}, // expires now: expired
+			{ID: "s4", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:01Z")},
+		}).Error)
+		p := lastseen.New(lastseen.Config{Redis: r.rdb, Prefix: prefix, Throttle: time.Minute, Now: clock.Now,
+			DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
+		must(t, app.Use(p))
+		for _, touch := range []struct {
+			id uint64
+			at string
+		}{{9, "2026-03-01T09:00:00Z"}, {10, "2026-03-01T09:10:00Z"}, {2, "2026-03-01T09:20:00Z"},
+			{99, "2026-03-01T09:25:00Z"}, {1, "2026-03-01T09:29:30Z"}} {
+			_, err := p.TouchAt(ctx, touch.id, mustTime(touch.at))
+			must(t, err)
+		}
+		flags := append(append([]string{}, d.flags...), append(r.flags, "--prefix", prefix)...)
+		run := func(args ...string) string {
+			t.Helper()
+			out, err := runCLI(t, clock.Now, append(args, flags...)...)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", args[0], err, out)
+			}
+			return out
+		}
+
+		out := run("status")
+		want := append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix)},
+			shardTable(map[int]string{
+				4:  "2        0          2026-03-01T09:00:00Z (30m0s ago)",
+				5:  "1        0          2026-03-01T09:20:00Z (10m0s ago)",
+				7:  "1        0          2026-03-01T09:25:00Z (5m0s ago)",
+				12: "1        0          2026-03-01T09:29:30Z (30s ago)",
+			}, "5        0          2026-03-01T09:00:00Z (30m0s ago)")...)
+		want = append(want, `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
+		equalLines(t, "status", out, want)
+
+		out = run("flush")
+		equalLines(t, "flush", splitDuration(t, out), []string{
+			"drained   5",
+			"written   4",
+			"unknown   1",
+			"stale     0",
+			"rejected  0",
+			"failed    0",
+			"batches   4",
+			"shards    4",
+			"skipped   0",
+		})
+		for id, want := range map[uint64]string{1: "2026-03-01T09:29:30Z", 2: "2026-03-01T09:20:00Z",
+			9: "2026-03-01T09:00:00Z", 10: "2026-03-01T09:10:00Z", 11: "NULL"} {
+			var u lastseen.User
+			must(t, app.First(&u, id).Error)
+			got := "NULL"
+			if u.LastSeenAt != nil {
+				got = u.LastSeenAt.UTC().Format(time.RFC3339)
+			}
+			equal(t, fmt.Sprintf("user %d last_seen_at", id), got, want)
+		}
+		var ghosts int64
+		must(t, app.Model(&lastseen.User{}).Where("id = ?", 99).Count(&ghosts).Error)
+		equal(t, "rows for unknown user 99", ghosts, 0)
+
+		out = run("status")
+		want = append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix)},
+			shardTable(nil, "0        0          -")...)
+		want = append(want, `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
+		equalLines(t, "status after flush", out, want)
+
+		equalLines(t, "purge --dry-run", run("purge", "--dry-run"), []string{
+			"dry run  nothing deleted",
+			"cutoff   2026-03-01T09:30:00Z",
+			"expired  3",
+			"oldest   2026-02-28T09:30:00Z (24h0m0s ago)",
+		})
+		out = run("purge")
+		equalLines(t, "purge", splitDuration(t, out), []string{
+			"deleted   3",
+			"batches   1",
+			"cutoff    2026-03-01T09:30:00Z",
+			"stopped   false",
+		})
+		var left []string
+		must(t, app.Model(&lastseen.Session{}).Order("id").Pluck("id", &left).Error)
+		equal(t, "sessions left", strings.Join(left, ","), "s4")
+		equalLines(t, "purge --dry-run after purge", run("purge", "--dry-run"), []string{
+			"dry run  nothing deleted",
+			"cutoff   2026-03-01T09:30:00Z",
+			"expired  0",
+			"oldest   -",
+		})
+	})
+}
+
+// account and appSession are an app's own models: a string primary key, a
+// required column and a custom last-seen column; a gorm.Model session with
+// soft delete, a token column and a custom expiry column.
+type account struct {
+	ID     string `gorm:"primaryKey;size:36"`
+	Email  string `gorm:"not null;size:190"`
+	SeenAt *time.Time
+}
+
+func (account) TableName() string { return "accounts" }
+
+type appSession struct {
+	gorm.Model
+	Token      string    `gorm:"uniqueIndex;size:64;not null"`
+	ValidUntil time.Time `gorm:"index;not null"`
+}
+
+func (appSession) TableName() string { return "app_sessions" }
+
+// TestOpsAppModels points the commands at the app's own tables and columns
+// with the flags, and checks the flush writes the app's column and the
+// purge deletes expired sessions, soft-deleted ones included.
+func TestOpsAppModels(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d testDB) {
+		ctx := context.Background()
+		clock := &fixedClock{t: mustTime("2026-03-01T12:00:00Z")}
+		mr, rdb := testRedis(t)
+		app := d.open(t, quiet())
+		must(t, app.AutoMigrate(&account{}, &appSession{}))
+		must(t, app.Create(&[]account{{ID: "6f1c0d9e-0000-4000-8000-000000000001", Email: "a@example.test"},
+			{ID: "6f1c0d9e-0000-4000-8000-000000000002", Email: "b@example.test"}}).Error)
+		sessions := []appSession{
+			{Token: "t1", ValidUntil: mustTime("2026-03-01T11:00:00Z")},
+			{Token: "t2", ValidUntil: mustTime("2026-03-01T11:59:59Z")},
+			{Token: "t3", ValidUntil: mustTime("2026-03-01T12:00:01Z")},
+			{Token: "t4", ValidUntil: mustTime("2026-03-02T00:00:00Z")},
+		}
+		must(t, app.Create(&sessions).Error)
+		must(t, app.Delete(&sessions[1]).Error) // soft-deleted and expired
+		must(t, app.Delete(&sessions[3]).Error) // soft-deleted, live
+
+		p := lastseen.New(lastseen.Config{Redis: rdb, Now: clock.Now, DisableScheduler: true, Logger: discard,
+			UserModel: &account{}, LastSeenField: "SeenAt", SessionModel: &appSession{}, ExpiresField: "ValidUntil",
+			TouchTimeout: 2 * time.Second})
+		must(t, app.Use(p))
+		_, err := p.TouchAt(ctx, "6f1c0d9e-0000-4000-8000-000000000002", mustTime("2026-03-01T11:58:00Z"))
+		must(t, err)
+
+		flags := append(append([]string{}, d.flags...), "--redis", mr.Addr(),
+			"--users-table", "accounts", "--user-id-type", "string", "--last-seen-column", "seen_at",
+			"--sessions-table", "app_sessions", "--session-id-type", "int", "--expires-column", "valid_until")
+		run := func(args ...string) string {
+			t.Helper()
+			out, err := runCLI(t, clock.Now, append(args, flags...)...)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", args[0], err, out)
+			}
+			return out
+		}
+		out := run("flush")
+		equalLines(t, "flush", splitDuration(t, out), []string{
+			"drained   1",
+			"written   1",
+			"unknown   0",
+			"stale     0",
+			"rejected  0",
+			"failed    0",
+			"batches   1",
+			"shards    1",
+			"skipped   0",
+		})
+		var accounts []account
+		must(t, app.Order("id").Find(&accounts).Error)
+		equal(t, "accounts", len(accounts), 2)
+		equal(t, "account 1 seen_at", accounts[0].SeenAt == nil, true)
+		equal(t, "account 2 seen_at", accounts[1].SeenAt.UTC().Format(time.RFC3339), "2026-03-01T11:58:00Z")
+
+		equalLines(t, "purge --dry-run", run("purge", "--dry-run"), []string{
+			"dry run  nothing deleted",
+			"cutoff   2026-03-01T12:00:00Z",
+			"expired  2",
+			"oldest   2026-03-01T11:00:00Z (1h0m0s ago)",
+		})
+		equalLines(t, "purge", splitDuration(t, run("purge")), []string{
+			"deleted   2",
+			"batches   1",
+			"cutoff    2026-03-01T12:00:00Z",
+			"stopped   false",
+		})
+		var tokens []string
+		must(t, app.Unscoped().Model(&appSession{}).Order("token").Pluck("token", &tokens).Error)
+		equal(t, "sessions left (unscoped)", strings.Join(tokens, ","), "t3,t4")
+	})
+}
+
+// TestOpsErrors: every mistake an operator can make with the flags gets an
+// error naming it.
+func TestOpsErrors(t *testing.T) {
+	mr, _ := testRedis(t)
+	d := sqliteDB(t)
+	app := d.open(t, quiet())
+	must(t, app.AutoMigrate(&lastseen.User{}))
+	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--redis", mr.Addr()}, "lastseen: no database: give one of --postgres, --mysql or --sqlite"},
+		{append([]string{"flush"}, d.flags...), "lastseen: no redis: give --redis or --redis-cluster"},
+		{append([]string{"flush", "--redis", "127.0.0.1:1"}, d.flags...), "lastseen: redis 127.0.0.1:1 does not answer: "},
+		{append([]string{"flush", "--redis", mr.Addr(), "--last-seen-column", "seen"}, d.flags...),
+			`lastseen: table "users" has no column "seen" (set --last-seen-column)`},
+		{append([]string{"flush", "--redis", mr.Addr(), "--users-table", "members"}, d.flags...),
+			`lastseen: table "members" not found (set --users-table)`},
+		{append([]string{"purge", "--redis", mr.Addr()}, d.flags...),
+			`lastseen: table "sessions" not found (set --sessions-table)`},
+		{append([]string{"flush", "--redis", mr.Addr(), "--batch-size", "40000"}, d.flags...),
+			"lastseen: invalid config: BatchSize 40000 exceeds the sqlite limit"},
+		{append([]string{"status", "--redis", mr.Addr(), "--postgres", "host=x"}, d.flags...),
+			"--postgres and --sqlite can't be used together"},
+		{append([]string{"flush", "--redis", mr.Addr(), "--user-id-type", "uuid"}, d.flags...),
+			`--user-id-type must be one of "int","string" but got "uuid"`},
+	} {
+		_, err := runCLI(t, now, c.args...)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+
+	// status without a sessions table still prints the buffer.
+	out, err := runCLI(t, now, append([]string{"status", "--redis", mr.Addr()}, d.flags...)...)
+	must(t, err)
+	ls := lines(out)
+	equal(t, "status last line", ls[len(ls)-1], `expired sessions: not counted: table "sessions" not found (set --sessions-table)`)
+}
