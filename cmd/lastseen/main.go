@@ -11,6 +11,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/alecthomas/kong"
 )
@@ -32,7 +33,11 @@ func main() {
 		kong.UsageOnError(),
 	)
 	if err := ctx.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "lastseen:", err)
+		msg := err.Error() // the commands' errors start with "lastseen:" already
+		if !strings.HasPrefix(msg, "lastseen:") {
+			msg = "lastseen: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }

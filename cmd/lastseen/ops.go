@@ -14,7 +14,6 @@ import (
 	"github.com/lastseen/lastseen"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // targetFlags point the operator commands at the app's tables. The CLI
@@ -169,34 +168,6 @@ func (e *opsEnv) checkSessions() error {
 		map[string]string{"SessionID": "session-id-column", "ExpiresAt": "expires-column"})
 }
 
-// expiredSessions counts the sessions that have expired at the plugin's
-// clock, soft-deleted ones included (the purge deletes those too), and
-// returns the oldest expiry.
-//
-// TODO(lead): switch to Plugin.ExpiredSessions once session.go has it.
-func (e *opsEnv) expiredSessions(ctx context.Context, now time.Time) (int64, time.Time, error) {
-	model := e.f.sessionModel()
-	q := func() *gorm.DB {
-		return e.db.WithContext(ctx).Unscoped().Model(model).Scopes(lastseen.ExpiredAt(now))
-	}
-	var n int64
-	if err := q().Count(&n).Error; err != nil {
-		return 0, time.Time{}, fmt.Errorf("lastseen: count expired sessions: %w", err)
-	}
-	if n == 0 {
-		return 0, time.Time{}, nil
-	}
-	var oldest []time.Time
-	col := clause.Column{Name: e.f.ExpiresColumn}
-	if err := q().Order(clause.OrderByColumn{Column: col}).Limit(1).Pluck(e.f.ExpiresColumn, &oldest).Error; err != nil {
-		return 0, time.Time{}, fmt.Errorf("lastseen: oldest expired session: %w", err)
-	}
-	if len(oldest) == 0 {
-		return n, time.Time{}, nil
-	}
-	return n, oldest[0].UTC(), nil
-}
-
 // statusCmd prints the Redis buffer per shard and the expired sessions.
 type statusCmd struct {
 	connFlags   `embed:""`
@@ -233,7 +204,7 @@ func (c *statusCmd) Run() error {
 		fmt.Fprintf(out, "expired sessions: not counted: %s\n", strings.TrimPrefix(err.Error(), "lastseen: "))
 		return nil
 	}
-	n, oldest, err := e.expiredSessions(ctx, st.At)
+	n, oldest, err := e.p.ExpiredSessions(ctx)
 	if err != nil {
 		return err
 	}
@@ -304,7 +275,7 @@ func (c *purgeCmd) Run() error {
 	defer tw.Flush()
 	if c.DryRun {
 		cutoff := e.p.Config().Now().UTC()
-		n, oldest, err := e.expiredSessions(ctx, cutoff)
+		n, oldest, err := e.p.ExpiredSessions(ctx)
 		if err != nil {
 			return err
 		}
