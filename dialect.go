@@ -3,6 +3,7 @@ package lastseen
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -31,6 +32,11 @@ type dialect struct {
 	compare func(a any, op string, b any) clause.Expr
 	// retryable reports deadlocks and serialization failures.
 	retryable func(error) bool
+	// maxUnsigned is the largest value of a column GORM creates for a
+	// uint64 key: PostgreSQL's bigint and SQLite's integer are signed 64-bit
+	// (math.MaxInt64); MySQL's BIGINT UNSIGNED takes them all (0). Larger
+	// ids are refused at Touch and rejected by a flush, never retried.
+	maxUnsigned uint64
 	// upsertDoubleCounts is MySQL's rule that ON DUPLICATE KEY UPDATE
 	// reports 1 affected row per insert and 2 per update.
 	upsertDoubleCounts bool
@@ -51,6 +57,7 @@ var dialects = map[string]*dialect{
 		compare:     plainCompare,
 		retryable:   postgresRetryable,
 		columnTypes: postgresColumnTypes,
+		maxUnsigned: math.MaxInt64,
 	},
 	"mysql": {
 		name:               "mysql",
@@ -62,12 +69,13 @@ var dialects = map[string]*dialect{
 		upsertDoubleCounts: true,
 	},
 	"sqlite": {
-		name:       "sqlite",
-		maxParams:  32766,
-		update:     sqliteUpdate,
-		onConflict: standardOnConflict(julianCompare),
-		compare:    julianCompare,
-		retryable:  sqliteRetryable,
+		name:        "sqlite",
+		maxParams:   32766,
+		update:      sqliteUpdate,
+		onConflict:  standardOnConflict(julianCompare),
+		compare:     julianCompare,
+		retryable:   sqliteRetryable,
+		maxUnsigned: math.MaxInt64,
 	},
 }
 

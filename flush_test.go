@@ -725,3 +725,42 @@ func TestClose(t *testing.T) {
 		equal(t, "column 4", lastSeenColumn(t, db, "users", "id", "last_seen_at", 4), "2026-03-01T09:25:00Z")
 	})
 }
+
+// TestFlushKeyOutOfRange: an id over the largest key the dialect stores for
+// a uint64 key (PostgreSQL bigint, SQLite integer) is refused by Touch and,
+// if it is in Redis anyway, rejected by the flush instead of failing every
+// flush after it.
+func TestFlushKeyOutOfRange(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		cfg := h.config()
+		cfg.Shards = 1
+		p, db := h.plugin(cfg)
+		seedUsers(t, db, 1)
+		_, err := p.Touch(ctx, "9223372036854775808")
+		if h.dialect == "mysql" {
+			must(t, err) // BIGINT UNSIGNED: a valid id of no existing user
+		} else {
+			equal(t, "touch", fmt.Sprint(err),
+				`lastseen: invalid user id: string "9223372036854775808": over 9223372036854775807, the largest key the database stores`)
+		}
+		must(t, h.r.client.HSet(ctx, h.prefix+":{0}:pending", "18446744073709551615", "1772357400000000").Err())
+		_, err = p.Touch(ctx, 1)
+		must(t, err)
+		for i := range 2 {
+			res, err := p.Flush(ctx)
+			must(t, err)
+			if i == 1 {
+				equal(t, "second flush drained", res.Drained, 0)
+				break
+			}
+			equal(t, "written", res.Written, 1)
+			if h.dialect == "mysql" {
+				equal(t, "unknown", res.Unknown, 2)
+			} else {
+				equal(t, "rejected", res.Rejected, 1)
+			}
+		}
+		equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
+	})
+}

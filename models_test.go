@@ -2,13 +2,17 @@ package lastseen
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
+	"gorm.io/gorm/utils/tests"
 )
 
 // App models of the kinds issue 2 names: custom TableName, custom column,
@@ -287,5 +291,140 @@ func TestAppModels(t *testing.T) {
 				equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
 			})
 		}
+	})
+}
+
+type compositeUser struct {
+	TenantID   int64 `gorm:"primaryKey"`
+	UserID     int64 `gorm:"primaryKey"`
+	LastSeenAt *time.Time
+}
+
+type noKeyUser struct {
+	Name       string
+	LastSeenAt *time.Time
+}
+
+type floatUser struct {
+	ID         float64 `gorm:"primaryKey"`
+	LastSeenAt *time.Time
+}
+
+type stringTimeUser struct {
+	ID         uint64 `gorm:"primaryKey"`
+	LastSeenAt string
+}
+
+// TestInitializeValidation: every configuration problem Initialize can see
+// is an error wrapping ErrInvalidConfig that names it.
+func TestInitializeValidation(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no redis", func(c *Config) { c.Redis = nil }, "lastseen: invalid config: Config.Redis is required"},
+		{"typed nil redis", func(c *Config) { c.Redis = (*redis.Client)(nil) }, "lastseen: invalid config: Config.Redis is required"},
+		{"prefix with a hash tag", func(c *Config) { c.Prefix = "app{1}" },
+			`lastseen: invalid config: Prefix "app{1}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
+		{"too many shards", func(c *Config) { c.Shards = 1025 }, "lastseen: invalid config: Shards is 1025, want 1 to 1024"},
+		{"throttle under 1ms", func(c *Config) { c.Throttle = 500 * time.Microsecond }, "lastseen: invalid config: Throttle is 500µs, want at least 1ms"},
+		{"write mode", func(c *Config) { c.WriteMode = 7 }, "lastseen: invalid config: WriteMode WriteMode(7) is not Update or Upsert"},
+		{"model not a struct", func(c *Config) { c.UserModel = 42 }, "lastseen: invalid config: UserModel int: unsupported data type: 42"},
+		{"composite key", func(c *Config) { c.UserModel = &compositeUser{} },
+			"lastseen: invalid config: UserModel compositeUser has 2 primary key fields [TenantID UserID], want exactly one"},
+		{"no key", func(c *Config) { c.UserModel = &noKeyUser{} },
+			"lastseen: invalid config: UserModel noKeyUser has 0 primary key fields [], want exactly one"},
+		{"float key", func(c *Config) { c.UserModel = &floatUser{} },
+			"lastseen: invalid config: UserModel floatUser: primary key ID is a float64; want an integer, a string or a sql.Scanner such as a UUID type"},
+		{"missing field", func(c *Config) { c.LastSeenField = "SeenAt" },
+			`lastseen: invalid config: LastSeenField "SeenAt": User has no such field or column`},
+		{"not a time", func(c *Config) { c.UserModel = &stringTimeUser{} },
+			`lastseen: invalid config: LastSeenField "LastSeenAt": stringTimeUser.LastSeenAt is a string, want time.Time or *time.Time`},
+		{"not a time, by column", func(c *Config) { c.LastSeenField = "id" },
+			`lastseen: invalid config: LastSeenField "id": User.ID is a uint64, want time.Time or *time.Time`},
+	} {
+		cfg := h.config()
+		c.edit(&cfg)
+		err := h.openDB().Use(New(cfg))
+		equal(t, c.name, fmt.Sprint(err), c.want)
+		equal(t, c.name+": errors.Is ErrInvalidConfig", errors.Is(err, ErrInvalidConfig), true)
+	}
+
+	dummy, err := gorm.Open(tests.DummyDialector{}, quietGorm())
+	must(t, err)
+	err = dummy.Use(New(h.config()))
+	equal(t, "unsupported dialect", fmt.Sprint(err), `lastseen: invalid config: dialect "dummy" is not supported (want postgres, mysql or sqlite)`)
+
+	// The last-seen field by Go name or by column name, pointer or not.
+	for _, c := range []struct {
+		model any
+		field string
+	}{{&User{}, "LastSeenAt"}, {&User{}, "last_seen_at"}, {&appAccount{}, "seen"}, {&intPKUser{}, "LastSeenAt"}} {
+		cfg := h.config()
+		cfg.UserModel, cfg.LastSeenField = c.model, c.field
+		p := New(cfg)
+		must(t, h.openDB().Use(p))
+		must(t, p.Close(context.Background()))
+	}
+}
+
+// TestNewDefaults: New fills in the documented defaults and does no I/O.
+func TestNewDefaults(t *testing.T) {
+	p := New(Config{})
+	c := p.Config()
+	equal(t, "Name", p.Name(), "lastseen")
+	equal(t, "Prefix", c.Prefix, "lastseen")
+	equal(t, "Shards", c.Shards, 16)
+	equal(t, "Throttle", c.Throttle, 5*time.Minute)
+	equal(t, "BatchSize", c.BatchSize, 1000)
+	equal(t, "WriteMode", c.WriteMode, Update)
+	equal(t, "UserModel", fmt.Sprintf("%T", c.UserModel), "*lastseen.User")
+	equal(t, "LastSeenField", c.LastSeenField, "LastSeenAt")
+	equal(t, "FlushSchedule", c.FlushSchedule, "@every 1m")
+	equal(t, "DisableScheduler", c.DisableScheduler, false)
+	equal(t, "Logger set", c.Logger != nil, true)
+	equal(t, "Now set", c.Now != nil, true)
+	equal(t, "update", Update.String(), "update")
+	equal(t, "upsert", Upsert.String(), "upsert")
+	equal(t, "unknown mode", WriteMode(7).String(), "WriteMode(7)")
+}
+
+// TestNotInitialized: before db.Use every method says so, and Close is a
+// no-op.
+func TestNotInitialized(t *testing.T) {
+	ctx := context.Background()
+	p := New(Config{})
+	_, err := p.Touch(ctx, 1)
+	equal(t, "Touch", err, ErrNotInitialized)
+	_, err = p.TouchAt(ctx, 1, time.Now())
+	equal(t, "TouchAt", err, ErrNotInitialized)
+	_, _, err = p.Pending(ctx, 1)
+	equal(t, "Pending", err, ErrNotInitialized)
+	_, _, err = p.LastSeen(ctx, 1)
+	equal(t, "LastSeen", err, ErrNotInitialized)
+	_, err = p.Flush(ctx)
+	equal(t, "Flush", err, ErrNotInitialized)
+	equal(t, "Close", p.Close(ctx), nil)
+	equal(t, "Stats", p.Stats(), Stats{})
+}
+
+// TestUserModel: the default model is table users with a uint64 key and an
+// indexed, nullable last_seen_at, on every dialect.
+func TestUserModel(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		must(t, h.db.AutoMigrate(&User{}))
+		equal(t, "table", h.db.Migrator().HasTable("users"), true)
+		equal(t, "index on last_seen_at", h.db.Migrator().HasIndex(&User{}, "LastSeenAt"), true)
+		big := uint64(math.MaxUint64) // BIGINT UNSIGNED
+		if h.dialect != "mysql" {
+			big = math.MaxInt64 // signed 64-bit: the plugin refuses larger ids there
+		}
+		must(t, h.db.Create(&User{ID: big}).Error)
+		var u User
+		must(t, h.db.First(&u, "id = ?", big).Error)
+		equal(t, "largest id", u.ID, big)
+		equal(t, "last seen NULL", u.LastSeenAt == nil, true)
 	})
 }

@@ -359,6 +359,9 @@ func (p *Plugin) validate(db *gorm.DB) error {
 	if err != nil {
 		return bad("UserModel %s: %v", users.schema.Name, err)
 	}
+	if ids.kind == idUnsigned {
+		ids.max = d.maxUnsigned
+	}
 	p.users = &userTarget{model: users, ids: ids}
 	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField")
 	if err != nil {

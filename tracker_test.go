@@ -430,7 +430,8 @@ func TestTouchUserIDs(t *testing.T) {
 		{&User{}, uint8(10), "10"},
 		{&User{}, uint16(11), "11"},
 		{&User{}, uint32(12), "12"},
-		{&User{}, uint64(math.MaxUint64), "18446744073709551615"},
+		{&User{}, uint64(math.MaxInt64), "9223372036854775807"}, // SQLite: signed 64-bit integers
+		{&User{}, uint64(math.MaxInt64 + 1), `lastseen: invalid user id: uint64 "9223372036854775808": over 9223372036854775807, the largest key the database stores`},
 		{&User{}, uint(14), "14"},
 		{&User{}, namedInt(15), "15"},
 		{&User{}, namedUint(16), "16"},
@@ -530,7 +531,10 @@ func TestTouchUserIDs(t *testing.T) {
 // are different ids, and a cached user with a bad time still gets
 // ErrInvalidTime.
 func TestTouchCacheKeepsValidation(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	forEachDialect(t, testTouchCacheKeepsValidation)
+}
+
+func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 	ctx := context.Background()
 
 	cfg := h.config()
@@ -544,17 +548,29 @@ func TestTouchCacheKeepsValidation(t *testing.T) {
 		`lastseen: invalid user id: uint64 "18446744073709551615": not a 64-bit integer`)
 
 	unsigned, _ := h.plugin(h.config())
-	ok, err = unsigned.Touch(ctx, uint64(math.MaxUint64))
+	big := uint64(math.MaxUint64) // BIGINT UNSIGNED on MySQL
+	if h.dialect != "mysql" {
+		big = math.MaxInt64 // a signed 64-bit column
+	}
+	ok, err = unsigned.Touch(ctx, big)
 	must(t, err)
-	equal(t, "uint64 max recorded", ok, true)
-	_, err = unsigned.Touch(ctx, -1)
-	equal(t, "-1 on an unsigned key", fmt.Sprint(err),
-		"lastseen: invalid user id: int -1 is negative but the primary key is unsigned")
+	equal(t, "largest key recorded", ok, true)
+	_, err = unsigned.Touch(ctx, int64(big))
+	if h.dialect == "mysql" {
+		equal(t, "-1 on an unsigned key", fmt.Sprint(err),
+			"lastseen: invalid user id: int64 -1 is negative but the primary key is unsigned")
+	} else {
+		equal(t, "int64 of the same value", err, nil)
+	}
 
-	_, err = unsigned.TouchAt(ctx, uint64(math.MaxUint64), time.Time{})
+	_, err = unsigned.TouchAt(ctx, big, time.Time{})
 	equal(t, "zero time for a cached user", fmt.Sprint(err), "lastseen: invalid time: 0001-01-01T00:00:00Z is before 1970")
 	equal(t, "errors.Is ErrInvalidTime", errors.Is(err, ErrInvalidTime), true)
-	equal(t, "invalid touches counted", unsigned.Stats().Invalid, 2)
+	want := int64(1)
+	if h.dialect == "mysql" {
+		want = 2
+	}
+	equal(t, "invalid touches counted", unsigned.Stats().Invalid, want)
 }
 
 // TestTouchAtTimes: TouchAt refuses a zero time, a time before 1970 and one
@@ -586,4 +602,34 @@ func TestTouchAtTimes(t *testing.T) {
 		equal(t, c.at.String()+" errors.Is ErrInvalidTime", errors.Is(err, ErrInvalidTime), true)
 	}
 	equal(t, "invalid", p.Stats().Invalid, 6)
+}
+
+// TestInitializeWithRedisDown: a Redis that is configured but unreachable at
+// start is logged, not an error; touches are kept in memory and the first
+// flush after Redis is back writes them.
+func TestInitializeWithRedisDown(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	ctx := context.Background()
+	var logs logBuffer
+	cfg := h.config()
+	cfg.Logger = debugLogger(&logs)
+	cfg.TouchTimeout = 200 * time.Millisecond
+	h.r.mr.Close()
+	p, db := h.plugin(cfg) // fails the test if Initialize returns an error
+	equal(t, "start-up warning", logs.count("lastseen: redis unreachable at start"), 1)
+	seedUsers(t, db, 3)
+
+	ok, err := p.TouchAt(ctx, 3, mustTime("2026-03-01T09:29:00Z"))
+	if err == nil || !strings.HasPrefix(err.Error(), "lastseen: touch user 3: ") {
+		t.Fatalf("touch with redis down: %v", err)
+	}
+	equal(t, "recorded", ok, false)
+	equal(t, "backlog", p.Stats().Backlog, 1)
+
+	must(t, h.r.mr.Restart())
+	res, err := p.Flush(ctx)
+	must(t, err)
+	equal(t, "written", res.Written, 1)
+	equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 3), "2026-03-01T09:29:00Z")
+	equal(t, "backlog after flush", p.Stats().Backlog, 0)
 }

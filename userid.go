@@ -30,6 +30,7 @@ type idCodec struct {
 	kind idKind
 	typ  reflect.Type // primary key's Go type, pointer removed
 	bits int          // integer size, for range checks
+	max  uint64       // largest unsigned key the dialect stores, if below the type's range (0: no limit)
 }
 
 var scannerType = reflect.TypeOf((*sql.Scanner)(nil)).Elem()
@@ -160,6 +161,9 @@ func (c idCodec) parse(s string) (any, error) {
 		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, c.bits)
 		if err != nil {
 			return nil, fmt.Errorf("not an unsigned %d-bit integer", c.bits)
+		}
+		if c.max > 0 && n > c.max {
+			return nil, fmt.Errorf("over %d, the largest key the database stores", c.max)
 		}
 		return n, nil
 	case idScanner:
