@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 )
 
@@ -762,5 +764,88 @@ func TestFlushKeyOutOfRange(t *testing.T) {
 			}
 		}
 		equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
+	})
+}
+
+// deadlockError returns the dialect's deadlock error as its driver reports
+// it.
+func deadlockError(dialect string) error {
+	switch dialect {
+	case "postgres":
+		return &pgconn.PgError{Code: "40P01", Message: "injected: deadlock detected"}
+	case "mysql":
+		return &mysqldriver.MySQLError{Number: 1213, Message: "injected: Deadlock found when trying to get lock"}
+	}
+	return errors.New("injected: database is locked (5) (SQLITE_BUSY)")
+}
+
+// TestFlushRetriesDeadlocks: a batch that hits a deadlock is retried up to
+// MaxRetries times; other errors are not retried. (The database's health
+// check fails along with the lasting errors, so that the count is the
+// retries' alone, not the refused-batch handling's.)
+func TestFlushRetriesDeadlocks(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		cfg := h.config()
+		cfg.Shards = 1
+		cfg.MaxRetries = 2
+		p, db := h.plugin(cfg)
+		seedUsers(t, db, 1)
+		var attempts, failFirst atomic.Int64
+		var failWith atomic.Pointer[error]
+		must(t, db.Callback().Raw().Before("gorm:raw").Register("test:deadlock", func(tx *gorm.DB) {
+			switch sql := tx.Statement.SQL.String(); {
+			case strings.HasPrefix(sql, "UPDATE"):
+				if attempts.Add(1) <= failFirst.Load() {
+					tx.AddError(*failWith.Load())
+				}
+			case sql == "SELECT 1" && attempts.Load() <= failFirst.Load():
+				tx.AddError(errors.New("injected: health check fails too"))
+			}
+		}))
+		setFailure := func(fails int64, err error) {
+			attempts.Store(0)
+			failFirst.Store(fails)
+			failWith.Store(&err)
+		}
+		touch := func(at string) {
+			t.Helper()
+			h.expireThrottle(10 * time.Minute)
+			_, err := p.TouchAt(ctx, 1, mustTime(at))
+			must(t, err)
+		}
+
+		touch("2026-03-01T09:31:00Z")
+		setFailure(2, deadlockError(h.dialect))
+		res, err := p.Flush(ctx)
+		must(t, err)
+		equal(t, "attempts: 2 deadlocks, then success", attempts.Load(), 3)
+		equal(t, "written after retries", res.Written, 1)
+		equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:31:00Z")
+
+		touch("2026-03-01T09:41:00Z")
+		setFailure(100, deadlockError(h.dialect))
+		res, err = p.Flush(ctx)
+		if err == nil || !strings.Contains(err.Error(), "injected: ") {
+			t.Fatalf("flush with a lasting deadlock: %v", err)
+		}
+		equal(t, "attempts: 1 + MaxRetries", attempts.Load(), 3)
+		equal(t, "written", res.Written, 0)
+
+		setFailure(100, errors.New("injected: not retryable"))
+		_, err = p.Flush(ctx)
+		if err == nil || !strings.Contains(err.Error(), "injected: not retryable") {
+			t.Fatalf("flush with a plain error: %v", err)
+		}
+		equal(t, "attempts for an error that is not a deadlock", attempts.Load(), 1)
+		at, _, err := p.Pending(ctx, 1)
+		must(t, err)
+		equal(t, "kept in Redis", at.Format(time.RFC3339), "2026-03-01T09:41:00Z")
+
+		setFailure(0, nil)
+		res, err = p.Flush(ctx)
+		must(t, err)
+		equal(t, "written once the errors are gone", res.Written, 1)
+		equal(t, "column at the end", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:41:00Z")
 	})
 }
