@@ -30,6 +30,10 @@ type dialect struct {
 	onConflict func(t *writeTarget) clause.OnConflict
 	// compare compares two time expressions with op ("<", "<=", ">=").
 	compare func(a any, op string, b any) clause.Expr
+	// sortKey is what a time column sorts by in ORDER BY: the column itself,
+	// or on SQLite julianday(column), since text with mixed offsets does
+	// not sort by instant.
+	sortKey func(col any) clause.Expr
 	// retryable reports deadlocks and serialization failures.
 	retryable func(error) bool
 	// maxUnsigned is the largest value of a column GORM creates for a
@@ -55,6 +59,7 @@ var dialects = map[string]*dialect{
 		update:      postgresUpdate,
 		onConflict:  standardOnConflict(plainCompare),
 		compare:     plainCompare,
+		sortKey:     plainKey,
 		retryable:   postgresRetryable,
 		columnTypes: postgresColumnTypes,
 		maxUnsigned: math.MaxInt64,
@@ -65,6 +70,7 @@ var dialects = map[string]*dialect{
 		update:             mysqlUpdate,
 		onConflict:         mysqlOnConflict,
 		compare:            plainCompare,
+		sortKey:            plainKey,
 		retryable:          mysqlRetryable,
 		upsertDoubleCounts: true,
 	},
@@ -74,6 +80,7 @@ var dialects = map[string]*dialect{
 		update:      sqliteUpdate,
 		onConflict:  standardOnConflict(julianCompare),
 		compare:     julianCompare,
+		sortKey:     julianKey,
 		retryable:   sqliteRetryable,
 		maxUnsigned: math.MaxInt64,
 	},
@@ -96,6 +103,10 @@ func plainCompare(a any, op string, b any) clause.Expr {
 func julianCompare(a any, op string, b any) clause.Expr {
 	return clause.Expr{SQL: "julianday(?) " + op + " julianday(?)", Vars: []any{a, b}}
 }
+
+func plainKey(col any) clause.Expr { return clause.Expr{SQL: "?", Vars: []any{col}} }
+
+func julianKey(col any) clause.Expr { return clause.Expr{SQL: "julianday(?)", Vars: []any{col}} }
 
 // postgresUpdate sends the batch as two arrays and joins them with unnest,
 // so the statement has two parameters whatever the batch size:

@@ -193,10 +193,13 @@ type Plugin struct {
 	sessions *sessionTarget
 	dialect  *dialect
 
-	tracker *tracker
-	locker  *redislock.Client
-	sched   *scheduler
-	stats   counters
+	tracker   *tracker
+	locker    *redislock.Client
+	sched     *scheduler
+	runs      sync.WaitGroup  // purges running now; Close waits for them (session.go)
+	closing   context.Context // canceled by Close: running purges stop after their batch
+	closeRuns context.CancelFunc
+	stats     counters
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)
@@ -242,7 +245,9 @@ func New(cfg Config) *Plugin {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Plugin{cfg: cfg, log: cfg.Logger.With("plugin", "lastseen"), now: cfg.Now}
+	p := &Plugin{cfg: cfg, log: cfg.Logger.With("plugin", "lastseen"), now: cfg.Now}
+	p.closing, p.closeRuns = context.WithCancel(context.Background())
+	return p
 }
 
 func setDefault[T int | time.Duration](v *T, def T) {
@@ -338,9 +343,10 @@ func (p *Plugin) validate(db *gorm.DB) error {
 	case c.LockTTL < 10*time.Millisecond:
 		return bad("LockTTL is %v, want at least 10ms", c.LockTTL)
 	case c.PurgeBatchSize < 1:
-		return bad("PurgeBatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.maxParams)
-	case c.PurgeBatchSize > d.maxParams:
-		return bad("PurgeBatchSize %d exceeds the %s limit of %d bind parameters", c.PurgeBatchSize, d.name, d.maxParams)
+		return bad("PurgeBatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.maxParams-1)
+	case c.PurgeBatchSize > d.maxParams-1:
+		return bad("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
+			c.PurgeBatchSize, d.name, d.maxParams-1, d.maxParams)
 	case c.PurgeBatchTimeout < 0:
 		return bad("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
 	}
@@ -450,10 +456,16 @@ func (p *Plugin) Close(ctx context.Context) error {
 	}
 	p.closed = true
 	p.mu.Unlock()
+	p.closeRuns() // running purges stop after their current batch
 
 	var errs []error
 	if p.sched != nil {
 		if err := p.sched.stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := p.waitRuns(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

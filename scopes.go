@@ -34,18 +34,25 @@ func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
 }
 
 // Expired is a scope that keeps the expired sessions: the expiry column,
-// qualified with the current table, is at or before NowFunc() in UTC. It
-// uses the plugin's configured ExpiresField when the plugin is registered on
-// db, else "expires_at". GORM's soft-delete filter applies as to any query;
-// add Unscoped() to see soft-deleted rows too.
+// qualified with the current table, is at or before db's NowFunc() (an
+// expiry equal to now counts as expired, as in Session.Expired). It uses
+// the plugin's configured ExpiresField column when the plugin is registered
+// on db, else "expires_at". The comparison is by instant on every dialect:
+// PostgreSQL timestamptz, timestamp (read as UTC), MySQL/MariaDB DATETIME
+// under the connection's loc, SQLite text with any UTC offset. GORM's
+// soft-delete filter applies as to any query; add Unscoped() to see
+// soft-deleted rows too.
 //
 //	db.Scopes(lastseen.Expired).Find(&sessions)
+//	db.Unscoped().Scopes(lastseen.Expired).Count(&n)
 func Expired(db *gorm.DB) *gorm.DB {
 	return ExpiredAt(db.NowFunc())(db)
 }
 
-// ExpiredAt is Expired with a fixed cutoff: sessions whose expiry is at or
-// before t.
+// ExpiredAt is Expired with a fixed cutoff: it keeps the sessions whose
+// expiry is at or before t (any location; compared as an instant).
+//
+//	db.Scopes(lastseen.ExpiredAt(cutoff)).Find(&sessions)
 func ExpiredAt(t time.Time) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB {
 		col := defaultExpiresColumn
@@ -67,6 +74,15 @@ func compareTime(db *gorm.DB, col clause.Column, op string, t time.Time) clause.
 		return d.compare(col, op, t)
 	}
 	return plainCompare(col, op, t)
+}
+
+// sortTime is the ORDER BY expression that sorts a time column by instant
+// on db's dialect; unknown dialects sort the column itself.
+func sortTime(db *gorm.DB, col clause.Column) clause.Expr {
+	if d, ok := dialects[db.Dialector.Name()]; ok {
+		return d.sortKey(col)
+	}
+	return plainKey(col)
 }
 
 // pluginOf returns the initialized lastseen plugin registered on db, if any.

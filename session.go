@@ -2,6 +2,7 @@ package lastseen
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -21,31 +22,109 @@ type sessionTarget struct {
 type PurgeResult struct {
 	Deleted  int           // session rows deleted
 	Batches  int           // delete transactions committed
+	Retries  int           // batch transactions repeated after a deadlock or serialization failure
 	Cutoff   time.Time     // sessions expiring at or before this were purged (UTC)
-	Stopped  bool          // the run ended early: context ended or an error
+	Stopped  bool          // the run ended early: context ended, Close, or an error
 	Duration time.Duration // wall time
 }
+
+// errBatchTimeout is the cause of a batch's select or transaction that ran
+// past PurgeBatchTimeout.
+var errBatchTimeout = errors.New("PurgeBatchTimeout")
 
 // PurgeExpiredSessions deletes the sessions that expired at or before the
 // plugin's clock at the start of the run (the cutoff is frozen, so the run
 // ends even while sessions keep expiring). It walks the expired rows with
-// GORM's FindInBatches, loading only primary keys, PurgeBatchSize at a time,
-// and deletes each batch by primary key (and expiry, so a session extended
-// meanwhile survives) in its own transaction: an interrupted purge keeps
-// every committed batch and running it again is harmless. The delete is
-// real (Unscoped) on models with gorm.DeletedAt, skips model hooks, and
-// retries deadlocks and serialization failures up to MaxRetries times.
+// GORM's FindInBatches, loading only primary keys, PurgeBatchSize at a time
+// in primary-key order, and deletes each batch by primary key (and expiry,
+// so a session extended meanwhile survives) in its own transaction: an
+// interrupted purge keeps every committed batch and running it again is
+// harmless. The delete is real (Unscoped) on models with gorm.DeletedAt,
+// soft-deleted rows included, and skips model hooks. A batch's select and
+// its transaction each get PurgeBatchTimeout; a transaction that fails with
+// a deadlock or serialization failure is retried up to MaxRetries times,
+// waiting 10ms, 40ms, 160ms, ... in between.
 //
-// It holds the purge lock in Redis for the whole run, so only one instance
-// purges at a time; when another instance holds it, it returns ErrLocked.
-// Other errors stop the run and name the batch they happened in; a context
-// that ends stops it between batches with ctx.Err(). Stopped reports both.
+// It holds the purge lock in Redis (bsm/redislock, key Prefix+":purge:lock",
+// time-to-live LockTTL, refreshed after each batch) for the whole run, so
+// only one instance purges at a time; when another instance holds it, it
+// returns ErrLocked at once. Other errors stop the run and name the batch
+// they happened in ("lastseen: purge batch 3: ..."). The run stops between
+// batches, never inside one: when ctx ends it returns ctx.Err(), when Close
+// is called it returns ErrClosed; the batch in progress commits first.
+// PurgeResult.Stopped reports every early end. Before db.Use it returns
+// ErrNotInitialized, after Close ErrClosed.
 func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) {
-	db, err := p.ready()
+	db, done, err := p.startRun()
 	if err != nil {
 		return PurgeResult{}, err
 	}
+	defer done()
 	return p.purgeLocked(ctx, db)
+}
+
+// ExpiredSessions reports what a purge started now would delete: the number
+// of session rows (soft-deleted ones included) whose expiry is at or before
+// the plugin's clock, and the earliest of those expiries in UTC (the zero
+// time when count is 0). It reads only; the CLI's `purge --dry-run` and
+// `status` print it. It returns ErrNotInitialized before db.Use and
+// ErrClosed after Close.
+func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.Time, err error) {
+	db, err := p.ready()
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	m := p.sessions.model
+	expired := expiredAt(db, m.time.DBName, p.now())
+	q := func() *gorm.DB {
+		return db.WithContext(ctx).Unscoped().Model(reflect.New(m.typ).Interface()).Where(expired)
+	}
+	if err := q().Count(&count).Error; err != nil {
+		return 0, time.Time{}, fmt.Errorf("lastseen: count expired sessions: %w", err)
+	}
+	if count == 0 {
+		return 0, time.Time{}, nil
+	}
+	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
+	var at sql.NullTime
+	err = q().Select("?", col).Order(clause.OrderBy{Expression: sortTime(db, col)}).Limit(1).Row().Scan(&at)
+	switch {
+	case errors.Is(err, sql.ErrNoRows): // purged between the two queries
+		return count, time.Time{}, nil
+	case err != nil:
+		return count, time.Time{}, fmt.Errorf("lastseen: oldest expired session: %w", err)
+	}
+	return count, at.Time.UTC(), nil
+}
+
+// startRun registers a purge with Close, which waits for it, or returns
+// ErrNotInitialized / ErrClosed. Call done when the run returns.
+func (p *Plugin) startRun() (db *gorm.DB, done func(), err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.db == nil:
+		return nil, nil, ErrNotInitialized
+	case p.closed:
+		return nil, nil, ErrClosed
+	}
+	p.runs.Add(1) // under mu, before closed is set: Close's Wait comes after
+	return p.db, p.runs.Done, nil
+}
+
+// waitRuns waits for the purges running now, or for ctx to end.
+func (p *Plugin) waitRuns(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		p.runs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lastseen: close: waiting for a running purge: %w", ctx.Err())
+	}
 }
 
 func (p *Plugin) purgeLockKey() string { return p.cfg.Prefix + ":purge:lock" }
@@ -59,7 +138,13 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 		return PurgeResult{}, fmt.Errorf("lastseen: purge lock: %w", err)
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
-	res, err := p.purge(ctx, db, lock)
+
+	// The run stops when ctx ends or Close is called, whichever comes first.
+	run, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(p.closing, func() { cancel(ErrClosed) })()
+
+	res, err := p.purge(run, db, lock)
 	p.stats.purges.Add(1)
 	p.stats.sessionsDeleted.Add(int64(res.Deleted))
 	if err != nil {
@@ -68,6 +153,8 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 	return res, err
 }
 
+// purge is one run under the lock. ctx ending (with its cause) stops the run
+// between batches.
 func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (PurgeResult, error) {
 	start := time.Now()
 	m := p.sessions.model
@@ -76,75 +163,126 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 	expired := expiredAt(db, m.time.DBName, res.Cutoff)
 	dest := reflect.New(reflect.SliceOf(m.typ))
 	ids := make([]any, 0, p.cfg.PurgeBatchSize)
-	var stop error
 
-	q := db.WithContext(ctx).Unscoped().Model(reflect.New(m.typ).Interface()).Select("?", pk).Where(expired)
+	// Every select gets PurgeBatchTimeout: the timer runs while FindInBatches
+	// selects and is stopped while a batch is deleted.
+	sel, cancelSel := context.WithCancelCause(ctx)
+	defer cancelSel(nil)
+	timer := time.AfterFunc(p.cfg.PurgeBatchTimeout, func() { cancelSel(errBatchTimeout) })
+	defer timer.Stop()
+
+	var fail error // the callback's error, final as it is
+	q := db.WithContext(sel).Unscoped().Model(reflect.New(m.typ).Interface()).Select("?", pk).Where(expired)
 	err := q.FindInBatches(dest.Interface(), p.cfg.PurgeBatchSize, func(_ *gorm.DB, batch int) error {
+		timer.Stop()
 		rows := dest.Elem()
 		ids = ids[:0]
 		for i := range rows.Len() {
-			v, zero := m.pk.ValueOf(ctx, rows.Index(i))
-			if !zero {
+			if v, zero := m.pk.ValueOf(ctx, rows.Index(i)); !zero {
 				ids = append(ids, v)
 			}
 		}
-		n, err := p.deleteBatch(ctx, db, ids, expired)
+		if fail = p.purgeBatch(ctx, db, lock, &res, batch, ids, expired); fail != nil {
+			return fail
+		}
+		timer.Reset(p.cfg.PurgeBatchTimeout)
+		return nil
+	}).Error
+	res.Duration = time.Since(start)
+	switch {
+	case err == nil:
+		return res, nil
+	case fail != nil:
+		err = fail
+	case context.Cause(ctx) != nil:
+		err = context.Cause(ctx)
+	case context.Cause(sel) == errBatchTimeout:
+		err = fmt.Errorf("lastseen: purge batch %d: select: timed out after %v (%w): %w",
+			res.Batches+1, p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
+	default:
+		err = fmt.Errorf("lastseen: purge batch %d: select: %w", res.Batches+1, err)
+	}
+	res.Stopped = true
+	return res, err
+}
+
+// purgeBatch deletes one batch of ids, then refreshes the lock and pauses.
+// It returns ctx's cause when the run must stop.
+func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lock, res *PurgeResult, batch int, ids []any, expired clause.Expr) error {
+	if stop := context.Cause(ctx); stop != nil {
+		return stop
+	}
+	if len(ids) > 0 {
+		n, retries, err := p.deleteBatch(ctx, db, ids, expired)
+		res.Retries += retries
 		if err != nil {
+			if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
+				return stop
+			}
 			return fmt.Errorf("lastseen: purge batch %d: %w", batch, err)
 		}
 		res.Deleted += n
 		res.Batches++
-		if err := lock.Refresh(ctx, p.cfg.LockTTL, nil); err != nil {
-			return fmt.Errorf("lastseen: purge batch %d: refresh lock: %w", batch, err)
-		}
-		if p.cfg.PurgePause > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(p.cfg.PurgePause):
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			stop = err
-			return err
-		}
-		return nil
-	}).Error
-	res.Duration = time.Since(start)
-	if err != nil {
-		res.Stopped = true
-		if stop != nil {
-			return res, stop
-		}
-		return res, err
 	}
-	return res, nil
+	if stop := context.Cause(ctx); stop != nil {
+		return stop
+	}
+	if err := lock.Refresh(ctx, p.cfg.LockTTL, nil); err != nil {
+		switch stop := context.Cause(ctx); {
+		case stop != nil:
+			return stop
+		case errors.Is(err, redislock.ErrNotObtained):
+			return fmt.Errorf("lastseen: purge batch %d: lost the purge lock", batch)
+		}
+		return fmt.Errorf("lastseen: purge batch %d: refresh lock: %w", batch, err)
+	}
+	if p.cfg.PurgePause > 0 {
+		t := time.NewTimer(p.cfg.PurgePause)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	return context.Cause(ctx)
 }
 
 // deleteBatch deletes one batch in its own transaction under the batch
-// timeout, retrying deadlocks and serialization failures.
-func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expired clause.Expr) (int, error) {
+// timeout, retrying deadlocks and serialization failures. The transaction
+// ignores ctx ending (a batch is never cut short); the waits between
+// attempts do not, and then return ctx's cause.
+func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expired clause.Expr) (n, retries int, err error) {
 	m := p.sessions.model
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
 	delay := 10 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		bctx, cancel := context.WithTimeout(ctx, p.cfg.PurgeBatchTimeout)
-		var n int64
+	for {
+		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
+		var affected int64
 		err := db.WithContext(bctx).Transaction(func(tx *gorm.DB) error {
 			r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().
 				Where(clause.IN{Column: pk, Values: ids}).Where(expired).
 				Delete(reflect.New(m.typ).Interface())
-			n = r.RowsAffected
+			affected = r.RowsAffected
 			return r.Error
 		})
 		cancel()
-		if err == nil || attempt >= p.cfg.MaxRetries || !p.dialect.retryable(err) {
-			return int(n), err
+		if err == nil {
+			return int(affected), retries, nil
 		}
+		if context.Cause(bctx) == errBatchTimeout {
+			return 0, retries, fmt.Errorf("timed out after %v (%w): %w", p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
+		}
+		if retries >= p.cfg.MaxRetries || !p.dialect.retryable(err) {
+			return 0, retries, err
+		}
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(delay):
+			t.Stop()
+			return 0, retries, context.Cause(ctx)
+		case <-t.C:
 		}
+		retries++
 		delay *= 4
 	}
 }
@@ -152,15 +290,18 @@ func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expire
 // purgeJob is the scheduled purge: it skips the tick when another instance
 // holds the lock, and logs one structured line per run.
 func (p *Plugin) purgeJob(ctx context.Context) {
-	res, err := p.purgeLocked(ctx, p.db)
-	attrs := []any{"deleted", res.Deleted, "batches", res.Batches, "cutoff", res.Cutoff, "duration", res.Duration}
+	res, err := p.PurgeExpiredSessions(ctx)
+	attrs := []any{"deleted", res.Deleted, "batches", res.Batches, "retries", res.Retries,
+		"cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
 	switch {
+	case err == nil:
+		p.log.Info("lastseen: purge", attrs...)
 	case errors.Is(err, ErrLocked):
 		p.stats.purgeSkipped.Add(1)
-		p.log.Info("lastseen: purge skipped, another instance is purging")
-	case err != nil:
-		p.log.Error("lastseen: purge stopped", append(attrs, "err", err)...)
+		p.log.Info("lastseen: purge skipped: another instance holds the lock", attrs...)
+	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
+		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
 	default:
-		p.log.Info("lastseen: purge", attrs...)
+		p.log.Error("lastseen: purge failed", append(attrs, "err", err)...)
 	}
 }
