@@ -334,3 +334,20 @@ func TestOpsErrors(t *testing.T) {
 	ls := lines(out)
 	equal(t, "status last line", ls[len(ls)-1], `expired sessions: not counted: table "sessions" not found (set --sessions-table)`)
 }
+
+// TestPurgeLocked: while another instance holds the purge lock, purge
+// deletes nothing and says why.
+func TestPurgeLocked(t *testing.T) {
+	mr, _ := testRedis(t)
+	d := sqliteDB(t)
+	app := d.open(t, quiet())
+	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
+	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
+	must(t, mr.Set("lastseen:purge:lock", "held-by-another-instance"))
+	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
+	_, err := runCLI(t, now, append([]string{"purge", "--redis", mr.Addr()}, d.flags...)...)
+	equal(t, "error", fmt.Sprint(err), "lastseen: another instance holds the lock: a purge is running elsewhere; nothing deleted")
+	var n int64
+	must(t, app.Model(&lastseen.Session{}).Count(&n).Error)
+	equal(t, "sessions left", n, 1)
+}
