@@ -1,8 +1,152 @@
 package main
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
 
-// benchCmd: owned by the benchmark helper.
-type benchCmd struct{}
+// benchCmd is `lastseen bench`: it measures, against a real PostgreSQL and
+// Redis, what issue 5 asks (see BENCHMARKS.md for what each figure means).
+//
+//	bench [requests]  the four designs (per-request, seed, lastseen,
+//	                  lastseen+local) replaying one Zipf request stream
+//	bench flush       FlushUsers pending users flushed into a table of as
+//	                  many rows, against the same batches as raw UPDATEs
+//	bench purge       PurgeExpired expired + PurgeLive live sessions purged
+//	bench all         the three in a row
+//
+// It works in a PostgreSQL schema and under a Redis key prefix of its own
+// (both named lastseen_bench_<random> / lastseen-bench-<random>) and removes
+// them at the end, also after an error or Ctrl-C. It prints markdown tables
+// on stdout, progress on stderr, and returns an error when a correctness
+// check of the run fails (timings are never checked).
+type benchCmd struct {
+	What string `arg:"" optional:"" default:"requests" enum:"requests,flush,purge,all" help:"What to measure: requests (default), flush, purge or all."`
 
-func (c *benchCmd) Run() error { return errors.New("bench: not yet written") }
+	Postgres string `required:"" env:"LASTSEEN_POSTGRES_DSN" placeholder:"DSN" help:"PostgreSQL DSN (key=value or URL). The benchmark works in a schema of its own and drops it at the end."`
+	Redis    string `required:"" env:"LASTSEEN_REDIS_ADDR" placeholder:"ADDR" help:"Redis host:port or redis:// URL. Keys go under a prefix of their own, deleted at the end."`
+
+	Users    int           `default:"2000" help:"requests: users in the table."`
+	Requests int           `default:"100000" help:"requests: requests in the stream that every variant replays."`
+	Zipf     float64       `default:"1.1" help:"requests: Zipf exponent s (> 1) of user popularity (math/rand/v2)."`
+	Workers  int           `default:"8" help:"requests: concurrent workers replaying the stream."`
+	Seed     uint64        `default:"1" help:"Seed of the request stream and of the flush data."`
+	Throttle time.Duration `default:"5m" help:"requests: throttle window of seed and lastseen; the run stays inside one window."`
+
+	TouchTimeout time.Duration `default:"0s" help:"requests: Config.TouchTimeout of the lastseen variants; 0 keeps the library's default (20ms)."`
+
+	FlushUsers   int           `default:"1000000" help:"flush: pending users, and rows in the users table."`
+	PurgeExpired int           `default:"1000000" help:"purge: expired sessions."`
+	PurgeLive    int           `default:"100000" help:"purge: live sessions (all must remain)."`
+	PurgePause   time.Duration `default:"0s" help:"purge: Config.PurgePause between batches; 0 means none (the library's default is 50ms)."`
+
+	JSON       string `name:"json" placeholder:"FILE" help:"Also write every figure as JSON to FILE."`
+	CPUProfile string `name:"cpuprofile" placeholder:"FILE" help:"flush: write a CPU profile of the library's flush to FILE."`
+
+	out io.Writer // report; os.Stdout when nil
+	log io.Writer // progress; os.Stderr when nil
+}
+
+// validate checks the flags before anything is created.
+func (c *benchCmd) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("lastseen: bench: "+format, args...)
+	}
+	switch {
+	case c.Users < 1:
+		return bad("--users is %d, want at least 1", c.Users)
+	case c.Requests < 1:
+		return bad("--requests is %d, want at least 1", c.Requests)
+	case !(c.Zipf > 1):
+		return bad("--zipf is %v, want more than 1 (math/rand/v2's Zipf needs s > 1)", c.Zipf)
+	case c.Workers < 1:
+		return bad("--workers is %d, want at least 1", c.Workers)
+	case c.Throttle < time.Millisecond:
+		return bad("--throttle is %v, want at least 1ms", c.Throttle)
+	case c.FlushUsers < 1:
+		return bad("--flush-users is %d, want at least 1", c.FlushUsers)
+	case c.PurgeExpired < 0 || c.PurgeLive < 0:
+		return bad("--purge-expired %d / --purge-live %d, want 0 or more", c.PurgeExpired, c.PurgeLive)
+	case c.TouchTimeout < 0:
+		return bad("--touch-timeout is %v, want 0 (the default) or more", c.TouchTimeout)
+	case c.PurgePause < 0:
+		return bad("--purge-pause is %v, want 0 (none) or more", c.PurgePause)
+	case c.Postgres == "":
+		return bad("--postgres is required")
+	case c.Redis == "":
+		return bad("--redis is required")
+	}
+	return nil
+}
+
+func (c *benchCmd) stdout() io.Writer {
+	if c.out != nil {
+		return c.out
+	}
+	return os.Stdout
+}
+
+func (c *benchCmd) progress(format string, args ...any) {
+	w := c.log
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "bench %s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// Run runs the benchmark chosen by What and prints the report.
+func (c *benchCmd) Run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return c.run(ctx)
+}
+
+func (c *benchCmd) run(ctx context.Context) (err error) {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	env, err := openBenchEnv(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := env.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	rep := &benchReport{Info: env.info(ctx)}
+	if c.What == "requests" || c.What == "all" {
+		if rep.Requests, err = env.runRequests(ctx); err != nil {
+			return err
+		}
+	}
+	if c.What == "flush" || c.What == "all" {
+		if rep.Flush, err = env.runFlush(ctx); err != nil {
+			return err
+		}
+	}
+	if c.What == "purge" || c.What == "all" {
+		if rep.Purge, err = env.runPurge(ctx); err != nil {
+			return err
+		}
+	}
+	rep.Info.LoadEnd = benchLoadAvg()
+	rep.Targets = rep.targets()
+	rep.writeMarkdown(c.stdout(), c)
+	if c.JSON != "" {
+		if err := rep.writeJSON(c.JSON); err != nil {
+			return err
+		}
+	}
+	if failed := rep.failedChecks(); len(failed) > 0 {
+		return errors.New("lastseen: bench: checks failed: " + strings.Join(failed, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/lastseen/lastseen"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// benchFlush is the flush-at-scale result: the library's Flush of Users
+// pending users into a table of Users rows, against the database's own
+// limit measured in the same run.
+type benchFlush struct {
+	Users          int                  `json:"users"`
+	Shards         int                  `json:"shards"`
+	BatchSize      int                  `json:"batch_size"`
+	FillWall       time.Duration        `json:"redis_fill_ns"`
+	Raw            benchFlushSide       `json:"raw"`
+	Lib            benchFlushSide       `json:"lastseen"`
+	Ratio          float64              `json:"lastseen_vs_raw"`
+	Heap           benchHeapResult      `json:"lastseen_heap"`
+	Result         lastseen.FlushResult `json:"lastseen_flush_result"`
+	CheckpointNote string               `json:"checkpoint_error,omitempty"`
+	Check          string               `json:"check"`
+}
+
+// benchFlushSide is one way of writing the timestamps.
+type benchFlushSide struct {
+	Table      string        `json:"table"`
+	Wall       time.Duration `json:"wall_ns"`
+	Rows       int64         `json:"rows"`
+	RowsPerSec float64       `json:"rows_per_sec"`
+	SQL        benchSQLStats `json:"sql"`
+}
+
+// benchFlushTime is user id's pending timestamp: within 5 minutes after
+// base, spread by a hash of seed and id, so that it can be recomputed
+// instead of kept in memory.
+func benchFlushTime(base time.Time, seed, id uint64) time.Time {
+	x := seed ^ id*0x9e3779b97f4a7c15 // splitmix64
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return base.Add(time.Duration(x%300_000_000) * time.Microsecond)
+}
+
+// benchShard is the library's shard of a user id (tracker.go: FNV-1a 32 of
+// the id's text, modulo the shard count).
+func benchShard(uid string, shards int) int {
+	h := fnv.New32a()
+	h.Write([]byte(uid))
+	return int(h.Sum32() % uint32(shards))
+}
+
+func (e *benchEnv) runFlush(ctx context.Context) (*benchFlush, error) {
+	c := e.cmd
+	n := c.FlushUsers
+	res := &benchFlush{Users: n, Shards: lastseen.DefaultShards, BatchSize: lastseen.DefaultBatchSize}
+	rawDB, _, err := e.openPool(ctx, "flushraw_", 1)
+	if err != nil {
+		return nil, err
+	}
+	libDB, _, err := e.openPool(ctx, "flushlib_", 2)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	base := now.Add(-10 * time.Minute)
+	c.progress("flush: creating two tables of %d users", n)
+	if res.Raw.Table, err = e.createUsers(ctx, rawDB, n, base.Add(-24*time.Hour)); err != nil {
+		return nil, err
+	}
+	if res.Lib.Table, err = e.createUsers(ctx, libDB, n, base.Add(-24*time.Hour)); err != nil {
+		return nil, err
+	}
+
+	// The database's limit: the same kind of batches (the library's shards,
+	// BatchSize users each, in an order as random as HSCAN's) sent as raw
+	// bulk UPDATEs over one pgx connection, no Redis.
+	batches := benchFlushBatches(n, res.Shards, res.BatchSize, c.Seed)
+	res.CheckpointNote = e.checkpoint(ctx)
+	c.progress("flush: raw UPDATE of %d rows in %d batches", n, len(batches))
+	if res.Raw.Wall, res.Raw.Rows, res.Raw.SQL, err = e.rawUpdates(ctx, res.Raw.Table, batches, base, c.Seed); err != nil {
+		return nil, err
+	}
+	batches = nil
+	res.Raw.RowsPerSec = float64(res.Raw.Rows) / res.Raw.Wall.Seconds()
+
+	prefix := e.prefix + "-flush"
+	c.progress("flush: filling %d pending entries into Redis (HSET pipelines)", n)
+	f0 := time.Now()
+	if err := e.fillPending(ctx, prefix, n, res.Shards, base, c.Seed); err != nil {
+		return nil, err
+	}
+	res.FillWall = time.Since(f0)
+	p := lastseen.New(lastseen.Config{Redis: e.plain, Prefix: prefix, DisableScheduler: true, Logger: e.benchLogger()})
+	if err := libDB.Use(p); err != nil {
+		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+	if err := benchCheckPending(ctx, p, n, base, c.Seed); err != nil {
+		return nil, err
+	}
+	if note := e.checkpoint(ctx); note != "" {
+		res.CheckpointNote = note
+	}
+
+	c.progress("flush: lastseen Flush of %d pending users", n)
+	stopProfile, err := benchStartProfile(c.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	heap := startBenchHeap(time.Millisecond)
+	e.tracer.start()
+	t0 := time.Now()
+	res.Result, err = p.Flush(ctx)
+	res.Lib.Wall = time.Since(t0)
+	res.Lib.SQL = e.tracer.stop()
+	res.Heap = heap.Stop()
+	stopProfile()
+	if err != nil {
+		return nil, fmt.Errorf("lastseen: bench: flush: %w", err)
+	}
+	res.Lib.Rows = int64(res.Result.Written)
+	res.Lib.RowsPerSec = float64(res.Lib.Rows) / res.Lib.Wall.Seconds()
+	res.Ratio = res.Lib.RowsPerSec / res.Raw.RowsPerSec
+	if res.Check, err = e.checkFlush(ctx, libDB, res, prefix, base); err != nil {
+		return nil, err
+	}
+	c.progress("flush: raw %.0f rows/s, lastseen %.0f rows/s (%.2f), heap +%s, check %s",
+		res.Raw.RowsPerSec, res.Lib.RowsPerSec, res.Ratio, benchBytes(res.Heap.PeakHeapGrowth), res.Check)
+	return res, nil
+}
+
+// benchFlushBatches groups ids 1..n by the library's shard, shuffles each
+// shard (HSCAN returns a hash in no useful order) and cuts it into batches.
+func benchFlushBatches(n, shards, size int, seed uint64) [][]int64 {
+	byShard := make([][]int64, shards)
+	for id := 1; id <= n; id++ {
+		s := benchShard(strconv.Itoa(id), shards)
+		byShard[s] = append(byShard[s], int64(id))
+	}
+	r := rand.New(rand.NewPCG(seed, 0xf1a5_4f1a_5411))
+	var batches [][]int64
+	for _, ids := range byShard {
+		r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		for len(ids) > 0 {
+			k := min(size, len(ids))
+			batches = append(batches, ids[:k])
+			ids = ids[k:]
+		}
+	}
+	return batches
+}
+
+// rawUpdates sends the batches as the statement shape the library's
+// PostgreSQL dialect uses (UPDATE ... FROM unnest(ids, times) with the
+// newer-only guard), typed arrays bound directly, on one pgx connection.
+func (e *benchEnv) rawUpdates(ctx context.Context, table string, batches [][]int64, base time.Time, seed uint64) (time.Duration, int64, benchSQLStats, error) {
+	conn, err := pgx.ConnectConfig(ctx, e.pg.Copy())
+	if err != nil {
+		return 0, 0, benchSQLStats{}, fmt.Errorf("lastseen: bench: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	t := pgx.Identifier{table}.Sanitize()
+	sql := "UPDATE " + t + ` AS t SET "last_seen_at" = v.ts FROM unnest($1::bigint[], $2::timestamptz[]) AS v(id, ts)` +
+		` WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)`
+	// Arguments are built before the clock starts.
+	times := make([][]time.Time, len(batches))
+	for i, b := range batches {
+		times[i] = make([]time.Time, len(b))
+		for j, id := range b {
+			times[i][j] = benchFlushTime(base, seed, uint64(id))
+		}
+	}
+	if _, err := conn.Prepare(ctx, sql, sql); err != nil { // named by its text: the tracer sees the SQL
+		return 0, 0, benchSQLStats{}, fmt.Errorf("lastseen: bench: prepare: %w", err)
+	}
+	var rows int64
+	e.tracer.start()
+	t0 := time.Now()
+	for i, b := range batches {
+		tag, err := conn.Exec(ctx, sql, b, times[i])
+		if err != nil {
+			e.tracer.stop()
+			return 0, 0, benchSQLStats{}, fmt.Errorf("lastseen: bench: raw update: %w", err)
+		}
+		rows += tag.RowsAffected()
+	}
+	wall := time.Since(t0)
+	return wall, rows, e.tracer.stop(), nil
+}
+
+// fillPending writes ids 1..n straight into the library's pending hashes,
+// as Touch would have left them (field: id in decimal, value: Unix
+// microseconds), with HSET of 1,000 pairs, 50 per pipeline.
+func (e *benchEnv) fillPending(ctx context.Context, prefix string, n, shards int, base time.Time, seed uint64) error {
+	pairs := make([][]any, shards)
+	pipe := e.plain.Pipeline()
+	send := func(force bool) error {
+		if pipe.Len() >= 50 || (force && pipe.Len() > 0) {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return fmt.Errorf("lastseen: bench: fill pending: %w", err)
+			}
+		}
+		return nil
+	}
+	key := func(s int) string { return prefix + ":{" + strconv.Itoa(s) + "}:pending" }
+	for id := 1; id <= n; id++ {
+		uid := strconv.Itoa(id)
+		s := benchShard(uid, shards)
+		pairs[s] = append(pairs[s], uid, benchFlushTime(base, seed, uint64(id)).UnixMicro())
+		if len(pairs[s]) == 2000 {
+			pipe.HSet(ctx, key(s), pairs[s]...)
+			pairs[s] = nil
+			if err := send(false); err != nil {
+				return err
+			}
+		}
+	}
+	for s, p := range pairs {
+		if len(p) > 0 {
+			pipe.HSet(ctx, key(s), p...)
+		}
+	}
+	if err := send(true); err != nil {
+		return err
+	}
+	var total int64
+	for s := range shards {
+		l, err := e.plain.HLen(ctx, key(s)).Result()
+		if err != nil {
+			return fmt.Errorf("lastseen: bench: HLEN: %w", err)
+		}
+		total += l
+	}
+	if total != int64(n) {
+		return fmt.Errorf("lastseen: bench: filled %d pending entries, want %d", total, n)
+	}
+	return nil
+}
+
+// benchCheckPending asks the library, through Pending, for a sample of the
+// filled users: it finds them only if the fill used its key layout.
+func benchCheckPending(ctx context.Context, p *lastseen.Plugin, n int, base time.Time, seed uint64) error {
+	step := max(1, n/100)
+	for id := 1; id <= n; id += step {
+		at, ok, err := p.Pending(ctx, uint64(id))
+		if err != nil {
+			return fmt.Errorf("lastseen: bench: pending(%d): %w", id, err)
+		}
+		if want := benchFlushTime(base, seed, uint64(id)); !ok || !at.Equal(want) {
+			return fmt.Errorf("lastseen: bench: pending(%d) = %v, %v; want %v: the fill does not match the library's keys", id, at, ok, want)
+		}
+	}
+	return nil
+}
+
+// checkFlush compares the two tables row by row and looks for leftovers.
+func (e *benchEnv) checkFlush(ctx context.Context, db *gorm.DB, res *benchFlush, prefix string, base time.Time) (string, error) {
+	var problems []string
+	if res.Raw.Rows != int64(res.Users) {
+		problems = append(problems, fmt.Sprintf("raw updated %d rows, want %d", res.Raw.Rows, res.Users))
+	}
+	if res.Result.Written != res.Users || res.Result.Drained != res.Users {
+		problems = append(problems, fmt.Sprintf("flush drained %d and wrote %d, want %d", res.Result.Drained, res.Result.Written, res.Users))
+	}
+	var differ, fresh int64
+	err := db.WithContext(ctx).Raw("SELECT count(*) FROM ? AS l JOIN ? AS r ON l.? = r.? WHERE l.? IS DISTINCT FROM r.?",
+		clause.Table{Name: res.Lib.Table}, clause.Table{Name: res.Raw.Table}, clause.Column{Name: "id"}, clause.Column{Name: "id"},
+		clause.Column{Name: "last_seen_at"}, clause.Column{Name: "last_seen_at"}).Scan(&differ).Error
+	if err != nil {
+		return "", fmt.Errorf("lastseen: bench: compare tables: %w", err)
+	}
+	if differ != 0 {
+		problems = append(problems, fmt.Sprintf("%d rows differ from the raw table", differ))
+	}
+	err = db.WithContext(ctx).Table(res.Lib.Table).Where(clause.Gte{Column: clause.Column{Name: "last_seen_at"}, Value: base}).Count(&fresh).Error
+	if err != nil {
+		return "", fmt.Errorf("lastseen: bench: count: %w", err)
+	}
+	if fresh != int64(res.Users) {
+		problems = append(problems, fmt.Sprintf("%d rows carry a flushed time, want %d", fresh, res.Users))
+	}
+	left, err := benchCountKeys(ctx, e.plain, prefix+":*:pending")
+	if err != nil {
+		return "", err
+	}
+	if left != 0 {
+		problems = append(problems, fmt.Sprintf("%d pending hashes left", left))
+	}
+	if len(problems) == 0 {
+		return "ok", nil
+	}
+	return fmt.Sprint(problems), nil
+}
+
+// benchStartProfile starts a CPU profile into path ("" for none) and
+// returns the function that stops it.
+func benchStartProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("lastseen: bench: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lastseen: bench: --cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
