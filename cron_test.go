@@ -186,11 +186,11 @@ func TestCloseWaitsForScheduledFlush(t *testing.T) {
 	cfg := h.config()
 	cfg.DisableScheduler = false
 	cfg.FlushSchedule = "@every 1s" // robfig's shortest interval
-	p, db := h.plugin(cfg)
-	seedUsers(t, db, 1)
-	_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:29:00Z"))
-	must(t, err)
 
+	// The callback goes in before the plugin starts its cron: GORM's
+	// callback registration must not race with a running flush.
+	db := h.openDB()
+	seedUsers(t, db, 1)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	var jobReturned atomic.Bool
@@ -203,6 +203,11 @@ func TestCloseWaitsForScheduledFlush(t *testing.T) {
 			})
 		}
 	}))
+	p := New(cfg)
+	must(t, db.Use(p))
+	t.Cleanup(func() { p.Close(context.Background()) })
+	_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:29:00Z"))
+	must(t, err)
 	select {
 	case <-entered:
 	case <-time.After(30 * time.Second):
