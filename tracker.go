@@ -112,9 +112,13 @@ func newTracker(cfg Config, ids idCodec, log *slog.Logger, stats *counters) (*tr
 		t.shards = append(t.shards, newShardKeys(cfg.Prefix, n))
 	}
 	if cfg.LocalCacheSize > 0 {
+		// No otter expiry: the value is the entry's deadline on the plugin's
+		// clock, checked on every hit (an entry set from a marker's PTTL
+		// ends before a full window), and otter's own expiry would read the
+		// real clock on every lookup. Stale entries are overwritten on the
+		// next miss or evicted by size.
 		c, err := otter.New(&otter.Options[cacheKey, int64]{
-			MaximumSize:      cfg.LocalCacheSize,
-			ExpiryCalculator: otter.ExpiryWriting[cacheKey, int64](cfg.Throttle),
+			MaximumSize: cfg.LocalCacheSize,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("local cache: %v", err)
@@ -193,11 +197,11 @@ func parseMicros(s string, now time.Time) (time.Time, bool) {
 	return time.UnixMicro(n).UTC(), true
 }
 
-func (t *tracker) checkTime(at time.Time) error {
+func (t *tracker) checkTime(at, now time.Time) error {
 	if at.IsZero() || at.Unix() <= 0 {
 		return fmt.Errorf("%w: %s is before 1970", ErrInvalidTime, at.Format(time.RFC3339Nano))
 	}
-	if limit := t.now().Add(MaxClockSkew); at.After(limit) {
+	if limit := now.Add(MaxClockSkew); at.After(limit) {
 		return fmt.Errorf("%w: %s is more than %v ahead of the clock", ErrInvalidTime, at.UTC().Format(time.RFC3339Nano), MaxClockSkew)
 	}
 	return nil
@@ -206,7 +210,8 @@ func (t *tracker) checkTime(at time.Time) error {
 // Touch records that userID was seen now. It is TouchAt with the plugin's
 // clock.
 func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err error) {
-	return p.TouchAt(ctx, userID, p.now())
+	now := p.now()
+	return p.touch(ctx, userID, now, now)
 }
 
 // TouchAt records that userID was seen at at. userID is the user's primary
@@ -225,18 +230,25 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // in-process backlog (up to BacklogSize users) and written to Redis by the
 // next flush, so callers may ignore that error.
 func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorded bool, err error) {
+	return p.touch(ctx, userID, at, p.now())
+}
+
+// touch is TouchAt with one reading of the plugin's clock, now, used both to
+// validate at and to check the local cache's deadline: on the cached path a
+// clock read costs more than the cache lookup itself.
+func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (recorded bool, err error) {
 	t := p.tracker
 	if t == nil {
 		return false, ErrNotInitialized
 	}
 	p.stats.touches.Add(1)
-	if err := t.checkTime(at); err != nil { // before the cache: a cached user's bad time is still an error
+	if err := t.checkTime(at, now); err != nil { // before the cache: a cached user's bad time is still an error
 		p.stats.invalid.Add(1)
 		return false, err
 	}
 	qk, quick := quickKey(userID)
 	if quick && t.cache != nil {
-		if deadline, ok := t.cache.GetIfPresent(qk); ok && t.now().UnixNano() < deadline {
+		if deadline, ok := t.cache.GetIfPresent(qk); ok && now.UnixNano() < deadline {
 			p.stats.throttled.Add(1)
 			p.stats.cacheHits.Add(1)
 			return false, nil
