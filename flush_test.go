@@ -640,13 +640,19 @@ func TestFlushStatementsPerBatch(t *testing.T) {
 }
 
 // TestFlushLargestBatch: a batch of the dialect's largest BatchSize is one
-// statement the database accepts, in both write modes.
+// statement the database accepts, in both write modes (on SQLite in Update
+// mode only: both modes bind the same 32766 parameters, and the pure-Go
+// SQLite takes about 30s per such statement under -race).
 func TestFlushLargestBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: writes 16383 to 32767 rows per dialect")
 	}
 	forEachDialect(t, func(t *testing.T, h *harness) {
-		for _, mode := range []WriteMode{Update, Upsert} {
+		modes := []WriteMode{Update, Upsert}
+		if h.dialect == "sqlite" {
+			modes = modes[:1]
+		}
+		for _, mode := range modes {
 			t.Run(mode.String(), func(t *testing.T) {
 				ctx := context.Background()
 				cfg := h.config()
