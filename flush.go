@@ -210,11 +210,12 @@ func (p *Plugin) flushShard(ctx context.Context, n int, res *FlushResult) error 
 		case 0:
 			return nil
 		case -2: // an earlier flush left an in-flight hash: finish it first
-			if err := p.drainInflight(ctx, keys, lock.Token(), res); err != nil {
+			if err := p.drainInflight(ctx, n, lock.Token(), res); err != nil {
 				return err
 			}
 		default:
-			return p.drainInflight(ctx, keys, lock.Token(), res)
+			p.hooks.afterSwap(n)
+			return p.drainInflight(ctx, n, lock.Token(), res)
 		}
 	}
 }
@@ -228,7 +229,9 @@ type entry struct {
 
 // drainInflight streams the in-flight hash with HSCAN and writes it batch by
 // batch; see Flush.
-func (p *Plugin) drainInflight(ctx context.Context, keys shardKeys, token string, res *FlushResult) error {
+func (p *Plugin) drainInflight(ctx context.Context, n int, token string, res *FlushResult) error {
+	keys := p.tracker.shards[n]
+	batchNo := 0
 	bs := p.cfg.BatchSize
 	batch := make([]entry, 0, bs)
 	seen := make(map[string]struct{}, bs)
@@ -262,6 +265,8 @@ func (p *Plugin) drainInflight(ctx context.Context, keys shardKeys, token string
 		if err != nil {
 			return err
 		}
+		batchNo++
+		p.hooks.afterCommit(n, batchNo)
 		fields := make([]string, 0, len(batch)+len(rejected))
 		for _, e := range batch {
 			fields = append(fields, e.field)
@@ -280,6 +285,7 @@ func (p *Plugin) drainInflight(ctx context.Context, keys shardKeys, token string
 		if err := ack(fields, false); err != nil {
 			return err
 		}
+		p.hooks.afterAck(n, batchNo)
 		res.Drained += len(batch) + len(rejected)
 		res.Rejected += len(rejected)
 		batch, rejected = batch[:0], rejected[:0]
@@ -325,6 +331,7 @@ func (p *Plugin) drainInflight(ctx context.Context, keys shardKeys, token string
 		res.Drained += len(rejected)
 		res.Rejected += len(rejected)
 	}
+	p.hooks.beforeUnlink(n)
 	if err := ack(rejected, true); err != nil {
 		return err
 	}
@@ -363,12 +370,27 @@ type refusal struct {
 }
 
 // writeBatch writes one batch. It retries deadlocks and serialization
-// failures up to MaxRetries times. When the database is reachable but
-// refuses the batch, it splits the batch in halves until the refused entries
-// stand alone, writes the rest, and returns the refused entries with a nil
-// error; any other error (database unreachable, context ended) is returned,
-// and then nothing of the batch has committed.
+// failures up to MaxRetries times. When the database is reachable but the
+// batch failed, it tries the whole batch once more (the error may have been
+// the connection's: killed, failed over; the pool has replaced it by then),
+// then splits the batch in halves until the refused entries stand alone,
+// writes the rest, and returns the refused entries with a nil error; any
+// other error (database unreachable, context ended) is returned, and then
+// nothing of the batch has committed.
 func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	br, err := p.writeWithRetry(ctx, batch)
+	if err == nil {
+		return br, nil, nil
+	}
+	if ctx.Err() != nil || !p.databaseUp(ctx) {
+		return batchResult{}, nil, err
+	}
+	return p.isolateRefused(ctx, batch)
+}
+
+// isolateRefused writes a batch the reachable database failed once: whole,
+// then, if refused again, in halves, recursively.
+func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
 	br, err := p.writeWithRetry(ctx, batch)
 	if err == nil {
 		return br, nil, nil
@@ -381,11 +403,11 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 		return batchResult{}, []refusal{{batch[0], err}}, nil
 	}
 	half := len(batch) / 2
-	a, ra, err := p.writeBatch(ctx, batch[:half])
+	a, ra, err := p.isolateRefused(ctx, batch[:half])
 	if err != nil {
 		return a, nil, err
 	}
-	b, rb, err := p.writeBatch(ctx, batch[half:])
+	b, rb, err := p.isolateRefused(ctx, batch[half:])
 	a.written += b.written
 	a.unknown += b.unknown
 	a.stale += b.stale
@@ -546,4 +568,45 @@ func (p *Plugin) flushJob(ctx context.Context) {
 		return
 	}
 	p.log.Info("lastseen: flush", attrs...)
+}
+
+// flushHooks are test hooks called at fixed points of a flush, to stop a
+// flusher exactly there (crash tests kill the process at these points). The
+// Plugin's hooks field is nil in production; every method is a no-op then.
+type flushHooks struct {
+	// AfterSwap: the shard's pending hash was just renamed to in-flight.
+	AfterSwap func(shard int)
+	// AfterCommit: batch number batch (from 1) of the shard committed in the
+	// database; it is still in the in-flight hash.
+	AfterCommit func(shard, batch int)
+	// AfterAck: the batch was removed from the in-flight hash; the next
+	// batch has not started.
+	AfterAck func(shard, batch int)
+	// BeforeUnlink: every batch is written and acknowledged; the final
+	// acknowledgement, which unlinks the in-flight hash, comes next.
+	BeforeUnlink func(shard int)
+}
+
+func (h *flushHooks) afterSwap(shard int) {
+	if h != nil && h.AfterSwap != nil {
+		h.AfterSwap(shard)
+	}
+}
+
+func (h *flushHooks) afterCommit(shard, batch int) {
+	if h != nil && h.AfterCommit != nil {
+		h.AfterCommit(shard, batch)
+	}
+}
+
+func (h *flushHooks) afterAck(shard, batch int) {
+	if h != nil && h.AfterAck != nil {
+		h.AfterAck(shard, batch)
+	}
+}
+
+func (h *flushHooks) beforeUnlink(shard int) {
+	if h != nil && h.BeforeUnlink != nil {
+		h.BeforeUnlink(shard)
+	}
 }

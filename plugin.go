@@ -70,6 +70,7 @@ const (
 	DefaultLockTTL           = 30 * time.Second
 	DefaultMaxRetries        = 3
 	DefaultBacklogSize       = 100_000
+	DefaultBreakerCooldown   = 5 * time.Second
 	DefaultExpiresField      = "ExpiresAt"
 	DefaultPurgeSchedule     = "@every 1h"
 	DefaultPurgeBatchSize    = 1000
@@ -105,6 +106,12 @@ type Config struct {
 	// reach Redis (users, newest timestamp each). Default 100,000; past the
 	// cap new users are dropped and counted in Stats.BacklogDropped.
 	BacklogSize int
+	// BreakerCooldown is how long the circuit breaker in front of Redis
+	// stays open after 5 touches in a row failed or timed out: meanwhile
+	// touches go straight to the backlog without calling Redis; after it,
+	// one touch probes Redis and closes the breaker if it succeeds
+	// (sony/gobreaker's Timeout). Default 5s.
+	BreakerCooldown time.Duration
 	// BatchSize is the number of users written by one SQL statement.
 	// Default 1000. Initialize rejects a value whose statement would exceed
 	// the dialect's bind-parameter limit (two parameters per user).
@@ -200,6 +207,8 @@ type Plugin struct {
 	closing   context.Context // canceled by Close: running purges stop after their batch
 	closeRuns context.CancelFunc
 	stats     counters
+
+	hooks *flushHooks // test hooks at fixed points of a flush (flush.go); nil in production
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)
@@ -215,6 +224,7 @@ func New(cfg Config) *Plugin {
 	setDefault(&cfg.LocalCacheSize, DefaultLocalCacheSize)
 	setDefault(&cfg.TouchTimeout, DefaultTouchTimeout)
 	setDefault(&cfg.BacklogSize, DefaultBacklogSize)
+	setDefault(&cfg.BreakerCooldown, DefaultBreakerCooldown)
 	setDefault(&cfg.BatchSize, DefaultBatchSize)
 	setDefault(&cfg.LockTTL, DefaultLockTTL)
 	setDefault(&cfg.MaxRetries, DefaultMaxRetries)
@@ -333,6 +343,8 @@ func (p *Plugin) validate(db *gorm.DB) error {
 		return bad("TouchTimeout is %v, want a positive duration", c.TouchTimeout)
 	case c.BacklogSize < 0:
 		return bad("BacklogSize is %d, want a positive number", c.BacklogSize)
+	case c.BreakerCooldown < 0:
+		return bad("BreakerCooldown is %v, want a positive duration", c.BreakerCooldown)
 	case c.BatchSize < 1:
 		return bad("BatchSize is %d, want 1 to %d", c.BatchSize, d.maxBatch())
 	case c.BatchSize > d.maxBatch():
