@@ -135,6 +135,16 @@ type naiveSession struct {
 
 func (naiveSession) TableName() string { return "naive_sessions" }
 
+// textSession keeps its expiry in a SQLite column declared TEXT, which
+// the driver returns as text.
+type textSession struct {
+	ID        string    `gorm:"primaryKey;size:64"`
+	UserID    uint64    `gorm:"not null"`
+	ExpiresAt time.Time `gorm:"type:text;index;not null"`
+}
+
+func (textSession) TableName() string { return "text_sessions" }
+
 // tzVariant is one way a dialect stores expiries.
 type tzVariant struct {
 	name  string
@@ -208,6 +218,19 @@ func expiredTimeZonesChild(t *testing.T, zone string) {
 					"g": cutoff.Add(time.Second).In(time.FixedZone("+14", 14*3600)).Format(time.RFC3339),
 				},
 				expired: "a,b,d,f", live: "c,e,g", earlier: "a,d"},
+			{name: "TEXT column", model: &textSession{}, table: "text_sessions", locs: mixed,
+				write: func(db *gorm.DB, id string, at time.Time) error {
+					return db.Create(&textSession{ID: id, UserID: 1, ExpiresAt: at}).Error
+				},
+				castSQL: "expires_at",
+				want: func(at time.Time, loc *time.Location) string {
+					return at.In(loc).Format("2006-01-02 15:04:05-07:00")
+				},
+				text: map[string]string{
+					"d": inZone(cutoff.Add(-time.Second), "+05:45", 5*3600+45*60),
+					"e": inZone(cutoff.Add(time.Second), "-09:30", -(9*3600 + 30*60)),
+				},
+				expired: "a,b,d", live: "c,e", earlier: "a,d"},
 		},
 	}
 	instants := map[string]time.Time{
@@ -239,7 +262,7 @@ func expiredTimeZonesChild(t *testing.T, zone string) {
 					must(t, v.write(db, id, instants[id].In(v.locs[i])))
 				}
 				for id, text := range v.text {
-					must(t, db.Exec("INSERT INTO sessions (id, user_id, expires_at, created_at) VALUES (?, 1, ?, ?)", id, text, text).Error)
+					must(t, db.Table(v.table).Create(map[string]any{"id": id, "user_id": 1, "expires_at": text}).Error)
 				}
 				if v.castSQL != "" {
 					for i, id := range []string{"a", "b", "c"} {
@@ -251,20 +274,22 @@ func expiredTimeZonesChild(t *testing.T, zone string) {
 
 				// Read back: every row is the instant written, and
 				// Session.Expired agrees with the database.
-				var rows []struct {
-					ID        string
-					ExpiresAt time.Time
-				}
-				must(t, db.Table(v.table).Select("id, expires_at").Order("id").Scan(&rows).Error)
+				rows, err := db.Table(v.table).Select("id, expires_at").Order("id").Rows()
+				must(t, err)
 				var expired []string
-				for _, r := range rows {
-					if !r.ExpiresAt.Equal(instants[r.ID]) {
-						t.Errorf("row %s reads back as %s, want %s", r.ID, r.ExpiresAt.Format(time.RFC3339), instants[r.ID].Format(time.RFC3339))
+				for rows.Next() {
+					var id string
+					var at columnTime // SQLite returns a TEXT column as text
+					must(t, rows.Scan(&id, &at))
+					if !at.Time.Equal(instants[id]) {
+						t.Errorf("row %s reads back as %s, want %s", id, at.Time.Format(time.RFC3339), instants[id].Format(time.RFC3339))
 					}
-					if (Session{ExpiresAt: r.ExpiresAt}).Expired(cutoff) {
-						expired = append(expired, r.ID)
+					if (Session{ExpiresAt: at.Time}).Expired(cutoff) {
+						expired = append(expired, id)
 					}
 				}
+				must(t, rows.Err())
+				must(t, rows.Close())
 				equal(t, "Session.Expired", strings.Join(expired, ","), v.expired)
 
 				m := db.Model(v.model).Session(&gorm.Session{})

@@ -77,7 +77,7 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 	m := p.sessions.model
 	expired := expiredAt(db, m.time.DBName, p.now())
 	q := func() *gorm.DB {
-		return db.WithContext(ctx).Unscoped().Model(reflect.New(m.typ).Interface()).Where(expired)
+		return fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).Where(expired)
 	}
 	if err := q().Count(&count).Error; err != nil {
 		return 0, time.Time{}, fmt.Errorf("lastseen: count expired sessions: %w", err)
@@ -86,7 +86,7 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 		return 0, time.Time{}, nil
 	}
 	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
-	var at sql.NullTime
+	var at columnTime // dialect.go: SQLite may return text
 	err = q().Select("?", col).Order(clause.OrderBy{Expression: sortTime(db, col)}).Limit(1).Row().Scan(&at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows): // purged between the two queries
@@ -95,6 +95,13 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 		return count, time.Time{}, fmt.Errorf("lastseen: oldest expired session: %w", err)
 	}
 	return count, at.Time.UTC(), nil
+}
+
+// fresh returns a handle on db's connection pool and callbacks whose next
+// statement starts empty: nothing a caller left on db (a Model, Where
+// clauses) leaks into the purge's statements.
+func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
+	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
 }
 
 // startRun registers a purge with Close, which waits for it, or returns
@@ -172,7 +179,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 	defer timer.Stop()
 
 	var fail error // the callback's error, final as it is
-	q := db.WithContext(sel).Unscoped().Model(reflect.New(m.typ).Interface()).Select("?", pk).Where(expired)
+	q := fresh(sel, db).Unscoped().Model(reflect.New(m.typ).Interface()).Select("?", pk).Where(expired)
 	err := q.FindInBatches(dest.Interface(), p.cfg.PurgeBatchSize, func(_ *gorm.DB, batch int) error {
 		timer.Stop()
 		rows := dest.Elem()
@@ -258,7 +265,7 @@ func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expire
 	for {
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
 		var affected int64
-		err := db.WithContext(bctx).Transaction(func(tx *gorm.DB) error {
+		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) error {
 			r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().
 				Where(clause.IN{Column: pk, Values: ids}).Where(expired).
 				Delete(reflect.New(m.typ).Interface())
