@@ -155,6 +155,13 @@ func TestInitializeSchedulesJobs(t *testing.T) {
 	off := h.config() // DisableScheduler: no cron at all
 	q, _ := h.plugin(off)
 	equal(t, "scheduler with DisableScheduler", q.sched == nil, true)
+
+	noPurge := h.config() // DisablePurge: the flush entries only
+	noPurge.DisableScheduler = false
+	noPurge.DisablePurge = true
+	noPurge.FlushSchedule = "@every 1m; */5 * * * *"
+	r, _ := h.plugin(noPurge)
+	equal(t, "entries with DisablePurge", len(r.sched.cron.Entries()), 2)
 }
 
 // TestInitializeRejectsBadSchedules: a spec that does not parse fails

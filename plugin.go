@@ -156,6 +156,10 @@ type Config struct {
 	// PurgeBatchTimeout bounds one purge batch (select and delete). Default 10s.
 	PurgeBatchTimeout time.Duration
 
+	// DisablePurge leaves the purge job out of the scheduler, for apps that
+	// keep no sessions table or purge it elsewhere; PurgeExpiredSessions
+	// still works when called.
+	DisablePurge bool
 	// DisableScheduler turns off the built-in cron; call Flush and
 	// PurgeExpiredSessions yourself.
 	DisableScheduler bool
@@ -309,8 +313,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		if err := p.sched.add("flush", p.cfg.FlushSchedule, p.flushJob); err != nil {
 			return err
 		}
-		if err := p.sched.add("purge", p.cfg.PurgeSchedule, p.purgeJob); err != nil {
-			return err
+		if !p.cfg.DisablePurge {
+			if err := p.sched.add("purge", p.cfg.PurgeSchedule, p.purgeJob); err != nil {
+				return err
+			}
 		}
 		p.sched.start()
 	}
