@@ -38,8 +38,10 @@ type benchEnv struct {
 	tracer *benchTracer
 
 	rdb   *redis.Client // request path: every command counted by count
-	plain *redis.Client // INFO, fills, flush and purge: not counted
+	plain *redis.Client // INFO, fills, checks: not counted
 	count *benchRedisCounter
+	timed *redis.Client // the flush and purge plugins: round trips timed by timer
+	timer *benchRedisTimer
 
 	walSchema string // schema of pg_walinspect, "" when unavailable
 	walNote   string // why pg_walinspect is unavailable
@@ -70,6 +72,9 @@ func openBenchEnv(ctx context.Context, c *benchCmd) (*benchEnv, error) {
 	e.rdb = redis.NewClient(opt)
 	e.rdb.AddHook(e.count)
 	e.plain = redis.NewClient(opt)
+	e.timer = &benchRedisTimer{}
+	e.timed = redis.NewClient(opt)
+	e.timed.AddHook(e.timer)
 	if err := e.plain.Ping(ctx).Err(); err != nil {
 		e.closeClients()
 		return nil, fmt.Errorf("lastseen: bench: redis %s: %w", opt.Addr, err)
@@ -210,6 +215,7 @@ func (e *benchEnv) close() error {
 func (e *benchEnv) closeClients() {
 	e.rdb.Close()
 	e.plain.Close()
+	e.timed.Close()
 }
 
 // benchDeleteKeys deletes every key matching pattern (SCAN + UNLINK).
@@ -322,6 +328,53 @@ func (h *benchRedisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) 
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.cmds.Add(int64(len(cmds)))
 		h.trips.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// benchRedisTimer times, while on, every round trip of a client: how long
+// the flush or purge waited for Redis.
+type benchRedisTimer struct {
+	on           atomic.Bool
+	trips, nanos atomic.Int64
+}
+
+// benchRedisTime is what benchRedisTimer saw.
+type benchRedisTime struct {
+	RoundTrips int64         `json:"round_trips"`
+	Time       time.Duration `json:"time_ns"`
+}
+
+func (h *benchRedisTimer) start() {
+	h.trips.Store(0)
+	h.nanos.Store(0)
+	h.on.Store(true)
+}
+
+func (h *benchRedisTimer) stop() benchRedisTime {
+	h.on.Store(false)
+	return benchRedisTime{RoundTrips: h.trips.Load(), Time: time.Duration(h.nanos.Load())}
+}
+
+func (h *benchRedisTimer) observe(t time.Time) {
+	if h.on.Load() {
+		h.trips.Add(1)
+		h.nanos.Add(int64(time.Since(t)))
+	}
+}
+
+func (h *benchRedisTimer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *benchRedisTimer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		defer h.observe(time.Now())
+		return next(ctx, cmd)
+	}
+}
+
+func (h *benchRedisTimer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		defer h.observe(time.Now())
 		return next(ctx, cmds)
 	}
 }

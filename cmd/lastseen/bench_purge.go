@@ -21,6 +21,7 @@ type benchPurge struct {
 	RowsPerSec float64              `json:"rows_per_sec"`
 	Result     lastseen.PurgeResult `json:"result"`
 	SQL        benchSQLStats        `json:"sql"`
+	Redis      benchRedisTime       `json:"redis"`
 	Heap       benchHeapResult      `json:"heap"`
 	LiveLeft   int64                `json:"live_left"`
 	Left       int64                `json:"rows_left"`
@@ -43,7 +44,7 @@ func (e *benchEnv) runPurge(ctx context.Context) (*benchPurge, error) {
 	if pause == 0 {
 		pause = -1 // the library's "no pause"
 	}
-	p := lastseen.New(lastseen.Config{Redis: e.plain, Prefix: e.prefix + "-purge", DisableScheduler: true,
+	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: e.prefix + "-purge", DisableScheduler: true,
 		PurgePause: pause, Logger: e.benchLogger()})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
@@ -54,9 +55,11 @@ func (e *benchEnv) runPurge(ctx context.Context) (*benchPurge, error) {
 	c.progress("purge: PurgeExpiredSessions")
 	heap := startBenchHeap(time.Millisecond)
 	e.tracer.start()
+	e.timer.start()
 	t0 := time.Now()
 	res.Result, err = p.PurgeExpiredSessions(ctx)
 	res.Wall = time.Since(t0)
+	res.Redis = e.timer.stop()
 	res.SQL = e.tracer.stop()
 	res.Heap = heap.Stop()
 	if err != nil {

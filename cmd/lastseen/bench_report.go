@@ -210,20 +210,40 @@ func writeBenchRequests(w io.Writer, q *benchRequests) {
 func writeBenchFlush(w io.Writer, f *benchFlush) {
 	fmt.Fprintf(w, "\n## Flush: %s pending users into a %s-row table (%d shards, batches of %d)\n\n",
 		benchInt(int64(f.Users)), benchInt(int64(f.Users)), f.Shards, f.BatchSize)
-	fmt.Fprintf(w, "| | raw bulk UPDATE (pgx, no Redis) | lastseen Flush |\n|---|--:|--:|\n")
-	fmt.Fprintf(w, "| wall time | %s | %s |\n", benchDur(f.Raw.Wall), benchDur(f.Lib.Wall))
-	fmt.Fprintf(w, "| rows written | %s | %s |\n", benchInt(f.Raw.Rows), benchInt(f.Lib.Rows))
-	fmt.Fprintf(w, "| rows/s | %s | %s |\n", benchRate(f.Raw.RowsPerSec), benchRate(f.Lib.RowsPerSec))
-	fmt.Fprintf(w, "| vs raw | 1 | %.2f |\n", f.Ratio)
-	fmt.Fprintf(w, "| UPDATE statements | %s | %s |\n", benchInt(f.Raw.SQL.Writes), benchInt(f.Lib.SQL.Writes))
-	fmt.Fprintf(w, "| time inside UPDATE statements | %s (%.0f%%) | %s (%.0f%%) |\n",
-		benchDur(f.Raw.SQL.WriteTime), 100*f.Raw.SQL.WriteTime.Seconds()/f.Raw.Wall.Seconds(),
-		benchDur(f.Lib.SQL.WriteTime), 100*f.Lib.SQL.WriteTime.Seconds()/f.Lib.Wall.Seconds())
-	fmt.Fprintf(w, "| longest UPDATE | %s | %s |\n", benchDur(f.Raw.SQL.LongestWrite), benchDur(f.Lib.SQL.LongestWrite))
-	fmt.Fprintf(w, "| peak heap growth (heap objects, incl. garbage) | - | %s |\n", benchBytes(f.Heap.PeakHeapGrowth))
-	fmt.Fprintf(w, "| peak live heap growth (after GC mark) | - | %s |\n", benchBytes(f.Heap.PeakLiveGrowth))
-	fmt.Fprintf(w, "| allocated during the flush / GC cycles | - | %s / %d |\n", benchBytes(f.Heap.Allocated), f.Heap.GCCycles)
-	fmt.Fprintf(w, "| check | - | %s |\n", f.Check)
+	sides := []benchFlushSide{f.Raw, f.Lib, f.RawAfter}
+	row := func(label string, cell func(i int, s benchFlushSide) string) {
+		fmt.Fprintf(w, "| %s |", label)
+		for i, s := range sides {
+			fmt.Fprintf(w, " %s |", cell(i, s))
+		}
+		fmt.Fprintln(w)
+	}
+	libOnly := func(v string) func(i int, s benchFlushSide) string {
+		return func(i int, _ benchFlushSide) string {
+			if i == 1 {
+				return v
+			}
+			return "-"
+		}
+	}
+	fmt.Fprintf(w, "| | raw bulk UPDATE before (pgx, no Redis) | lastseen Flush | raw bulk UPDATE after |\n|---|--:|--:|--:|\n")
+	row("wall time", func(_ int, s benchFlushSide) string { return benchDur(s.Wall) })
+	row("rows written", func(_ int, s benchFlushSide) string { return benchInt(s.Rows) })
+	row("rows/s", func(_ int, s benchFlushSide) string { return benchRate(s.RowsPerSec) })
+	row("vs raw (mean of before and after)", func(_ int, s benchFlushSide) string {
+		return fmt.Sprintf("%.2f", s.RowsPerSec/f.RawRowsPerSec)
+	})
+	row("UPDATE statements", func(_ int, s benchFlushSide) string { return benchInt(s.SQL.Writes) })
+	row("time inside UPDATE statements", func(_ int, s benchFlushSide) string {
+		return fmt.Sprintf("%s (%.0f%%)", benchDur(s.SQL.WriteTime), 100*s.SQL.WriteTime.Seconds()/s.Wall.Seconds())
+	})
+	row("longest UPDATE", func(_ int, s benchFlushSide) string { return benchDur(s.SQL.LongestWrite) })
+	row("time waiting for Redis (round trips)", libOnly(fmt.Sprintf("%s (%.0f%%, %s)", benchDur(f.Redis.Time),
+		100*f.Redis.Time.Seconds()/f.Lib.Wall.Seconds(), benchInt(f.Redis.RoundTrips))))
+	row("peak heap growth (heap objects, incl. garbage)", libOnly(benchBytes(f.Heap.PeakHeapGrowth)))
+	row("peak live heap growth (after GC mark)", libOnly(benchBytes(f.Heap.PeakLiveGrowth)))
+	row("allocated during the flush / GC cycles", libOnly(fmt.Sprintf("%s / %d", benchBytes(f.Heap.Allocated), f.Heap.GCCycles)))
+	row("check", libOnly(f.Check))
 	fmt.Fprintf(w, "\nThe pending hashes were filled directly with HSET pipelines (%s), not by %s Touch calls.\n",
 		benchDur(f.FillWall), benchInt(int64(f.Users)))
 }
@@ -235,16 +255,16 @@ func writeBenchPurge(w io.Writer, p *benchPurge) {
 	}
 	fmt.Fprintf(w, "\n## Purge: %s expired + %s live sessions (batches of %d, %s)\n\n",
 		benchInt(int64(p.Expired)), benchInt(int64(p.Live)), p.BatchSize, pause)
-	fmt.Fprintf(w, "| deleted | wall time | rows/s | batches | longest batch transaction | mean batch transaction | longest id read | peak heap growth | live left | check |\n")
+	fmt.Fprintf(w, "| deleted | wall time | rows/s | batches | longest batch transaction | mean batch transaction | in transactions / id reads / Redis | peak heap growth | live left | check |\n")
 	fmt.Fprintf(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	mean := time.Duration(0)
 	if p.SQL.Txs > 0 {
 		mean = p.SQL.TxTime / time.Duration(p.SQL.Txs)
 	}
-	fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s | %s of %s | %s |\n",
+	fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s / %s / %s | %s | %s of %s | %s |\n",
 		benchInt(int64(p.Result.Deleted)), benchDur(p.Wall), benchRate(p.RowsPerSec), p.Result.Batches,
-		benchDur(p.SQL.LongestTx), benchDur(mean), benchDur(p.SQL.LongestRead), benchBytes(p.Heap.PeakHeapGrowth),
-		benchInt(p.LiveLeft), benchInt(int64(p.Live)), p.Check)
+		benchDur(p.SQL.LongestTx), benchDur(mean), benchDur(p.SQL.TxTime), benchDur(p.SQL.ReadTime), benchDur(p.Redis.Time),
+		benchBytes(p.Heap.PeakHeapGrowth), benchInt(p.LiveLeft), benchInt(int64(p.Live)), p.Check)
 }
 
 // targets judges issue 5's targets on the figures this run has.
@@ -274,7 +294,7 @@ func (r *benchReport) targets() []benchTarget {
 	}
 	if f := r.Flush; f != nil {
 		add("flush >= 150,000 rows/s", benchRate(f.Lib.RowsPerSec), f.Lib.RowsPerSec >= 150_000)
-		add("flush >= 0.7 of the raw bulk UPDATE rate", fmt.Sprintf("%.2f", f.Ratio), f.Ratio >= 0.7)
+		add("flush >= 0.7 of the raw bulk UPDATE rate (mean of the runs before and after)", fmt.Sprintf("%.2f", f.Ratio), f.Ratio >= 0.7)
 		add("flush heap growth < 64 MiB", benchBytes(f.Heap.PeakHeapGrowth), f.Heap.PeakHeapGrowth < 64<<20)
 	}
 	if p := r.Purge; p != nil {

@@ -239,6 +239,7 @@ func TestBenchTinyRun(t *testing.T) {
 	}
 	equal(t, "per-request client commands", rep.Requests.Variants[0].ClientCommands, int64(0))
 	equal(t, "flush raw rows", rep.Flush.Raw.Rows, int64(2500))
+	equal(t, "flush raw rows after", rep.Flush.RawAfter.Rows, int64(2500))
 	equal(t, "flush written", rep.Flush.Lib.Rows, int64(2500))
 	equal(t, "flush raw statements", rep.Flush.Raw.SQL.Writes, int64(len(benchFlushBatches(2500, 16, 1000, 1))))
 	equal(t, "flush check", rep.Flush.Check, "ok")
