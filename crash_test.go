@@ -28,7 +28,6 @@ import (
 	"gorm.io/gorm"
 )
 
-
 // Tests with child processes: the test binary runs itself again
 // (os.Args[0] -test.run=^TestName$) with LASTSEEN_TEST_CHILD set to a JSON
 // childSpec; the same test function sees the variable and plays the child

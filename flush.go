@@ -82,23 +82,26 @@ return n
 `)
 
 // failScript moves entries the database refused on their own from the
-// in-flight hash back into the pending hash (newest wins), so that the
+// in-flight hash back into the pending hash (newest wins; a pending value a
+// flush would refuse is replaced, as touchScript does), so that the
 // in-flight hash can be cleared and the rest of the shard keeps flowing.
 //
 //	KEYS[1] lock, KEYS[2] in-flight hash, KEYS[3] pending hash
-//	ARGV[1] lock token, ARGV[2..] field, value, field, value, ...
+//	ARGV[1] lock token, ARGV[2] ceiling (see parseMicros),
+//	ARGV[3..] field, value, field, value, ...
 //
 // Returns -1 when the lock is lost, else the number of entries moved.
 var failScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-for i = 2, #ARGV, 2 do
+local ceiling = tonumber(ARGV[2])
+for i = 3, #ARGV, 2 do
   redis.call('HDEL', KEYS[2], ARGV[i])
   local cur = tonumber(redis.call('HGET', KEYS[3], ARGV[i]))
-  if not cur or cur < tonumber(ARGV[i + 1]) then
+  if not cur or cur < tonumber(ARGV[i + 1]) or cur > ceiling then
     redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   end
 end
-return (#ARGV - 1) / 2
+return (#ARGV - 2) / 2
 `)
 
 var errLockLost = errors.New("lastseen: lost the shard lock to another flusher")
@@ -343,8 +346,8 @@ func (p *Plugin) drainInflight(ctx context.Context, n int, token string, res *Fl
 
 // requeue moves refused entries back to pending; see failScript.
 func (p *Plugin) requeue(ctx context.Context, keys shardKeys, token string, refused []refusal) error {
-	args := make([]any, 0, 1+2*len(refused))
-	args = append(args, token)
+	args := make([]any, 0, 2+2*len(refused))
+	args = append(args, token, ceiling(p.now()))
 	for _, r := range refused {
 		args = append(args, r.field, r.value)
 	}

@@ -43,17 +43,19 @@ func newShardKeys(prefix string, n int) shardKeys {
 
 // touchScript records one touch atomically: it sets the throttle marker if
 // it is absent and, only then, raises the user's pending timestamp (never
-// lowers it; a stored value that is not a number is replaced).
+// lowers it; a stored value that a flush would refuse, not a number or
+// beyond ARGV[4], is replaced rather than kept as "newer").
 //
 //	KEYS[1] marker key, KEYS[2] pending hash
-//	ARGV[1] user id, ARGV[2] Unix microseconds, ARGV[3] throttle window in ms
+//	ARGV[1] user id, ARGV[2] Unix microseconds, ARGV[3] throttle window in ms,
+//	ARGV[4] the latest acceptable value (ceiling, see parseMicros)
 //
 // It returns {1, window ms} when the touch was recorded and {0, marker PTTL
 // in ms} when the user was throttled (Redis SET NX PX and PTTL semantics).
 var touchScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3]) then
   local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
-  if not cur or cur < tonumber(ARGV[2]) then
+  if not cur or cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[4]) then
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
   end
   return {1, tonumber(ARGV[3])}
@@ -61,22 +63,29 @@ end
 return {0, redis.call('PTTL', KEYS[1])}
 `)
 
-// mergeScript raises pending timestamps without touching throttle markers;
-// it replays the in-process backlog after an outage.
+// mergeScript raises pending timestamps without touching throttle markers
+// (replacing stored values a flush would refuse, as touchScript does); it
+// replays the in-process backlog after an outage.
 //
 //	KEYS[1] pending hash
-//	ARGV    user id, Unix microseconds, user id, Unix microseconds, ...
+//	ARGV[1] the latest acceptable value (ceiling, see parseMicros)
+//	ARGV[2..] user id, Unix microseconds, user id, Unix microseconds, ...
 //
 // It returns the number of pairs.
 var mergeScript = redis.NewScript(`
-for i = 1, #ARGV, 2 do
+local ceiling = tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
   local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]))
-  if not cur or cur < tonumber(ARGV[i + 1]) then
+  if not cur or cur < tonumber(ARGV[i + 1]) or cur > ceiling then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   end
 end
-return #ARGV / 2
+return (#ARGV - 1) / 2
 `)
+
+// ceiling is the latest stored value a flush at now accepts (parseMicros):
+// Unix microseconds of now+MaxClockSkew, at most 9999-12-31.
+func ceiling(now time.Time) int64 { return min(micros(now.Add(MaxClockSkew)), maxMicros) }
 
 // tracker is the request path: it normalizes ids, answers from the local
 // throttle cache, runs touchScript under a time budget and a circuit
@@ -262,7 +271,7 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 	keys := t.shard(uid)
 	ts := micros(at)
 	reply, err := t.call(ctx, func(ctx context.Context) ([]any, error) {
-		return touchScript.Run(ctx, t.rdb, []string{keys.marker + uid, keys.pending}, uid, ts, t.throttle.Milliseconds()).Slice()
+		return touchScript.Run(ctx, t.rdb, []string{keys.marker + uid, keys.pending}, uid, ts, t.throttle.Milliseconds(), ceiling(now)).Slice()
 	})
 	if err != nil {
 		p.stats.redisErrors.Add(1)
@@ -372,21 +381,25 @@ func (t *tracker) replayBacklog(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	byShard := map[string][]any{}
+	top := ceiling(t.now())
 	for uid, ts := range m {
 		k := t.shard(uid).pending
+		if byShard[k] == nil {
+			byShard[k] = []any{top}
+		}
 		byShard[k] = append(byShard[k], uid, ts)
 	}
 	written := 0
 	var errs []error
 	for key, args := range byShard {
 		if err := mergeScript.Run(ctx, t.rdb, []string{key}, args...).Err(); err != nil {
-			for i := 0; i < len(args); i += 2 {
+			for i := 1; i < len(args); i += 2 {
 				t.backlog.add(args[i].(string), args[i+1].(int64))
 			}
 			errs = append(errs, err)
 			continue
 		}
-		written += len(args) / 2
+		written += (len(args) - 1) / 2
 	}
 	if err := errors.Join(errs...); err != nil {
 		return written, fmt.Errorf("lastseen: replay backlog: %w", err)
