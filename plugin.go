@@ -300,7 +300,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	}
 	p.tracker = t
 	p.locker = redislock.New(p.cfg.Redis)
-	p.db = db.Session(&gorm.Session{NewDB: true, Initialized: true})
+	// NewDB without Initialized: every statement on p.db starts a fresh chain,
+	// so no Model or condition of one statement leaks into the next.
+	p.db = db.Session(&gorm.Session{NewDB: true})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	if err := p.cfg.Redis.Ping(ctx).Err(); err != nil {
