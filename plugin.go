@@ -191,9 +191,10 @@ var (
 // Plugin is the GORM plugin. Create it with New, register it with db.Use,
 // stop it with Close. All methods are safe for concurrent use.
 type Plugin struct {
-	cfg Config
-	log *slog.Logger
-	now func() time.Time
+	cfg       Config
+	log       *slog.Logger
+	now       func() time.Time
+	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
 
 	mu       sync.Mutex // guards db during Initialize and closed
 	db       *gorm.DB
@@ -256,10 +257,11 @@ func New(cfg Config) *Plugin {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
+	realClock := cfg.Now == nil
+	if realClock {
 		cfg.Now = time.Now
 	}
-	p := &Plugin{cfg: cfg, log: cfg.Logger.With("plugin", "lastseen"), now: cfg.Now}
+	p := &Plugin{cfg: cfg, log: cfg.Logger.With("plugin", "lastseen"), now: cfg.Now, realClock: realClock}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
 	return p
 }
@@ -294,7 +296,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
-	t, err := newTracker(p.cfg, p.users.ids, p.log, &p.stats)
+	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
