@@ -825,6 +825,33 @@ func TestDatabaseStatementTimeoutDuringFlush(t *testing.T) {
 	}
 }
 
+// refuseUser makes the users table refuse any non-NULL last_seen_at for
+// user id: a CHECK constraint on PostgreSQL, a trigger on MariaDB (which
+// refuses CHECK constraints on an AUTO_INCREMENT column) and SQLite. allow
+// drops it again.
+func refuseUser(t testing.TB, db *gorm.DB, dialect string, id int) (allow func()) {
+	t.Helper()
+	name := fmt.Sprintf("refuse_%d", id)
+	switch dialect {
+	case "sqlite":
+		must(t, db.Exec(fmt.Sprintf(`CREATE TRIGGER %s BEFORE UPDATE ON users
+WHEN NEW.id = %d AND NEW.last_seen_at IS NOT NULL BEGIN SELECT RAISE(ABORT, 'user %d refused'); END`, name, id, id)).Error)
+	case "mysql":
+		must(t, db.Exec(fmt.Sprintf(`CREATE TRIGGER %s BEFORE UPDATE ON users FOR EACH ROW
+IF NEW.id = %d AND NEW.last_seen_at IS NOT NULL THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'user %d refused'; END IF`, name, id, id)).Error)
+	default:
+		must(t, db.Exec(fmt.Sprintf("ALTER TABLE users ADD CONSTRAINT %s CHECK (id <> %d OR last_seen_at IS NULL)", name, id)).Error)
+	}
+	return func() {
+		t.Helper()
+		if dialect == "postgres" {
+			must(t, db.Exec("ALTER TABLE users DROP CONSTRAINT "+name).Error)
+		} else {
+			must(t, db.Exec("DROP TRIGGER "+name).Error)
+		}
+	}
+}
+
 // TestDatabaseRefusesOneRow is issue 4 behaviour 3 with a constraint that
 // refuses one row (a CHECK constraint on PostgreSQL, a trigger on MariaDB
 // and SQLite): the row is isolated and reported while the rest of its batch
@@ -834,16 +861,7 @@ func TestDatabaseRefusesOneRow(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		before := seedFaultUsers(t, h.db, 10)
-		switch h.dialect {
-		case "sqlite":
-			must(t, h.db.Exec(`CREATE TRIGGER refuse_7 BEFORE UPDATE ON users
-WHEN NEW.id = 7 AND NEW.last_seen_at IS NOT NULL BEGIN SELECT RAISE(ABORT, 'user 7 refused'); END`).Error)
-		case "mysql": // MariaDB refuses CHECK constraints on an AUTO_INCREMENT column
-			must(t, h.db.Exec(`CREATE TRIGGER refuse_7 BEFORE UPDATE ON users FOR EACH ROW
-IF NEW.id = 7 AND NEW.last_seen_at IS NOT NULL THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'user 7 refused'; END IF`).Error)
-		default:
-			must(t, h.db.Exec("ALTER TABLE users ADD CONSTRAINT refuse_7 CHECK (id <> 7 OR last_seen_at IS NULL)").Error)
-		}
+		allow := refuseUser(t, h.db, h.dialect, 7)
 		p, _ := h.plugin(faultFlushConfig(h))
 		want := map[int]string{}
 		touchFaultUsers(t, p, 10, "2026-03-01T10:00:00Z", want)
@@ -884,11 +902,7 @@ IF NEW.id = 7 AND NEW.last_seen_at IS NOT NULL THEN SIGNAL SQLSTATE '45000' SET 
 		equal(t, "user 8", lastSeenColumn(t, h.db, "users", "id", "last_seen_at", 8), want[8])
 		equal(t, "user 7 newest in pending", pendingValue(t, p, 7), want[7])
 
-		if h.dialect != "postgres" {
-			must(t, h.db.Exec("DROP TRIGGER refuse_7").Error)
-		} else {
-			must(t, h.db.Exec("ALTER TABLE users DROP CONSTRAINT refuse_7").Error)
-		}
+		allow()
 		res, err = p.Flush(ctx)
 		must(t, err)
 		equal(t, "written after the fix", res.Written, 1)
