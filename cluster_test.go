@@ -270,11 +270,9 @@ func TestSuiteRunsOnCluster(t *testing.T) {
 	var names []string
 	for _, r := range allRedis() {
 		names = append(names, r.name)
-		if r.name == "cluster" {
-			if _, ok := r.open(t).client.(*redis.ClusterClient); !ok {
-				t.Fatal("the cluster kind does not use a *redis.ClusterClient")
-			}
-		}
 	}
 	equal(t, "Redis kinds of forEachEnv", strings.Join(names, " "), "miniredis redis cluster")
+	if _, ok := clusterRedisKind().open(t).client.(*redis.ClusterClient); !ok { // skips without a cluster
+		t.Fatal("the cluster kind does not use a *redis.ClusterClient")
+	}
 }
