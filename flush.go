@@ -10,6 +10,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -36,6 +37,18 @@ type FlushResult struct {
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
 	Duration time.Duration // wall time
+}
+
+func (r *FlushResult) merge(o FlushResult) {
+	r.Drained += o.Drained
+	r.Written += o.Written
+	r.Unknown += o.Unknown
+	r.Stale += o.Stale
+	r.Rejected += o.Rejected
+	r.Failed += o.Failed
+	r.Batches += o.Batches
+	r.Shards += o.Shards
+	r.Skipped += o.Skipped
 }
 
 func (r *FlushResult) add(o batchResult) {
@@ -144,14 +157,25 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	}
+	// Shards hold disjoint users, so concurrent shard flushes never touch
+	// the same row and cannot deadlock one another.
+	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(p.cfg.FlushConcurrency)
 	for _, n := range active {
-		if err := p.flushShard(ctx, n, &res); err != nil {
-			errs = append(errs, fmt.Errorf("lastseen: flush shard %d: %w", n, err))
-			if ctx.Err() != nil {
-				break
+		g.Go(func() error {
+			var r FlushResult
+			err := p.flushShard(ctx, n, &r)
+			mu.Lock()
+			defer mu.Unlock()
+			res.merge(r)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("lastseen: flush shard %d: %w", n, err))
 			}
-		}
+			return nil
+		})
 	}
+	_ = g.Wait() // the goroutines report through errs
 	res.Duration = time.Since(start)
 	p.stats.flushes.Add(1)
 	p.stats.drained.Add(int64(res.Drained))

@@ -65,6 +65,7 @@ const (
 	DefaultLocalCacheSize    = 100_000
 	DefaultTouchTimeout      = 20 * time.Millisecond
 	DefaultBatchSize         = 1000
+	DefaultFlushConcurrency  = 2
 	DefaultLastSeenField     = "LastSeenAt"
 	DefaultFlushSchedule     = "@every 1m"
 	DefaultLockTTL           = 30 * time.Second
@@ -116,6 +117,10 @@ type Config struct {
 	// Default 1000. Initialize rejects a value whose statement would exceed
 	// the dialect's bind-parameter limit (two parameters per user).
 	BatchSize int
+	// FlushConcurrency is how many shards one flush writes at the same time,
+	// each on its own database connection. Shards hold disjoint users, so
+	// they never contend for a row. Default 2; 1 flushes shard by shard.
+	FlushConcurrency int
 	// WriteMode is Update (default) or Upsert.
 	WriteMode WriteMode
 	// UserModel is the app's user model, a pointer to a struct GORM can
@@ -231,6 +236,7 @@ func New(cfg Config) *Plugin {
 	setDefault(&cfg.BacklogSize, DefaultBacklogSize)
 	setDefault(&cfg.BreakerCooldown, DefaultBreakerCooldown)
 	setDefault(&cfg.BatchSize, DefaultBatchSize)
+	setDefault(&cfg.FlushConcurrency, DefaultFlushConcurrency)
 	setDefault(&cfg.LockTTL, DefaultLockTTL)
 	setDefault(&cfg.MaxRetries, DefaultMaxRetries)
 	setDefault(&cfg.PurgeBatchSize, DefaultPurgeBatchSize)
@@ -360,6 +366,8 @@ func (p *Plugin) validate(db *gorm.DB) error {
 	case c.BatchSize > d.maxBatch():
 		return bad("BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
 			c.BatchSize, d.name, d.maxBatch(), d.maxParams)
+	case c.FlushConcurrency < 1 || c.FlushConcurrency > c.Shards:
+		return bad("FlushConcurrency is %d, want 1 to Shards (%d)", c.FlushConcurrency, c.Shards)
 	case c.WriteMode != Update && c.WriteMode != Upsert:
 		return bad("WriteMode %v is not Update or Upsert", c.WriteMode)
 	case c.LockTTL < 10*time.Millisecond:

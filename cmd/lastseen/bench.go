@@ -42,10 +42,11 @@ type benchCmd struct {
 
 	TouchTimeout time.Duration `default:"0s" help:"requests: Config.TouchTimeout of the lastseen variants; 0 keeps the library's default (20ms)."`
 
-	FlushUsers   int           `default:"1000000" help:"flush: pending users, and rows in the users table."`
-	PurgeExpired int           `default:"1000000" help:"purge: expired sessions."`
-	PurgeLive    int           `default:"100000" help:"purge: live sessions (all must remain)."`
-	PurgePause   time.Duration `default:"0s" help:"purge: Config.PurgePause between batches; 0 means none (the library's default is 50ms)."`
+	FlushUsers       int           `default:"1000000" help:"flush: pending users, and rows in the users table."`
+	FlushConcurrency int           `default:"2" help:"flush: Config.FlushConcurrency, shards written at the same time."`
+	PurgeExpired     int           `default:"1000000" help:"purge: expired sessions."`
+	PurgeLive        int           `default:"100000" help:"purge: live sessions (all must remain)."`
+	PurgePause       time.Duration `default:"0s" help:"purge: Config.PurgePause between batches; 0 means none (the library's default is 50ms)."`
 
 	JSON       string `name:"json" placeholder:"FILE" help:"Also write every figure as JSON to FILE."`
 	CPUProfile string `name:"cpuprofile" placeholder:"FILE" help:"flush: write a CPU profile of the library's flush to FILE."`

@@ -111,7 +111,7 @@ func (e *benchEnv) runFlush(ctx context.Context) (*benchFlush, error) {
 		return nil, err
 	}
 	res.FillWall = time.Since(f0)
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: prefix, DisableScheduler: true, Logger: e.benchLogger()})
+	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: prefix, DisableScheduler: true, Logger: e.benchLogger(), FlushConcurrency: c.FlushConcurrency})
 	if err := libDB.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
