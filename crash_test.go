@@ -241,12 +241,25 @@ const (
 var crashPoints = []string{"after-swap", "after-commit", "between-batches", "before-unlink"}
 
 // runCrashChild flushes and, at the spec's point in the first shard that
-// reaches it, prints "CRASHPOINT <point> <shard>" and blocks until killed.
+// reaches any hook, prints "CRASHPOINT <point> <shard>" and blocks until
+// killed. A shard flushed concurrently with that one (FlushConcurrency > 1)
+// is frozen at its first hook, so nothing of it is committed.
 func runCrashChild(t *testing.T, spec *childSpec) {
 	now := mustTime(spec.Now)
 	p := childPlugin(t, spec, Config{Shards: crashShards, BatchSize: crashBatch, Throttle: time.Minute,
 		Now: func() time.Time { return now }})
+	var mu sync.Mutex
+	crashShard := -1
 	stop := func(point string, shard int) {
+		mu.Lock()
+		if crashShard < 0 {
+			crashShard = shard
+		}
+		mine := crashShard == shard
+		mu.Unlock()
+		if !mine {
+			select {} // until SIGKILL
+		}
 		if point != spec.Point {
 			return
 		}
@@ -277,8 +290,9 @@ func runCrashChild(t *testing.T, spec *childSpec) {
 // (newer and older touches, and the app writing a newer value itself).
 // Redis and the database are checked at the crash: exactly what the point
 // implies is committed, the rest is still in Redis. A new flusher skips the
-// shard while the dead flusher's lock lives, and once it expires writes
-// everything: every timestamp reaches the database and none goes backwards.
+// shards whose lock the dead flusher held while the locks live, and once
+// they expire writes everything: every timestamp reaches the database and
+// none goes backwards.
 func TestCrashMidFlush(t *testing.T) {
 	if spec := childSpecFromEnv(t); spec != nil {
 		runCrashChild(t, spec)
@@ -410,18 +424,25 @@ func crashAt(t *testing.T, h *harness, point string) {
 	}
 	noneBackwards("after the kill")
 
-	// A new flusher: the dead one's lock keeps shard s until it expires.
+	// A new flusher: the dead one's locks (shard s, and the other shard if
+	// it was being flushed concurrently) keep their shards until they expire.
 	p2, _ := h.plugin(cfg)
 	ttl, err := h.r.client.PTTL(ctx, keys.lock).Result()
 	must(t, err)
 	if ttl <= 0 || ttl > DefaultLockTTL {
 		t.Fatalf("the dead flusher's lock has PTTL %v, want 0 < PTTL <= %v", ttl, DefaultLockTTL)
 	}
+	var locks []string
+	for _, k := range p.tracker.shards {
+		locks = append(locks, k.lock)
+	}
+	held, err := h.r.client.Exists(ctx, locks...).Result()
+	must(t, err)
 	res, err := p2.Flush(ctx)
 	must(t, err)
-	equal(t, "shards skipped while the dead flusher's lock lives", res.Skipped, 1)
+	equal(t, "shards skipped while the dead flusher's locks live", res.Skipped, int(held))
 	noneBackwards("after the first flush")
-	must(t, h.r.client.Del(ctx, keys.lock).Err()) // what its TTL does
+	must(t, h.r.client.Del(ctx, locks...).Err()) // what their TTL does
 	res, err = p2.Flush(ctx)
 	must(t, err)
 	equal(t, "skipped once the lock expired", res.Skipped, 0)
