@@ -125,6 +125,8 @@ func TestConfigMistakes(t *testing.T) {
 			{"huge BatchSize", func(c *Config) { c.BatchSize = 1_000_000 },
 				fmt.Sprintf("BatchSize 1000000 exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
 					dialect, lim.batch, lim.params)},
+			{"negative FlushConcurrency", func(c *Config) { c.FlushConcurrency = -1 }, "FlushConcurrency is -1, want 1 to Shards (16)"},
+			{"FlushConcurrency over Shards", func(c *Config) { c.Shards, c.FlushConcurrency = 2, 3 }, "FlushConcurrency is 3, want 1 to Shards (2)"},
 			{"WriteMode out of range", func(c *Config) { c.WriteMode = 7 }, "WriteMode WriteMode(7) is not Update or Upsert"},
 			{"LockTTL under 10ms", func(c *Config) { c.LockTTL = 5 * time.Millisecond }, "LockTTL is 5ms, want at least 10ms"},
 			{"negative PurgeBatchSize", func(c *Config) { c.PurgeBatchSize = -1 },
@@ -199,6 +201,7 @@ func TestConfigLimitsAccepted(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			for _, cfg := range []Config{
 				{Redis: rdb, DisableScheduler: true},
+				{Redis: rdb, DisableScheduler: true, Shards: 1}, // the default FlushConcurrency follows
 				{Redis: rdb, DisableScheduler: true, BatchSize: batch, Shards: 1024, Throttle: time.Millisecond,
 					LockTTL: 10 * time.Millisecond, FlushSchedule: "@every 1m; 0 3 * * *"},
 			} {

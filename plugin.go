@@ -119,7 +119,8 @@ type Config struct {
 	BatchSize int
 	// FlushConcurrency is how many shards one flush writes at the same time,
 	// each on its own database connection. Shards hold disjoint users, so
-	// they never contend for a row. Default 2; 1 flushes shard by shard.
+	// they never contend for a row. Default 2, or Shards when that is 1;
+	// 1 flushes shard by shard; more than Shards is refused.
 	FlushConcurrency int
 	// WriteMode is Update (default) or Upsert.
 	WriteMode WriteMode
@@ -236,7 +237,9 @@ func New(cfg Config) *Plugin {
 	setDefault(&cfg.BacklogSize, DefaultBacklogSize)
 	setDefault(&cfg.BreakerCooldown, DefaultBreakerCooldown)
 	setDefault(&cfg.BatchSize, DefaultBatchSize)
-	setDefault(&cfg.FlushConcurrency, DefaultFlushConcurrency)
+	if cfg.FlushConcurrency == 0 { // never more than there are shards: Shards 1 alone must stay valid
+		cfg.FlushConcurrency = max(1, min(DefaultFlushConcurrency, cfg.Shards))
+	}
 	setDefault(&cfg.LockTTL, DefaultLockTTL)
 	setDefault(&cfg.MaxRetries, DefaultMaxRetries)
 	setDefault(&cfg.PurgeBatchSize, DefaultPurgeBatchSize)
