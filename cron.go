@@ -66,8 +66,10 @@ func (s *scheduler) stop(ctx context.Context) error {
 // cronLogger adapts slog to cron.Logger.
 type cronLogger struct{ log *slog.Logger }
 
+// Info logs cron's routine messages (start, schedule, skip) at Debug level.
 func (l cronLogger) Info(msg string, kv ...any) { l.log.Debug("lastseen: cron: "+msg, kv...) }
 
+// Error logs cron's errors, among them recovered panics, at Error level.
 func (l cronLogger) Error(err error, msg string, kv ...any) {
 	l.log.Error("lastseen: cron: "+msg, append(kv, "err", err)...)
 }
