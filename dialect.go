@@ -44,6 +44,9 @@ type dialect struct {
 	// upsertDoubleCounts is MySQL's rule that ON DUPLICATE KEY UPDATE
 	// reports 1 affected row per insert and 2 per update.
 	upsertDoubleCounts bool
+	// count returns the SELECT count(*) of the batch's ids that have a row,
+	// where the generic "WHERE pk IN (...)" does not do (nil: generic).
+	count func(t *writeTarget, ids []any) clause.Expr
 	// columnTypes looks up the SQL types a statement must cast to, where
 	// the dialect needs them (PostgreSQL's unnest arrays).
 	columnTypes func(db *gorm.DB, t *writeTarget) error
@@ -62,6 +65,7 @@ var dialects = map[string]*dialect{
 		sortKey:     plainKey,
 		retryable:   postgresRetryable,
 		columnTypes: postgresColumnTypes,
+		count:       postgresCount,
 		maxUnsigned: math.MaxInt64,
 	},
 	"mysql": {
@@ -90,6 +94,7 @@ var dialects = map[string]*dialect{
 // PostgreSQL's statement casts to.
 type writeTarget struct {
 	table, pk, col  string
+	intKey          bool   // the primary key's Go type is an integer kind
 	pkType, colType string // PostgreSQL only, from the catalog
 }
 
@@ -115,10 +120,7 @@ func julianKey(col any) clause.Expr { return clause.Expr{SQL: "julianday(?)", Va
 //	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
 //	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
 func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
-	text := make([]string, len(ids))
-	for i, id := range ids {
-		text[i] = fmt.Sprint(id)
-	}
+	text := pgText(ids)
 	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.pkType + "[], CAST(? AS " + t.colType + "[])) AS v(id, ts)" +
 		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
 	col := clause.Column{Name: t.col}
@@ -128,16 +130,38 @@ func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	}}
 }
 
+// postgresCount counts with the same array and cast as postgresUpdate, so an
+// id too large for an integer key column matches nothing instead of failing
+// to encode:
+//
+//	SELECT count(*) FROM "users" AS t WHERE t."id" = ANY(CAST($1 AS text[])::bigint[])
+func postgresCount(t *writeTarget, ids []any) clause.Expr {
+	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(CAST(? AS text[])::" + t.pkType + "[])",
+		Vars: []any{clause.Table{Name: t.table}, clause.Column{Name: t.pk}, pgArray(pgText(ids))}}
+}
+
+func pgText(ids []any) []string {
+	text := make([]string, len(ids))
+	for i, id := range ids {
+		text[i] = fmt.Sprint(id)
+	}
+	return text
+}
+
 func pgArray[T any](v []T) pgtype.Array[T] {
 	return pgtype.Array[T]{Elements: v, Dims: []pgtype.ArrayDimension{{Length: int32(len(v)), LowerBound: 1}}, Valid: true}
 }
 
 // postgresColumnTypes reads the primary key's and the time column's types
-// from pg_attribute (format_type gives e.g. "bigint", "uuid",
-// "character varying(64)", "timestamp with time zone").
+// from pg_attribute. format_type with a NULL type modifier gives the type
+// without length or precision ("character varying", not "character
+// varying(64)"): an explicit cast to varchar(64) would silently truncate a
+// longer id into another user's id. Integer keys are sent as bigint
+// whatever the column's width, so an id too large for an integer column
+// matches no row (counted Unknown) instead of failing the whole statement.
 func postgresColumnTypes(db *gorm.DB, t *writeTarget) error {
 	var rows []struct{ Name, Type string }
-	err := db.Raw(`SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type
+	err := db.Raw(`SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type
 FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AND NOT a.attisdropped`,
 		db.Statement.Quote(t.table), t.pk, t.col).Scan(&rows).Error
 	if err != nil {
@@ -153,6 +177,9 @@ FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AN
 	}
 	if t.pkType == "" || t.colType == "" {
 		return fmt.Errorf("table %s with columns %s and %s not found", t.table, t.pk, t.col)
+	}
+	if t.intKey {
+		t.pkType = "bigint"
 	}
 	return nil
 }

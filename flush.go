@@ -506,7 +506,11 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 
 func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, error) {
 	var existing int64
-	err := db.Table(t.table).Where(clause.IN{Column: clause.Column{Name: t.pk}, Values: ids}).Count(&existing).Error
+	if p.dialect.count != nil {
+		err := db.Raw("?", p.dialect.count(t, ids)).Scan(&existing).Error
+		return int(existing), err
+	}
+	err := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: clause.Column{Name: t.pk}, Values: ids}).Count(&existing).Error
 	return int(existing), err
 }
 
@@ -523,7 +527,8 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 	for i := range ids {
 		rows[i] = map[string]any{t.pk: ids[i], t.col: ts[i]}
 	}
-	tx := db.Table(t.table).Clauses(p.dialect.onConflict(t)).Create(&rows)
+	table := clause.Table{Name: t.table}
+	tx := db.Table("?", table).Clauses(clause.Insert{Table: table}, p.dialect.onConflict(t)).Create(&rows)
 	if tx.Error != nil {
 		return batchResult{}, tx.Error
 	}
@@ -546,7 +551,8 @@ func (p *Plugin) writeTarget(ctx context.Context) (*writeTarget, error) {
 	if u.write != nil {
 		return u.write, nil
 	}
-	t := &writeTarget{table: u.model.table, pk: u.model.pk.DBName, col: u.model.time.DBName}
+	t := &writeTarget{table: u.model.table, pk: u.model.pk.DBName, col: u.model.time.DBName,
+		intKey: u.ids.kind == idSigned || u.ids.kind == idUnsigned}
 	if p.dialect.columnTypes != nil {
 		if err := p.dialect.columnTypes(p.db.WithContext(ctx), t); err != nil {
 			return nil, err
@@ -572,7 +578,7 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 	id, _ := p.users.ids.parse(uid)
 	m := p.users.model
 	var col columnTime // dialect.go: SQLite may return text
-	row := p.db.WithContext(ctx).Table(m.table).Select("?", clause.Column{Name: m.time.DBName}).
+	row := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?", clause.Column{Name: m.time.DBName}).
 		Where(clause.Eq{Column: clause.Column{Name: m.pk.DBName}, Value: id}).Limit(1).Row()
 	switch err := row.Scan(&col); {
 	case errors.Is(err, sql.ErrNoRows):
