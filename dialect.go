@@ -36,6 +36,11 @@ type dialect struct {
 	sortKey func(col any) clause.Expr
 	// retryable reports deadlocks and serialization failures.
 	retryable func(error) bool
+	// statementError reports errors no single row can cause: a missing
+	// table or column, a syntax error, an ON CONFLICT without a matching
+	// unique index. A flush keeps the whole batch in Redis and reports
+	// them, rather than splitting the batch and refusing every entry.
+	statementError func(error) bool
 	// maxUnsigned is the largest value of a column GORM creates for a
 	// uint64 key: PostgreSQL's bigint and SQLite's integer are signed 64-bit
 	// (math.MaxInt64); MySQL's BIGINT UNSIGNED takes them all (0). Larger
@@ -52,40 +57,73 @@ type dialect struct {
 	columnTypes func(db *gorm.DB, t *writeTarget) error
 }
 
+// errNoTable is a missing users table or column: a statement error.
+var errNoTable = errors.New("lastseen: not found in the database")
+
 // maxBatch is the largest BatchSize: two bind parameters per user.
 func (d *dialect) maxBatch() int { return d.maxParams / 2 }
 
 var dialects = map[string]*dialect{
 	"postgres": {
-		name:        "postgres",
-		maxParams:   65535,
-		update:      postgresUpdate,
-		onConflict:  standardOnConflict(plainCompare),
-		compare:     plainCompare,
-		sortKey:     plainKey,
-		retryable:   postgresRetryable,
+		name:       "postgres",
+		maxParams:  65535,
+		update:     postgresUpdate,
+		onConflict: standardOnConflict(plainCompare),
+		compare:    plainCompare,
+		sortKey:    plainKey,
+		retryable:  postgresRetryable,
+		statementError: func(err error) bool {
+			// Class 42: syntax error or access rule violation (undefined
+			// table 42P01, undefined column 42703, no unique constraint for
+			// ON CONFLICT 42P10); 0A: feature not supported; 3F: invalid schema.
+			var e interface{ SQLState() string }
+			if errors.As(err, &e) {
+				c := e.SQLState()
+				return strings.HasPrefix(c, "42") || strings.HasPrefix(c, "0A") || strings.HasPrefix(c, "3F")
+			}
+			return false
+		},
 		columnTypes: postgresColumnTypes,
 		count:       postgresCount,
 		maxUnsigned: math.MaxInt64,
 	},
 	"mysql": {
-		name:               "mysql",
-		maxParams:          65535,
-		update:             mysqlUpdate,
-		onConflict:         mysqlOnConflict,
-		compare:            plainCompare,
-		sortKey:            plainKey,
-		retryable:          mysqlRetryable,
+		name:       "mysql",
+		maxParams:  65535,
+		update:     mysqlUpdate,
+		onConflict: mysqlOnConflict,
+		compare:    plainCompare,
+		sortKey:    plainKey,
+		retryable:  mysqlRetryable,
+		statementError: func(err error) bool {
+			var e *mysql.MySQLError
+			if errors.As(err, &e) {
+				switch e.Number {
+				case 1054, 1146, 1064, 1142, 1143, 1049: // bad field, no such table, syntax, denied, no database
+					return true
+				}
+			}
+			return false
+		},
 		upsertDoubleCounts: true,
 	},
 	"sqlite": {
-		name:        "sqlite",
-		maxParams:   32766,
-		update:      sqliteUpdate,
-		onConflict:  standardOnConflict(julianCompare),
-		compare:     julianCompare,
-		sortKey:     julianKey,
-		retryable:   sqliteRetryable,
+		name:       "sqlite",
+		maxParams:  32766,
+		update:     sqliteUpdate,
+		onConflict: standardOnConflict(julianCompare),
+		compare:    julianCompare,
+		sortKey:    julianKey,
+		retryable:  sqliteRetryable,
+		statementError: func(err error) bool {
+			msg := err.Error()
+			for _, m := range []string{"no such table", "no such column", "has no column", "syntax error", "does not match any PRIMARY KEY or UNIQUE"} {
+				if strings.Contains(msg, m) {
+					return true
+				}
+			}
+			return false
+		},
 		maxUnsigned: math.MaxInt64,
 	},
 }
@@ -176,7 +214,7 @@ FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AN
 		}
 	}
 	if t.pkType == "" || t.colType == "" {
-		return fmt.Errorf("table %s with columns %s and %s not found", t.table, t.pk, t.col)
+		return fmt.Errorf("%w: table %s with columns %s and %s", errNoTable, t.table, t.pk, t.col)
 	}
 	if t.intKey {
 		t.pkType = "bigint"

@@ -409,10 +409,16 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	if err == nil {
 		return br, nil, nil
 	}
-	if ctx.Err() != nil || !p.databaseUp(ctx) {
+	if ctx.Err() != nil || p.statementError(err) || !p.databaseUp(ctx) {
 		return batchResult{}, nil, err
 	}
 	return p.isolateRefused(ctx, batch)
+}
+
+// statementError reports an error no single entry can cause; see
+// dialect.statementError.
+func (p *Plugin) statementError(err error) bool {
+	return errors.Is(err, errNoTable) || p.dialect.statementError(err)
 }
 
 // isolateRefused writes a batch the reachable database failed once: whole,
@@ -422,7 +428,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 	if err == nil {
 		return br, nil, nil
 	}
-	if ctx.Err() != nil || !p.databaseUp(ctx) {
+	if ctx.Err() != nil || p.statementError(err) || !p.databaseUp(ctx) {
 		return batchResult{}, nil, err
 	}
 	if len(batch) == 1 {

@@ -101,3 +101,47 @@ func TestPostgresKeyCasts(t *testing.T) {
 	equal(t, "integer: failed", res.Failed, 0)
 	equal(t, "integer: user 7", lastSeenColumn(t, db2, "narrow_ints", "id", "last_seen_at", 7), "2026-03-01T10:00:00Z")
 }
+
+// TestStatementErrorKeepsBatch: an error no single row causes (here the
+// last-seen column is missing from the table) fails the flush with the
+// database's error and keeps every entry in Redis, instead of splitting the
+// batch and refusing each entry alone; once the column exists, the next
+// flush writes them.
+func TestStatementErrorKeepsBatch(t *testing.T) {
+	type Member struct {
+		ID         int64 `gorm:"primaryKey;autoIncrement:false"`
+		LastSeenAt *time.Time
+	}
+	type memberWithoutColumn struct {
+		ID int64 `gorm:"primaryKey;autoIncrement:false"`
+	}
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		cfg := h.config()
+		cfg.UserModel = &Member{}
+		p, db := h.plugin(cfg)
+		must(t, db.Table("members").Migrator().CreateTable(&memberWithoutColumn{}))
+		must(t, db.Exec("INSERT INTO members (id) VALUES (1), (2), (3)").Error)
+		for id := 1; id <= 3; id++ {
+			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T10:00:00Z"))
+			must(t, err)
+		}
+		res, err := p.Flush(ctx)
+		if err == nil {
+			t.Fatal("flush into a table without the column returned no error")
+		}
+		equal(t, "refused entries", res.Failed, 0)
+		equal(t, "written", res.Written, 0)
+		for id := 1; id <= 3; id++ {
+			at, ok, err := p.Pending(ctx, id)
+			must(t, err)
+			equal(t, "kept pending", ok, true)
+			equal(t, "kept value", at.Format(time.RFC3339), "2026-03-01T10:00:00Z")
+		}
+		must(t, db.Migrator().AddColumn(&Member{}, "LastSeenAt"))
+		res, err = p.Flush(ctx)
+		must(t, err)
+		equal(t, "written after the fix", res.Written, 3)
+		equal(t, "user 2", lastSeenColumn(t, db, "members", "id", "last_seen_at", 2), "2026-03-01T10:00:00Z")
+	})
+}
