@@ -140,9 +140,11 @@ var ErrRefused = errors.New("lastseen: database refused entries")
 // go back to pending (counted in Failed). It returns the counts and every
 // shard's error joined, each prefixed "lastseen: flush shard N:".
 func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
-	if _, err := p.ready(); err != nil {
+	_, done, err := p.startRun() // Close waits for this flush before its own
+	if err != nil {
 		return FlushResult{}, err
 	}
+	defer done()
 	return p.flush(ctx)
 }
 

@@ -202,10 +202,11 @@ type Plugin struct {
 	now       func() time.Time
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
 
-	mu       sync.Mutex // guards db during Initialize and closed
-	db       *gorm.DB
-	closed   bool
-	closeErr error
+	mu        sync.Mutex // guards db during Initialize and closed
+	db        *gorm.DB
+	closed    bool
+	closeErr  error
+	closeDone chan struct{} // closed when the first Close returns
 
 	users    *userTarget
 	sessions *sessionTarget
@@ -272,6 +273,7 @@ func New(cfg Config) *Plugin {
 	}
 	p := &Plugin{cfg: cfg, log: cfg.Logger.With("plugin", "lastseen"), now: cfg.Now, realClock: realClock}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
+	p.closeDone = make(chan struct{})
 	return p
 }
 
@@ -474,21 +476,33 @@ func (p *Plugin) ready() (*gorm.DB, error) {
 	return p.db, nil
 }
 
-// Close stops the scheduler, waits for a running flush or purge to finish
-// its current batch, then runs a final flush so that every touch recorded
-// before Close reaches the database. It returns when that is done or ctx
-// ends, with the final flush's error or ctx's. Calling it again returns the
-// first call's result. Touch keeps working after Close (into Redis); Flush
+// Close stops the scheduler, waits for running flushes (scheduled or called
+// by the app) and for running purges to finish their current batch, then
+// runs a final flush so that every touch recorded before Close reaches the
+// database. It returns when that is done or ctx ends, with the final flush's
+// error or ctx's. Calling it again, also while the first call runs, returns
+// the first call's result once it is known. Touch keeps working after Close (into Redis); Flush
 // and PurgeExpiredSessions return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
-	if p.db == nil || p.closed {
-		err := p.closeErr
+	if p.db == nil {
 		p.mu.Unlock()
-		return err
+		return nil
+	}
+	if p.closed { // another Close runs or ran: wait for its result
+		p.mu.Unlock()
+		select {
+		case <-p.closeDone:
+		case <-ctx.Done():
+			return fmt.Errorf("lastseen: close: waiting for the first Close: %w", ctx.Err())
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.closeErr
 	}
 	p.closed = true
 	p.mu.Unlock()
+	defer close(p.closeDone)
 	p.closeRuns() // running purges stop after their current batch
 
 	var errs []error

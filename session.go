@@ -104,7 +104,7 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
 }
 
-// startRun registers a purge with Close, which waits for it, or returns
+// startRun registers a flush or purge with Close, which waits for it, or returns
 // ErrNotInitialized / ErrClosed. Call done when the run returns.
 func (p *Plugin) startRun() (db *gorm.DB, done func(), err error) {
 	p.mu.Lock()
@@ -119,7 +119,7 @@ func (p *Plugin) startRun() (db *gorm.DB, done func(), err error) {
 	return p.db, p.runs.Done, nil
 }
 
-// waitRuns waits for the purges running now, or for ctx to end.
+// waitRuns waits for the flushes and purges running now, or for ctx to end.
 func (p *Plugin) waitRuns(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -130,7 +130,7 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("lastseen: close: waiting for a running purge: %w", ctx.Err())
+		return fmt.Errorf("lastseen: close: waiting for a running flush or purge: %w", ctx.Err())
 	}
 }
 
