@@ -572,15 +572,24 @@ func (p *Plugin) writeTarget(ctx context.Context) (*writeTarget, error) {
 
 // LastSeen returns the freshest known time the user was seen: the newest of
 // the pending and in-flight entries in Redis, the in-process backlog, and
-// the database column. ok is false when none has a value. Errors:
-// ErrInvalidUserID, ErrNotInitialized, or a Redis or database error wrapped.
+// the database column. ok is false when none has a value. When Redis cannot
+// be read it answers from the backlog and the column alone (best effort, as
+// presence is) and logs a rate-limited warning. Errors: ErrInvalidUserID,
+// ErrNotInitialized, or the database's error wrapped.
 func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
 	if p.tracker == nil {
 		return time.Time{}, false, ErrNotInitialized
 	}
 	at, ok, err = p.Pending(ctx, userID)
-	if err != nil {
+	if errors.Is(err, ErrInvalidUserID) {
 		return at, ok, err
+	}
+	if err != nil {
+		p.tracker.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; LastSeen answers from the database", "err", err) })
+		uid, _ := p.users.ids.normalize(userID)
+		if b, found := p.tracker.backlog.get(uid); found {
+			at, ok = time.UnixMicro(b).UTC(), true
+		}
 	}
 	uid, _ := p.users.ids.normalize(userID)
 	id, _ := p.users.ids.parse(uid)

@@ -360,8 +360,8 @@ func (p *Plugin) validate(db *gorm.DB) error {
 		return bad("Shards is %d, want 1 to 1024", c.Shards)
 	case c.Throttle < time.Millisecond:
 		return bad("Throttle is %v, want at least 1ms", c.Throttle)
-	case c.TouchTimeout < 0:
-		return bad("TouchTimeout is %v, want a positive duration", c.TouchTimeout)
+	case c.TouchTimeout < time.Millisecond:
+		return bad("TouchTimeout is %v, want at least 1ms", c.TouchTimeout)
 	case c.BacklogSize < 0:
 		return bad("BacklogSize is %d, want a positive number", c.BacklogSize)
 	case c.BreakerCooldown < 0:
@@ -386,9 +386,18 @@ func (p *Plugin) validate(db *gorm.DB) error {
 		return bad("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
 	}
 	for _, s := range []struct{ name, spec string }{{"FlushSchedule", c.FlushSchedule}, {"PurgeSchedule", c.PurgeSchedule}} {
-		for _, spec := range splitSpecs(s.spec) {
+		specs := splitSpecs(s.spec)
+		if len(specs) == 0 {
+			return bad("%s %q has no cron spec", s.name, s.spec)
+		}
+		for _, spec := range specs {
 			if _, err := cron.ParseStandard(spec); err != nil {
 				return bad("%s %q: %v", s.name, spec, err)
+			}
+			// robfig/cron silently rounds "@every 0s", "@every -1m" or
+			// "@every 500ms" up to one second.
+			if d, err := time.ParseDuration(strings.TrimSpace(strings.TrimPrefix(spec, "@every"))); strings.HasPrefix(spec, "@every") && err == nil && d < time.Second {
+				return bad("%s %q: the interval must be at least 1s", s.name, spec)
 			}
 		}
 	}

@@ -193,3 +193,29 @@ func TestCloseWaitsForAppFlush(t *testing.T) {
 	must(t, db.Model(&User{}).Where("last_seen_at IS NOT NULL").Count(&n).Error)
 	equal(t, "users written when Close returned", n, int64(30))
 }
+
+// TestLastSeenWhileRedisDown: with Redis unreachable LastSeen answers from
+// the column (and the backlog) instead of failing.
+func TestLastSeenWhileRedisDown(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	ctx := context.Background()
+	cfg := h.config()
+	cfg.TouchTimeout = 50 * time.Millisecond
+	p, db := h.plugin(cfg)
+	must(t, db.AutoMigrate(&User{}))
+	must(t, db.Create(&User{ID: 5, LastSeenAt: ptr(mustTime("2026-03-01T08:00:00Z"))}).Error)
+	must(t, db.Create(&User{ID: 6, LastSeenAt: ptr(mustTime("2026-03-01T08:00:00Z"))}).Error)
+	h.r.mr.Close()
+	if _, err := p.TouchAt(ctx, 6, mustTime("2026-03-01T09:00:00Z")); err == nil {
+		t.Fatal("touch with Redis down returned no error")
+	}
+	for _, c := range []struct {
+		id   int
+		want string
+	}{{5, "2026-03-01T08:00:00Z"}, {6, "2026-03-01T09:00:00Z"}} { // 6: from the backlog
+		at, ok, err := p.LastSeen(ctx, c.id)
+		must(t, err)
+		equal(t, "ok", ok, true)
+		equal(t, "last seen", at.Format(time.RFC3339), c.want)
+	}
+}
