@@ -462,19 +462,15 @@ func (p *Plugin) databaseUp(ctx context.Context) bool {
 }
 
 func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (batchResult, error) {
-	delay := 10 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		br, err := p.writeOnce(ctx, batch)
 		if err == nil || attempt >= p.cfg.MaxRetries || !p.dialect.retryable(err) {
 			return br, err
 		}
 		p.log.Warn("lastseen: retrying batch", "attempt", attempt+1, "err", err)
-		select {
-		case <-ctx.Done():
-			return br, ctx.Err()
-		case <-time.After(delay):
+		if err := backoff(ctx, attempt); err != nil {
+			return br, err
 		}
-		delay *= 4
 	}
 }
 

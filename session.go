@@ -261,7 +261,6 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expired clause.Expr) (n, retries int, err error) {
 	m := p.sessions.model
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	delay := 10 * time.Millisecond
 	for {
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
 		var affected int64
@@ -282,15 +281,10 @@ func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expire
 		if retries >= p.cfg.MaxRetries || !p.dialect.retryable(err) {
 			return 0, retries, err
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, retries, context.Cause(ctx)
-		case <-t.C:
+		if err := backoff(ctx, retries); err != nil {
+			return 0, retries, err
 		}
 		retries++
-		delay *= 4
 	}
 }
 
