@@ -569,14 +569,17 @@ func (p *Plugin) writeTarget(ctx context.Context) (*writeTarget, error) {
 // LastSeen returns the freshest known time the user was seen: the newest of
 // the pending and in-flight entries in Redis, the in-process backlog, and
 // the database column. ok is false when none has a value. When Redis cannot
-// be read it answers from the backlog and the column alone (best effort, as
-// presence is) and logs a rate-limited warning. Errors: ErrInvalidUserID,
+// be read within 5×TouchTimeout (100ms by default) it answers from the
+// backlog and the column alone (best effort, as presence is) and logs a
+// rate-limited warning. Errors: ErrInvalidUserID,
 // ErrNotInitialized, or the database's error wrapped.
 func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
 	if p.tracker == nil {
 		return time.Time{}, false, ErrNotInitialized
 	}
-	at, ok, err = p.Pending(ctx, userID)
+	rctx, cancel := context.WithTimeout(ctx, 5*p.cfg.TouchTimeout) // Redis is best effort here
+	at, ok, err = p.Pending(rctx, userID)
+	cancel()
 	if errors.Is(err, ErrInvalidUserID) {
 		return at, ok, err
 	}
