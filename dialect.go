@@ -71,9 +71,6 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
-// errNoTable is a missing users table or column: a statement error.
-var errNoTable = errors.New("lastseen: not found in the database")
-
 // maxBatch is the largest BatchSize: two bind parameters per user.
 func (d *dialect) maxBatch() int { return d.maxParams / 2 }
 
@@ -140,14 +137,6 @@ var dialects = map[string]*dialect{
 		},
 		maxUnsigned: math.MaxInt64,
 	},
-}
-
-// writeTarget names the table and columns a flush writes, with the SQL types
-// PostgreSQL's statement casts to.
-type writeTarget struct {
-	table, pk, col  string
-	intKey          bool   // the primary key's Go type is an integer kind
-	pkType, colType string // PostgreSQL only, from the catalog
 }
 
 func plainCompare(a any, op string, b any) clause.Expr {

@@ -15,15 +15,6 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// userTarget is the resolved user model and what a flush needs to write it.
-type userTarget struct {
-	model *model
-	ids   idCodec
-
-	mu    sync.Mutex
-	write *writeTarget // nil until the first flush resolved it
-}
-
 // FlushResult counts what one Flush did. Drained = Written + Unknown + Stale
 // + Rejected + Failed.
 type FlushResult struct {
@@ -116,14 +107,6 @@ for i = 3, #ARGV, 2 do
 end
 return (#ARGV - 2) / 2
 `)
-
-var errLockLost = errors.New("lastseen: lost the shard lock to another flusher")
-
-// ErrRefused is returned (wrapped, with the count and the first database
-// error) by a flush in which the database refused some entries on their own,
-// for example through a constraint or trigger. The rest of their batches was
-// written; the refused entries went back to pending for the next flush.
-var ErrRefused = errors.New("lastseen: database refused entries")
 
 // Flush moves every pending timestamp into the users table. Shard by shard
 // it takes the shard's lock (skipping shards another instance is flushing),
@@ -544,26 +527,6 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 		written = inserted + (affected-inserted)/2
 	}
 	return batchResult{written: written, stale: n - written, batches: 1}, nil
-}
-
-// writeTarget resolves table, columns and, on PostgreSQL, their SQL types,
-// once the table exists.
-func (p *Plugin) writeTarget(ctx context.Context) (*writeTarget, error) {
-	u := p.users
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.write != nil {
-		return u.write, nil
-	}
-	t := &writeTarget{table: u.model.table, pk: u.model.pk.DBName, col: u.model.time.DBName,
-		intKey: u.ids.kind == idSigned || u.ids.kind == idUnsigned}
-	if p.dialect.columnTypes != nil {
-		if err := p.dialect.columnTypes(p.db.WithContext(ctx), t); err != nil {
-			return nil, err
-		}
-	}
-	u.write = t
-	return t, nil
 }
 
 // LastSeen returns the freshest known time the user was seen: the newest of

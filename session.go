@@ -13,11 +13,6 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// sessionTarget is the resolved session model.
-type sessionTarget struct {
-	model *model
-}
-
 // PurgeResult counts what one purge did.
 type PurgeResult struct {
 	Deleted  int           // session rows deleted
@@ -27,10 +22,6 @@ type PurgeResult struct {
 	Stopped  bool          // the run ended early: context ended, Close, or an error
 	Duration time.Duration // wall time
 }
-
-// errBatchTimeout is the cause of a batch's select or transaction that ran
-// past PurgeBatchTimeout.
-var errBatchTimeout = errors.New("PurgeBatchTimeout")
 
 // PurgeExpiredSessions deletes the sessions that expired at or before the
 // plugin's clock at the start of the run (the cutoff is frozen, so the run
@@ -102,36 +93,6 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 // clauses) leaks into the purge's statements.
 func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
-}
-
-// startRun registers a flush or purge with Close, which waits for it, or returns
-// ErrNotInitialized / ErrClosed. Call done when the run returns.
-func (p *Plugin) startRun() (db *gorm.DB, done func(), err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.db == nil:
-		return nil, nil, ErrNotInitialized
-	case p.closed:
-		return nil, nil, ErrClosed
-	}
-	p.runs.Add(1) // under mu, before closed is set: Close's Wait comes after
-	return p.db, p.runs.Done, nil
-}
-
-// waitRuns waits for the flushes and purges running now, or for ctx to end.
-func (p *Plugin) waitRuns(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.runs.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("lastseen: close: waiting for a running flush or purge: %w", ctx.Err())
-	}
 }
 
 func (p *Plugin) purgeLockKey() string { return p.cfg.Prefix + ":purge:lock" }

@@ -16,10 +16,6 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// ErrInvalidTime is returned by TouchAt for a zero time, a time before
-// 1970, or one more than MaxClockSkew ahead of the plugin's clock.
-var ErrInvalidTime = errors.New("lastseen: invalid time")
-
 // MaxClockSkew is how far in the future a timestamp may lie, against the
 // plugin's clock, and still be accepted by TouchAt or by a flush reading it
 // back from Redis.
