@@ -1,7 +1,6 @@
 package lastseen
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -56,19 +55,6 @@ type dialect struct {
 	// columnTypes looks up the SQL types a statement must cast to, where
 	// the dialect needs them (PostgreSQL's unnest arrays).
 	columnTypes func(db *gorm.DB, t *writeTarget) error
-}
-
-// backoff waits before retry attempt+1 of a deadlocked or serialized
-// statement: 10ms, 40ms, 160ms, ... It returns ctx's cause if ctx ends first.
-func backoff(ctx context.Context, attempt int) error {
-	t := time.NewTimer(10 * time.Millisecond << (2 * attempt))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
 }
 
 // maxBatch is the largest BatchSize: two bind parameters per user.

@@ -222,31 +222,26 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expired clause.Expr) (n, retries int, err error) {
 	m := p.sessions.model
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	for {
+	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.retryable(err) }
+	retries, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
-		var affected int64
+		defer cancel()
 		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) error {
 			r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().
 				Where(clause.IN{Column: pk, Values: ids}).Where(expired).
 				Delete(reflect.New(m.typ).Interface())
-			affected = r.RowsAffected
+			n = int(r.RowsAffected)
 			return r.Error
 		})
-		cancel()
-		if err == nil {
-			return int(affected), retries, nil
+		if err != nil && context.Cause(bctx) == errBatchTimeout {
+			return fmt.Errorf("timed out after %v (%w): %w", p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
 		}
-		if context.Cause(bctx) == errBatchTimeout {
-			return 0, retries, fmt.Errorf("timed out after %v (%w): %w", p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
-		}
-		if retries >= p.cfg.MaxRetries || !p.dialect.retryable(err) {
-			return 0, retries, err
-		}
-		if err := backoff(ctx, retries); err != nil {
-			return 0, retries, err
-		}
-		retries++
+		return err
+	})
+	if err != nil {
+		return 0, retries, err
 	}
+	return n, retries, nil
 }
 
 // purgeJob is the scheduled purge: it skips the tick when another instance

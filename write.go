@@ -83,17 +83,23 @@ func (p *Plugin) databaseUp(ctx context.Context) bool {
 	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
 }
 
-func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (batchResult, error) {
-	for attempt := 0; ; attempt++ {
-		br, err := p.writeOnce(ctx, batch)
-		if err == nil || attempt >= p.cfg.MaxRetries || !p.dialect.retryable(err) {
-			return br, err
+// writeWithRetry writes the batch, retrying deadlocks and serialization
+// failures up to MaxRetries times (retry), with a warning per retry.
+func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchResult, err error) {
+	attempt := 0
+	retryable := func(err error) bool {
+		if !p.dialect.retryable(err) {
+			return false
 		}
-		p.log.Warn("lastseen: retrying batch", "attempt", attempt+1, "err", err)
-		if err := backoff(ctx, attempt); err != nil {
-			return br, err
-		}
+		attempt++
+		p.log.Warn("lastseen: retrying batch", "attempt", attempt, "err", err)
+		return true
 	}
+	_, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
+		br, err = p.writeOnce(ctx, batch)
+		return err
+	})
+	return br, err
 }
 
 // writeOnce runs the batch's one statement and counts the result.
