@@ -1,15 +1,10 @@
 package lastseen
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgtype"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -58,266 +53,22 @@ type dialect struct {
 	columnTypes func(db *gorm.DB, t *writeTarget) error
 }
 
-// backoff waits before retry attempt+1 of a deadlocked or serialized
-// statement: 10ms, 40ms, 160ms, ... It returns ctx's cause if ctx ends first.
-func backoff(ctx context.Context, attempt int) error {
-	t := time.NewTimer(10 * time.Millisecond << (2 * attempt))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
-}
-
-// errNoTable is a missing users table or column: a statement error.
-var errNoTable = errors.New("lastseen: not found in the database")
-
 // maxBatch is the largest BatchSize: two bind parameters per user.
 func (d *dialect) maxBatch() int { return d.maxParams / 2 }
 
+// dialects is the one seam for dialect differences, keyed by
+// db.Dialector.Name(); each entry lives in its dialect_<name>.go file.
 var dialects = map[string]*dialect{
-	"postgres": {
-		name:       "postgres",
-		maxParams:  65535,
-		update:     postgresUpdate,
-		onConflict: standardOnConflict(plainCompare),
-		compare:    plainCompare,
-		sortKey:    plainKey,
-		retryable:  postgresRetryable,
-		statementError: func(err error) bool {
-			// Class 42: syntax error or access rule violation (undefined
-			// table 42P01, undefined column 42703, no unique constraint for
-			// ON CONFLICT 42P10); 0A: feature not supported; 3F: invalid schema.
-			var e interface{ SQLState() string }
-			if errors.As(err, &e) {
-				c := e.SQLState()
-				return strings.HasPrefix(c, "42") || strings.HasPrefix(c, "0A") || strings.HasPrefix(c, "3F")
-			}
-			return false
-		},
-		columnTypes: postgresColumnTypes,
-		count:       postgresCount,
-		maxUnsigned: math.MaxInt64,
-	},
-	"mysql": {
-		name:       "mysql",
-		maxParams:  65535,
-		update:     mysqlUpdate,
-		onConflict: mysqlOnConflict,
-		compare:    plainCompare,
-		sortKey:    plainKey,
-		retryable:  mysqlRetryable,
-		statementError: func(err error) bool {
-			var e *mysql.MySQLError
-			if errors.As(err, &e) {
-				switch e.Number {
-				case 1054, 1146, 1064, 1142, 1143, 1049: // bad field, no such table, syntax, denied, no database
-					return true
-				}
-			}
-			return false
-		},
-		upsertDoubleCounts: true,
-	},
-	"sqlite": {
-		name:       "sqlite",
-		maxParams:  32766,
-		update:     sqliteUpdate,
-		onConflict: standardOnConflict(julianCompare),
-		compare:    julianCompare,
-		sortKey:    julianKey,
-		retryable:  sqliteRetryable,
-		statementError: func(err error) bool {
-			msg := err.Error()
-			for _, m := range []string{"no such table", "no such column", "has no column", "syntax error", "does not match any PRIMARY KEY or UNIQUE"} {
-				if strings.Contains(msg, m) {
-					return true
-				}
-			}
-			return false
-		},
-		maxUnsigned: math.MaxInt64,
-	},
-}
-
-// writeTarget names the table and columns a flush writes, with the SQL types
-// PostgreSQL's statement casts to.
-type writeTarget struct {
-	table, pk, col  string
-	intKey          bool   // the primary key's Go type is an integer kind
-	pkType, colType string // PostgreSQL only, from the catalog
+	postgresDialect.name: postgresDialect,
+	mysqlDialect.name:    mysqlDialect,
+	sqliteDialect.name:   sqliteDialect,
 }
 
 func plainCompare(a any, op string, b any) clause.Expr {
 	return clause.Expr{SQL: "? " + op + " ?", Vars: []any{a, b}}
 }
 
-// julianCompare compares SQLite text timestamps as instants: julianday parses
-// every offset ("+09:00", "Z") that drivers write, where comparing the text
-// would order "10:00+09:00" after "02:00+00:00". Its resolution is 1ms.
-func julianCompare(a any, op string, b any) clause.Expr {
-	return clause.Expr{SQL: "julianday(?) " + op + " julianday(?)", Vars: []any{a, b}}
-}
-
 func plainKey(col any) clause.Expr { return clause.Expr{SQL: "?", Vars: []any{col}} }
-
-func julianKey(col any) clause.Expr { return clause.Expr{SQL: "julianday(?)", Vars: []any{col}} }
-
-// postgresUpdate sends the batch as two arrays and joins them with unnest,
-// so the statement has two parameters whatever the batch size:
-//
-//	UPDATE "users" AS t SET "last_seen_at" = v.ts
-//	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
-//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
-func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
-	text := pgText(ids)
-	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.pkType + "[], CAST(? AS " + t.colType + "[])) AS v(id, ts)" +
-		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
-	col := clause.Column{Name: t.col}
-	return clause.Expr{SQL: sql, Vars: []any{
-		clause.Table{Name: t.table}, col, pgArray(text), pgArray(ts),
-		clause.Column{Name: t.pk}, col, col,
-	}}
-}
-
-// postgresCount counts with the same array and cast as postgresUpdate, so an
-// id too large for an integer key column matches nothing instead of failing
-// to encode:
-//
-//	SELECT count(*) FROM "users" AS t WHERE t."id" = ANY(CAST($1 AS text[])::bigint[])
-func postgresCount(t *writeTarget, ids []any) clause.Expr {
-	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(CAST(? AS text[])::" + t.pkType + "[])",
-		Vars: []any{clause.Table{Name: t.table}, clause.Column{Name: t.pk}, pgArray(pgText(ids))}}
-}
-
-func pgText(ids []any) []string {
-	text := make([]string, len(ids))
-	for i, id := range ids {
-		text[i] = fmt.Sprint(id)
-	}
-	return text
-}
-
-func pgArray[T any](v []T) pgtype.Array[T] {
-	return pgtype.Array[T]{Elements: v, Dims: []pgtype.ArrayDimension{{Length: int32(len(v)), LowerBound: 1}}, Valid: true}
-}
-
-// postgresColumnTypes reads the primary key's and the time column's types
-// from pg_attribute. format_type with a NULL type modifier gives the type
-// without length or precision ("character varying", not "character
-// varying(64)"): an explicit cast to varchar(64) would silently truncate a
-// longer id into another user's id. Integer keys are sent as bigint
-// whatever the column's width, so an id too large for an integer column
-// matches no row (counted Unknown) instead of failing the whole statement.
-func postgresColumnTypes(db *gorm.DB, t *writeTarget) error {
-	var rows []struct{ Name, Type string }
-	err := db.Raw(`SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type
-FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AND NOT a.attisdropped`,
-		db.Statement.Quote(t.table), t.pk, t.col).Scan(&rows).Error
-	if err != nil {
-		return err
-	}
-	for _, r := range rows {
-		switch r.Name {
-		case t.pk:
-			t.pkType = r.Type
-		case t.col:
-			t.colType = r.Type
-		}
-	}
-	if t.pkType == "" || t.colType == "" {
-		return fmt.Errorf("%w: table %s with columns %s and %s", errNoTable, t.table, t.pk, t.col)
-	}
-	if t.intKey {
-		t.pkType = "bigint"
-	}
-	return nil
-}
-
-func postgresRetryable(err error) bool {
-	var e interface{ SQLState() string }
-	if errors.As(err, &e) {
-		switch e.SQLState() {
-		case "40001", "40P01": // serialization_failure, deadlock_detected
-			return true
-		}
-	}
-	return false
-}
-
-// mysqlUpdate joins the batch as a derived table of SELECT ... UNION ALL
-// rows, which MySQL 5.7+ and MariaDB 10.x all accept:
-//
-//	UPDATE `users` AS t JOIN (SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v ON t.`id` = v.id
-//	SET t.`last_seen_at` = v.ts WHERE t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts
-func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
-	var b strings.Builder
-	b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
-	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.table}, ids[0], ts[0])
-	for i := 1; i < len(ids); i++ {
-		b.WriteString(" UNION ALL SELECT ?, ?")
-		vars = append(vars, ids[i], ts[i])
-	}
-	b.WriteString(") AS v ON t.? = v.id SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
-	col := clause.Column{Name: t.col}
-	vars = append(vars, clause.Column{Name: t.pk}, col, col, col)
-	return clause.Expr{SQL: b.String(), Vars: vars}
-}
-
-// mysqlOnConflict puts the newer-only guard into the assigned value, since
-// MySQL's ON DUPLICATE KEY UPDATE has no WHERE.
-func mysqlOnConflict(t *writeTarget) clause.OnConflict {
-	col := clause.Column{Name: t.col}
-	return clause.OnConflict{
-		Columns: []clause.Column{{Name: t.pk}},
-		DoUpdates: clause.Set{{Column: col, Value: clause.Expr{
-			SQL:  "IF(? IS NULL OR ? < VALUES(?), VALUES(?), ?)",
-			Vars: []any{col, col, col, col, col},
-		}}},
-	}
-}
-
-func mysqlRetryable(err error) bool {
-	var e *mysql.MySQLError
-	if errors.As(err, &e) {
-		switch e.Number {
-		case 1213, 1205: // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
-			return true
-		}
-	}
-	return false
-}
-
-// sqliteUpdate uses UPDATE ... FROM (SQLite 3.33+) over a VALUES list:
-//
-//	UPDATE "users" AS t SET "last_seen_at" = v.ts
-//	FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES (?, ?), (?, ?))) AS v
-//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR julianday(t."last_seen_at") < julianday(v.ts))
-func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
-	var b strings.Builder
-	b.WriteString("UPDATE ? AS t SET ? = v.ts FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES ")
-	col := clause.Column{Name: t.col}
-	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.table}, col)
-	for i := range ids {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?)")
-		vars = append(vars, ids[i], ts[i])
-	}
-	b.WriteString(")) AS v WHERE t.? = v.id AND (t.? IS NULL OR julianday(t.?) < julianday(v.ts))")
-	vars = append(vars, clause.Column{Name: t.pk}, col, col)
-	return clause.Expr{SQL: b.String(), Vars: vars}
-}
-
-func sqliteRetryable(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
-}
 
 // standardOnConflict is PostgreSQL's and SQLite's ON CONFLICT (pk) DO UPDATE
 // with the newer-only guard in its WHERE.

@@ -56,7 +56,7 @@ func benchFlushTime(base time.Time, seed, id uint64) time.Time {
 	return base.Add(time.Duration(x%300_000_000) * time.Microsecond)
 }
 
-// benchShard is the library's shard of a user id (tracker.go: FNV-1a 32 of
+// benchShard is the library's shard of a user id (buffer.go: FNV-1a 32 of
 // the id's text, modulo the shard count).
 func benchShard(uid string, shards int) int {
 	h := fnv.New32a()

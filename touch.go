@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/maypok86/otter/v2"
@@ -15,77 +12,6 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
 )
-
-// ErrInvalidTime is returned by TouchAt for a zero time, a time before
-// 1970, or one more than MaxClockSkew ahead of the plugin's clock.
-var ErrInvalidTime = errors.New("lastseen: invalid time")
-
-// MaxClockSkew is how far in the future a timestamp may lie, against the
-// plugin's clock, and still be accepted by TouchAt or by a flush reading it
-// back from Redis.
-const MaxClockSkew = time.Hour
-
-// Redis keys. Every key of shard N carries the hash tag "{N}", so one Lua
-// script or RENAME only ever touches keys of one Redis Cluster slot:
-//
-//	<prefix>:{N}:pending       hash: user id -> Unix microseconds (UTC)
-//	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
-//	<prefix>:{N}:lock          redislock lock of the shard's flusher
-//	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
-type shardKeys struct {
-	pending, inflight, lock, marker string
-}
-
-func newShardKeys(prefix string, n int) shardKeys {
-	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
-	return shardKeys{pending: tag + "pending", inflight: tag + "inflight", lock: tag + "lock", marker: tag + "seen:"}
-}
-
-// touchScript records one touch atomically: it sets the throttle marker if
-// it is absent and, only then, raises the user's pending timestamp (never
-// lowers it; a stored value that a flush would refuse, not a number or
-// beyond ARGV[4], is replaced rather than kept as "newer").
-//
-//	KEYS[1] marker key, KEYS[2] pending hash
-//	ARGV[1] user id, ARGV[2] Unix microseconds, ARGV[3] throttle window in ms,
-//	ARGV[4] the latest acceptable value (ceiling, see parseMicros)
-//
-// It returns {1, window ms} when the touch was recorded and {0, marker PTTL
-// in ms} when the user was throttled (Redis SET NX PX and PTTL semantics).
-var touchScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3]) then
-  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
-  if not cur or cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[4]) then
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-  end
-  return {1, tonumber(ARGV[3])}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-`)
-
-// mergeScript raises pending timestamps without touching throttle markers
-// (replacing stored values a flush would refuse, as touchScript does); it
-// replays the in-process backlog after an outage.
-//
-//	KEYS[1] pending hash
-//	ARGV[1] the latest acceptable value (ceiling, see parseMicros)
-//	ARGV[2..] user id, Unix microseconds, user id, Unix microseconds, ...
-//
-// It returns the number of pairs.
-var mergeScript = redis.NewScript(`
-local ceiling = tonumber(ARGV[1])
-for i = 2, #ARGV, 2 do
-  local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]))
-  if not cur or cur < tonumber(ARGV[i + 1]) or cur > ceiling then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  end
-end
-return (#ARGV - 1) / 2
-`)
-
-// ceiling is the latest stored value a flush at now accepts (parseMicros):
-// Unix microseconds of now+MaxClockSkew, at most 9999-12-31.
-func ceiling(now time.Time) int64 { return min(micros(now.Add(MaxClockSkew)), maxMicros) }
 
 // tracker is the request path: it normalizes ids, answers from the local
 // throttle cache, runs touchScript under a time budget and a circuit
@@ -189,31 +115,6 @@ func quickKey(id any) (cacheKey, bool) {
 		return cacheKey{n: uint64(v), isNum: true}, true
 	}
 	return cacheKey{}, false
-}
-
-func (t *tracker) shard(uid string) shardKeys {
-	h := fnv.New32a()
-	h.Write([]byte(uid))
-	return t.shards[h.Sum32()%uint32(len(t.shards))]
-}
-
-// micros converts a time to the stored form: Unix microseconds, UTC.
-func micros(at time.Time) int64 { return at.UnixMicro() }
-
-// maxMicros is 9999-12-31T23:59:59.999999Z, the last instant every dialect
-// stores.
-var maxMicros = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC).UnixMicro()
-
-// parseMicros reads a stored timestamp back. It accepts a decimal integer of
-// Unix microseconds from 1970 up to now+MaxClockSkew and reports anything
-// else (garbage, negative, far future, written by hand or by another
-// version) as not ok.
-func parseMicros(s string, now time.Time) (time.Time, bool) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n > maxMicros || n > now.Add(MaxClockSkew).UnixMicro() {
-		return time.Time{}, false
-	}
-	return time.UnixMicro(n).UTC(), true
 }
 
 func (t *tracker) checkTime(at, now time.Time) error {
@@ -360,121 +261,4 @@ func (t *tracker) call(ctx context.Context, fn func(context.Context) ([]any, err
 			return nil, fmt.Errorf("redis did not answer within %v: %w", t.timeout, ctx.Err())
 		}
 	})
-}
-
-// Pending returns the user's timestamp that is not yet in the database: the
-// newer of the pending and the in-flight entry. ok is false when there is
-// none. Errors: ErrInvalidUserID, or Redis's error wrapped.
-func (p *Plugin) Pending(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
-	t := p.tracker
-	if t == nil {
-		return time.Time{}, false, ErrNotInitialized
-	}
-	uid, err := t.ids.normalize(userID)
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	keys := t.shard(uid)
-	var pending, inflight *redis.StringCmd
-	_, err = t.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pending = pipe.HGet(ctx, keys.pending, uid)
-		inflight = pipe.HGet(ctx, keys.inflight, uid)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return time.Time{}, false, fmt.Errorf("lastseen: pending user %s: %w", uid, err)
-	}
-	now := t.now()
-	for _, cmd := range []*redis.StringCmd{pending, inflight} {
-		if v, err := cmd.Result(); err == nil {
-			if ts, valid := parseMicros(v, now); valid && ts.After(at) {
-				at, ok = ts, true
-			}
-		}
-	}
-	if b, found := t.backlog.get(uid); found {
-		if ts := time.UnixMicro(b).UTC(); ts.After(at) {
-			at, ok = ts, true
-		}
-	}
-	return at, ok, nil
-}
-
-// replayBacklog writes the backlog of touches that could not reach Redis
-// into the pending hashes, one script call per shard. What it cannot write
-// goes back into the backlog.
-func (t *tracker) replayBacklog(ctx context.Context) (int, error) {
-	m := t.backlog.take()
-	if len(m) == 0 {
-		return 0, nil
-	}
-	byShard := map[string][]any{}
-	top := ceiling(t.now())
-	for uid, ts := range m {
-		k := t.shard(uid).pending
-		if byShard[k] == nil {
-			byShard[k] = []any{top}
-		}
-		byShard[k] = append(byShard[k], uid, ts)
-	}
-	written := 0
-	var errs []error
-	for key, args := range byShard {
-		if err := mergeScript.Run(ctx, t.rdb, []string{key}, args...).Err(); err != nil {
-			for i := 1; i < len(args); i += 2 {
-				t.backlog.add(args[i].(string), args[i+1].(int64))
-			}
-			errs = append(errs, err)
-			continue
-		}
-		written += (len(args) - 1) / 2
-	}
-	if err := errors.Join(errs...); err != nil {
-		return written, fmt.Errorf("lastseen: replay backlog: %w", err)
-	}
-	return written, nil
-}
-
-// backlog keeps the newest timestamp per user for touches that could not
-// reach Redis, up to max users.
-type backlog struct {
-	mu  sync.Mutex
-	max int
-	m   map[string]int64
-}
-
-// add keeps ts if it is newer than what the backlog has for uid; it reports
-// false when uid is new and the backlog is full.
-func (b *backlog) add(uid string, ts int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	cur, ok := b.m[uid]
-	if !ok && len(b.m) >= b.max {
-		return false
-	}
-	if !ok || ts > cur {
-		b.m[uid] = ts
-	}
-	return true
-}
-
-func (b *backlog) get(uid string) (int64, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ts, ok := b.m[uid]
-	return ts, ok
-}
-
-func (b *backlog) len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.m)
-}
-
-func (b *backlog) take() map[string]int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	m := b.m
-	b.m = make(map[string]int64, min(len(m), 1024))
-	return m
 }

@@ -2,7 +2,6 @@ package lastseen
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -13,11 +12,6 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// sessionTarget is the resolved session model.
-type sessionTarget struct {
-	model *model
-}
-
 // PurgeResult counts what one purge did.
 type PurgeResult struct {
 	Deleted  int           // session rows deleted
@@ -27,10 +21,6 @@ type PurgeResult struct {
 	Stopped  bool          // the run ended early: context ended, Close, or an error
 	Duration time.Duration // wall time
 }
-
-// errBatchTimeout is the cause of a batch's select or transaction that ran
-// past PurgeBatchTimeout.
-var errBatchTimeout = errors.New("PurgeBatchTimeout")
 
 // PurgeExpiredSessions deletes the sessions that expired at or before the
 // plugin's clock at the start of the run (the cutoff is frozen, so the run
@@ -63,75 +53,11 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 	return p.purgeLocked(ctx, db)
 }
 
-// ExpiredSessions reports what a purge started now would delete: the number
-// of session rows (soft-deleted ones included) whose expiry is at or before
-// the plugin's clock, and the earliest of those expiries in UTC (the zero
-// time when count is 0). It reads only; the CLI's `purge --dry-run` and
-// `status` print it. It returns ErrNotInitialized before db.Use and
-// ErrClosed after Close.
-func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.Time, err error) {
-	db, err := p.ready()
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	m := p.sessions.model
-	expired := expiredAt(db, m.time.DBName, p.now())
-	q := func() *gorm.DB {
-		return fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).Where(expired)
-	}
-	if err := q().Count(&count).Error; err != nil {
-		return 0, time.Time{}, fmt.Errorf("lastseen: count expired sessions: %w", err)
-	}
-	if count == 0 {
-		return 0, time.Time{}, nil
-	}
-	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
-	var at columnTime // dialect.go: SQLite may return text
-	err = q().Select("?", col).Order(clause.OrderBy{Expression: sortTime(db, col)}).Limit(1).Row().Scan(&at)
-	switch {
-	case errors.Is(err, sql.ErrNoRows): // purged between the two queries
-		return count, time.Time{}, nil
-	case err != nil:
-		return count, time.Time{}, fmt.Errorf("lastseen: oldest expired session: %w", err)
-	}
-	return count, at.Time.UTC(), nil
-}
-
 // fresh returns a handle on db's connection pool and callbacks whose next
 // statement starts empty: nothing a caller left on db (a Model, Where
 // clauses) leaks into the purge's statements.
 func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
-}
-
-// startRun registers a flush or purge with Close, which waits for it, or returns
-// ErrNotInitialized / ErrClosed. Call done when the run returns.
-func (p *Plugin) startRun() (db *gorm.DB, done func(), err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.db == nil:
-		return nil, nil, ErrNotInitialized
-	case p.closed:
-		return nil, nil, ErrClosed
-	}
-	p.runs.Add(1) // under mu, before closed is set: Close's Wait comes after
-	return p.db, p.runs.Done, nil
-}
-
-// waitRuns waits for the flushes and purges running now, or for ctx to end.
-func (p *Plugin) waitRuns(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.runs.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("lastseen: close: waiting for a running flush or purge: %w", ctx.Err())
-	}
 }
 
 func (p *Plugin) purgeLockKey() string { return p.cfg.Prefix + ":purge:lock" }
@@ -261,31 +187,26 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expired clause.Expr) (n, retries int, err error) {
 	m := p.sessions.model
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	for {
+	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.retryable(err) }
+	retries, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
-		var affected int64
+		defer cancel()
 		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) error {
 			r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().
 				Where(clause.IN{Column: pk, Values: ids}).Where(expired).
 				Delete(reflect.New(m.typ).Interface())
-			affected = r.RowsAffected
+			n = int(r.RowsAffected)
 			return r.Error
 		})
-		cancel()
-		if err == nil {
-			return int(affected), retries, nil
+		if err != nil && context.Cause(bctx) == errBatchTimeout {
+			return fmt.Errorf("timed out after %v (%w): %w", p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
 		}
-		if context.Cause(bctx) == errBatchTimeout {
-			return 0, retries, fmt.Errorf("timed out after %v (%w): %w", p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
-		}
-		if retries >= p.cfg.MaxRetries || !p.dialect.retryable(err) {
-			return 0, retries, err
-		}
-		if err := backoff(ctx, retries); err != nil {
-			return 0, retries, err
-		}
-		retries++
+		return err
+	})
+	if err != nil {
+		return 0, retries, err
 	}
+	return n, retries, nil
 }
 
 // purgeJob is the scheduled purge: it skips the tick when another instance

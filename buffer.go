@@ -1,0 +1,91 @@
+package lastseen
+
+import (
+	_ "embed"
+	"hash/fnv"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxClockSkew is how far in the future a timestamp may lie, against the
+// plugin's clock, and still be accepted by TouchAt or by a flush reading it
+// back from Redis.
+const MaxClockSkew = time.Hour
+
+// Redis keys. Every key of shard N carries the hash tag "{N}", so one Lua
+// script or RENAME only ever touches keys of one Redis Cluster slot:
+//
+//	<prefix>:{N}:pending       hash: user id -> Unix microseconds (UTC)
+//	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
+//	<prefix>:{N}:lock          redislock lock of the shard's flusher
+//	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
+type shardKeys struct {
+	pending, inflight, lock, marker string
+}
+
+func newShardKeys(prefix string, n int) shardKeys {
+	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
+	return shardKeys{pending: tag + "pending", inflight: tag + "inflight", lock: tag + "lock", marker: tag + "seen:"}
+}
+
+// The buffer's Lua scripts, one per file in lua/, each starting with a
+// comment that lists its KEYS and ARGV and what it returns. Every script
+// touches the keys of one shard only (one Redis Cluster slot).
+var (
+	//go:embed lua/touch.lua
+	touchLua string
+	//go:embed lua/merge.lua
+	mergeLua string
+	//go:embed lua/swap.lua
+	swapLua string
+	//go:embed lua/ack.lua
+	ackLua string
+	//go:embed lua/fail.lua
+	failLua string
+
+	// touchScript records one touch: sets the throttle marker if absent
+	// and then raises the pending timestamp (touch).
+	touchScript = redis.NewScript(touchLua)
+	// mergeScript raises pending timestamps without markers; it replays
+	// the backlog (replayBacklog).
+	mergeScript = redis.NewScript(mergeLua)
+	// swapScript renames the pending hash to in-flight under the shard
+	// lock (shardRun.run).
+	swapScript = redis.NewScript(swapLua)
+	// ackScript removes committed entries from the in-flight hash and
+	// refreshes the shard lock (shardRun.ack).
+	ackScript = redis.NewScript(ackLua)
+	// failScript moves refused entries back to pending (shardRun.requeue).
+	failScript = redis.NewScript(failLua)
+)
+
+func (t *tracker) shard(uid string) shardKeys {
+	h := fnv.New32a()
+	h.Write([]byte(uid))
+	return t.shards[h.Sum32()%uint32(len(t.shards))]
+}
+
+// micros converts a time to the stored form: Unix microseconds, UTC.
+func micros(at time.Time) int64 { return at.UnixMicro() }
+
+// maxMicros is 9999-12-31T23:59:59.999999Z, the last instant every dialect
+// stores.
+var maxMicros = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC).UnixMicro()
+
+// parseMicros reads a stored timestamp back. It accepts a decimal integer of
+// Unix microseconds from 1970 up to now+MaxClockSkew and reports anything
+// else (garbage, negative, far future, written by hand or by another
+// version) as not ok.
+func parseMicros(s string, now time.Time) (time.Time, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > maxMicros || n > now.Add(MaxClockSkew).UnixMicro() {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(n).UTC(), true
+}
+
+// ceiling is the latest stored value a flush at now accepts (parseMicros):
+// Unix microseconds of now+MaxClockSkew, at most 9999-12-31.
+func ceiling(now time.Time) int64 { return min(micros(now.Add(MaxClockSkew)), maxMicros) }

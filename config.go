@@ -1,0 +1,313 @@
+package lastseen
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+)
+
+// WriteMode selects the SQL a flush uses to write timestamps.
+type WriteMode int
+
+const (
+	// Update (the default) writes with one bulk UPDATE joined to the batch's
+	// values. It changes existing rows only: it never creates a row for a
+	// deleted or unknown user, and it works on tables with other NOT NULL
+	// columns that have no default.
+	Update WriteMode = iota
+	// Upsert writes with INSERT ... ON CONFLICT (primary key) DO UPDATE (ON
+	// DUPLICATE KEY UPDATE on MySQL). Use it only for a dedicated presence
+	// table where a row of (id, last_seen_at) alone is valid: it creates rows
+	// for ids it has not seen before.
+	Upsert
+)
+
+// String returns "update" or "upsert".
+func (m WriteMode) String() string {
+	switch m {
+	case Update:
+		return "update"
+	case Upsert:
+		return "upsert"
+	}
+	return fmt.Sprintf("WriteMode(%d)", int(m))
+}
+
+// Default values that New fills into a zero Config field.
+const (
+	DefaultPrefix            = "lastseen"
+	DefaultShards            = 16
+	DefaultThrottle          = 5 * time.Minute
+	DefaultLocalCacheSize    = 100_000
+	DefaultTouchTimeout      = 20 * time.Millisecond
+	DefaultBatchSize         = 1000
+	DefaultFlushConcurrency  = 2
+	DefaultLastSeenField     = "LastSeenAt"
+	DefaultFlushSchedule     = "@every 1m"
+	DefaultLockTTL           = 30 * time.Second
+	DefaultMaxRetries        = 3
+	DefaultBacklogSize       = 100_000
+	DefaultBreakerCooldown   = 5 * time.Second
+	DefaultExpiresField      = "ExpiresAt"
+	DefaultPurgeSchedule     = "@every 1h"
+	DefaultPurgeBatchSize    = 1000
+	DefaultPurgePause        = 50 * time.Millisecond
+	DefaultPurgeBatchTimeout = 10 * time.Second
+)
+
+// Config configures the plugin. The zero value of every field but Redis means
+// "use the default" given in its comment; New fills those in, Initialize
+// validates the result against the database.
+type Config struct {
+	// Redis holds the pending timestamps and the locks. Required. Any
+	// redis.UniversalClient works: *redis.Client, a Sentinel failover client
+	// or *redis.ClusterClient.
+	Redis redis.UniversalClient
+	// Prefix starts every Redis key the plugin writes. Default "lastseen".
+	Prefix string
+	// Shards is the number of pending hashes the buffer is split over, each
+	// with its own hash tag so that a Redis Cluster spreads them over its
+	// masters. Default 16; at most 1024. Every instance sharing a Prefix must
+	// use the same value.
+	Shards int
+	// Throttle is the throttle window: a user is recorded at most once per
+	// window. Default 5m; at least 1ms (Redis PX resolution).
+	Throttle time.Duration
+	// LocalCacheSize bounds the in-process cache of users known to be
+	// throttled (entries). Default 100,000; negative disables the cache.
+	LocalCacheSize int
+	// TouchTimeout is the most a Touch waits for Redis before giving up and
+	// keeping the timestamp in the in-process backlog. Default 20ms.
+	TouchTimeout time.Duration
+	// BacklogSize caps the in-process backlog of timestamps that could not
+	// reach Redis (users, newest timestamp each). Default 100,000; past the
+	// cap new users are dropped and counted in Stats.BacklogDropped.
+	BacklogSize int
+	// BreakerCooldown is how long the circuit breaker in front of Redis
+	// stays open after 5 touches in a row failed or timed out: meanwhile
+	// touches go straight to the backlog without calling Redis; after it,
+	// one touch probes Redis and closes the breaker if it succeeds
+	// (sony/gobreaker's Timeout). Default 5s.
+	BreakerCooldown time.Duration
+	// BatchSize is the number of users written by one SQL statement.
+	// Default 1000. Initialize rejects a value whose statement would exceed
+	// the dialect's bind-parameter limit (two parameters per user).
+	BatchSize int
+	// FlushConcurrency is how many shards one flush writes at the same time,
+	// each on its own database connection. Shards hold disjoint users, so
+	// they never contend for a row. Default 2, or Shards when that is 1;
+	// 1 flushes shard by shard; more than Shards is refused.
+	FlushConcurrency int
+	// WriteMode is Update (default) or Upsert.
+	WriteMode WriteMode
+	// UserModel is the app's user model, a pointer to a struct GORM can
+	// parse with exactly one primary key. Default &User{}.
+	UserModel any
+	// LastSeenField names the last-seen field of UserModel, by Go field name
+	// or column name. It must be a time.Time or *time.Time. Default
+	// "LastSeenAt".
+	LastSeenField string
+	// FlushSchedule is when the scheduler flushes, as robfig/cron specs
+	// (standard five fields or descriptors such as "@every 1m"), several
+	// separated by ";". Default "@every 1m".
+	FlushSchedule string
+	// LockTTL is the time-to-live of the Redis locks that keep flushes and
+	// purges of different instances apart; they are refreshed after each
+	// batch. Default 30s.
+	LockTTL time.Duration
+	// MaxRetries bounds how often one batch is retried after a deadlock or
+	// serialization failure. Default 3; negative means no retry.
+	MaxRetries int
+
+	// SessionModel is the session model purged by PurgeExpiredSessions, a
+	// pointer to a struct with exactly one primary key. Default &Session{}.
+	SessionModel any
+	// ExpiresField names the expiry field of SessionModel, by Go field name
+	// or column name; a time.Time or *time.Time. Default "ExpiresAt".
+	ExpiresField string
+	// PurgeSchedule is when the scheduler purges expired sessions, robfig/cron
+	// specs separated by ";" (for example "@every 1h;0 3 * * *"). Default
+	// "@every 1h".
+	PurgeSchedule string
+	// PurgeBatchSize is the number of sessions deleted per transaction.
+	// Default 1000.
+	PurgeBatchSize int
+	// PurgePause is the pause between two purge batches. Default 50ms;
+	// negative means no pause.
+	PurgePause time.Duration
+	// PurgeBatchTimeout bounds one purge batch (select and delete). Default 10s.
+	PurgeBatchTimeout time.Duration
+
+	// DisablePurge leaves the purge job out of the scheduler, for apps that
+	// keep no sessions table or purge it elsewhere; PurgeExpiredSessions
+	// still works when called.
+	DisablePurge bool
+	// DisableScheduler turns off the built-in cron; call Flush and
+	// PurgeExpiredSessions yourself.
+	DisableScheduler bool
+	// Logger receives one line per job run and rate-limited warnings.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; tests set it. Default time.Now.
+	Now func() time.Time
+}
+
+// withDefaults returns cfg with the Default* values filled into its zero
+// fields (New).
+func withDefaults(cfg Config) Config {
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.Shards = cmp.Or(cfg.Shards, DefaultShards)
+	cfg.Throttle = cmp.Or(cfg.Throttle, DefaultThrottle)
+	cfg.LocalCacheSize = cmp.Or(cfg.LocalCacheSize, DefaultLocalCacheSize)
+	cfg.TouchTimeout = cmp.Or(cfg.TouchTimeout, DefaultTouchTimeout)
+	cfg.BacklogSize = cmp.Or(cfg.BacklogSize, DefaultBacklogSize)
+	cfg.BreakerCooldown = cmp.Or(cfg.BreakerCooldown, DefaultBreakerCooldown)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	// Never more than there are shards: Shards 1 alone must stay valid.
+	cfg.FlushConcurrency = cmp.Or(cfg.FlushConcurrency, max(1, min(DefaultFlushConcurrency, cfg.Shards)))
+	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL)
+	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, DefaultMaxRetries)
+	cfg.PurgeBatchSize = cmp.Or(cfg.PurgeBatchSize, DefaultPurgeBatchSize)
+	cfg.PurgePause = cmp.Or(cfg.PurgePause, DefaultPurgePause)
+	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, DefaultPurgeBatchTimeout)
+	cfg.LastSeenField = cmp.Or(cfg.LastSeenField, DefaultLastSeenField)
+	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
+	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
+	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
+	if cfg.UserModel == nil {
+		cfg.UserModel = &User{}
+	}
+	if cfg.SessionModel == nil {
+		cfg.SessionModel = &Session{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
+}
+
+// invalid returns a configuration problem: ErrInvalidConfig wrapped with the
+// formatted message.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
+
+// checkConfig returns the first problem with c's values on dialect d, in the
+// order of Config's fields; Initialize calls it before resolving the models.
+func checkConfig(c Config, d *dialect) error {
+	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge} {
+		if err := check(c, d); err != nil {
+			return err
+		}
+	}
+	for _, s := range []struct{ name, spec string }{{"FlushSchedule", c.FlushSchedule}, {"PurgeSchedule", c.PurgeSchedule}} {
+		if err := checkSchedule(s.name, s.spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasRedis reports whether c.Redis holds a client: neither nil nor a typed
+// nil pointer.
+func hasRedis(c Config) bool {
+	if c.Redis == nil {
+		return false
+	}
+	v := reflect.ValueOf(c.Redis)
+	return v.Kind() != reflect.Pointer || !v.IsNil()
+}
+
+// checkBuffer checks the request path and Redis buffer settings.
+func checkBuffer(c Config, _ *dialect) error {
+	switch {
+	case strings.ContainsAny(c.Prefix, "{}"):
+		return invalid("Prefix %q must not contain '{' or '}' (they are Redis Cluster hash tags)", c.Prefix)
+	case c.Shards < 1 || c.Shards > 1024:
+		return invalid("Shards is %d, want 1 to 1024", c.Shards)
+	case c.Throttle < time.Millisecond:
+		return invalid("Throttle is %v, want at least 1ms", c.Throttle)
+	case c.TouchTimeout < time.Millisecond:
+		return invalid("TouchTimeout is %v, want at least 1ms", c.TouchTimeout)
+	case c.BacklogSize < 0:
+		return invalid("BacklogSize is %d, want a positive number", c.BacklogSize)
+	case c.BreakerCooldown < 0:
+		return invalid("BreakerCooldown is %v, want a positive duration", c.BreakerCooldown)
+	}
+	return nil
+}
+
+// checkFlush checks the flush settings against the dialect's bind-parameter
+// limit.
+func checkFlush(c Config, d *dialect) error {
+	switch {
+	case c.BatchSize < 1:
+		return invalid("BatchSize is %d, want 1 to %d", c.BatchSize, d.maxBatch())
+	case c.BatchSize > d.maxBatch():
+		return invalid("BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
+			c.BatchSize, d.name, d.maxBatch(), d.maxParams)
+	case c.FlushConcurrency < 1 || c.FlushConcurrency > c.Shards:
+		return invalid("FlushConcurrency is %d, want 1 to Shards (%d)", c.FlushConcurrency, c.Shards)
+	case c.WriteMode != Update && c.WriteMode != Upsert:
+		return invalid("WriteMode %v is not Update or Upsert", c.WriteMode)
+	case c.LockTTL < 10*time.Millisecond:
+		return invalid("LockTTL is %v, want at least 10ms", c.LockTTL)
+	}
+	return nil
+}
+
+// checkPurge checks the purge settings against the dialect's bind-parameter
+// limit.
+func checkPurge(c Config, d *dialect) error {
+	switch {
+	case c.PurgeBatchSize < 1:
+		return invalid("PurgeBatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.maxParams-1)
+	case c.PurgeBatchSize > d.maxParams-1:
+		return invalid("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
+			c.PurgeBatchSize, d.name, d.maxParams-1, d.maxParams)
+	case c.PurgeBatchTimeout < 0:
+		return invalid("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
+	}
+	return nil
+}
+
+// checkSchedule checks one ";"-separated list of robfig/cron specs: at least
+// one, each parsing, no "@every" under 1s (robfig/cron silently rounds
+// "@every 0s", "@every -1m" or "@every 500ms" up to one second).
+func checkSchedule(name, specs string) error {
+	list := splitSpecs(specs)
+	if len(list) == 0 {
+		return invalid("%s %q has no cron spec", name, specs)
+	}
+	for _, spec := range list {
+		if _, err := cron.ParseStandard(spec); err != nil {
+			return invalid("%s %q: %v", name, spec, err)
+		}
+		if every, ok := strings.CutPrefix(spec, "@every"); ok {
+			if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
+				return invalid("%s %q: the interval must be at least 1s", name, spec)
+			}
+		}
+	}
+	return nil
+}
+
+// splitSpecs splits a ";"-separated schedule into its non-empty specs.
+func splitSpecs(s string) []string {
+	var specs []string
+	for _, spec := range strings.Split(s, ";") {
+		if spec = strings.TrimSpace(spec); spec != "" {
+			specs = append(specs, spec)
+		}
+	}
+	return specs
+}

@@ -1,0 +1,123 @@
+package lastseen
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// postgresDialect is PostgreSQL's entry in dialects.
+var postgresDialect = &dialect{
+	name:           "postgres",
+	maxParams:      65535,
+	update:         postgresUpdate,
+	onConflict:     standardOnConflict(plainCompare),
+	compare:        plainCompare,
+	sortKey:        plainKey,
+	retryable:      postgresRetryable,
+	statementError: postgresStatementError,
+	columnTypes:    postgresColumnTypes,
+	count:          postgresCount,
+	maxUnsigned:    math.MaxInt64,
+}
+
+// postgresStatementError: SQLSTATE class 42, syntax error or access rule
+// violation (undefined table 42P01, undefined column 42703, no unique
+// constraint for ON CONFLICT 42P10); 0A, feature not supported; 3F,
+// invalid schema.
+func postgresStatementError(err error) bool {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		c := e.SQLState()
+		return strings.HasPrefix(c, "42") || strings.HasPrefix(c, "0A") || strings.HasPrefix(c, "3F")
+	}
+	return false
+}
+
+// postgresUpdate sends the batch as two arrays and joins them with unnest,
+// so the statement has two parameters whatever the batch size:
+//
+//	UPDATE "users" AS t SET "last_seen_at" = v.ts
+//	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
+//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
+func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
+	text := pgText(ids)
+	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.pkType + "[], CAST(? AS " + t.colType + "[])) AS v(id, ts)" +
+		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
+	col := clause.Column{Name: t.col}
+	return clause.Expr{SQL: sql, Vars: []any{
+		clause.Table{Name: t.table}, col, pgArray(text), pgArray(ts),
+		clause.Column{Name: t.pk}, col, col,
+	}}
+}
+
+// postgresCount counts with the same array and cast as postgresUpdate, so an
+// id too large for an integer key column matches nothing instead of failing
+// to encode:
+//
+//	SELECT count(*) FROM "users" AS t WHERE t."id" = ANY(CAST($1 AS text[])::bigint[])
+func postgresCount(t *writeTarget, ids []any) clause.Expr {
+	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(CAST(? AS text[])::" + t.pkType + "[])",
+		Vars: []any{clause.Table{Name: t.table}, clause.Column{Name: t.pk}, pgArray(pgText(ids))}}
+}
+
+func pgText(ids []any) []string {
+	text := make([]string, len(ids))
+	for i, id := range ids {
+		text[i] = fmt.Sprint(id)
+	}
+	return text
+}
+
+func pgArray[T any](v []T) pgtype.Array[T] {
+	return pgtype.Array[T]{Elements: v, Dims: []pgtype.ArrayDimension{{Length: int32(len(v)), LowerBound: 1}}, Valid: true}
+}
+
+// postgresColumnTypes reads the primary key's and the time column's types
+// from pg_attribute. format_type with a NULL type modifier gives the type
+// without length or precision ("character varying", not "character
+// varying(64)"): an explicit cast to varchar(64) would silently truncate a
+// longer id into another user's id. Integer keys are sent as bigint
+// whatever the column's width, so an id too large for an integer column
+// matches no row (counted Unknown) instead of failing the whole statement.
+func postgresColumnTypes(db *gorm.DB, t *writeTarget) error {
+	var rows []struct{ Name, Type string }
+	err := db.Raw(`SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type
+FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AND NOT a.attisdropped`,
+		db.Statement.Quote(t.table), t.pk, t.col).Scan(&rows).Error
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		switch r.Name {
+		case t.pk:
+			t.pkType = r.Type
+		case t.col:
+			t.colType = r.Type
+		}
+	}
+	if t.pkType == "" || t.colType == "" {
+		return fmt.Errorf("%w: table %s with columns %s and %s", errNoTable, t.table, t.pk, t.col)
+	}
+	if t.intKey {
+		t.pkType = "bigint"
+	}
+	return nil
+}
+
+func postgresRetryable(err error) bool {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		switch e.SQLState() {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return true
+		}
+	}
+	return false
+}

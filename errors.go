@@ -1,0 +1,42 @@
+package lastseen
+
+import "errors"
+
+// Errors returned by the plugin. Every error it returns starts with
+// "lastseen:"; test for these with errors.Is.
+var (
+	// ErrInvalidConfig wraps every configuration problem Initialize finds.
+	ErrInvalidConfig = errors.New("lastseen: invalid config")
+	// ErrInvalidUserID is returned for a user id that is not an integer,
+	// string or fmt.Stringer, is empty or zero, is longer than 128 bytes, or
+	// does not fit the user model's primary key.
+	ErrInvalidUserID = errors.New("lastseen: invalid user id")
+	// ErrNotInitialized is returned by methods called before db.Use(p).
+	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
+	// ErrClosed is returned by Flush and PurgeExpiredSessions after Close.
+	ErrClosed = errors.New("lastseen: plugin closed")
+	// ErrLocked is returned when another instance holds the Redis lock of a
+	// purge; the scheduled job treats it as "skip this tick".
+	ErrLocked = errors.New("lastseen: another instance holds the lock")
+	// ErrInvalidTime is returned by TouchAt for a zero time, a time before
+	// 1970, or one more than MaxClockSkew ahead of the plugin's clock.
+	ErrInvalidTime = errors.New("lastseen: invalid time")
+	// ErrRefused is returned (wrapped, with the count and the first database
+	// error) by a flush in which the database refused some entries on their
+	// own, for example through a constraint or trigger. The rest of their
+	// batches was written; the refused entries went back to pending for the
+	// next flush.
+	ErrRefused = errors.New("lastseen: database refused entries")
+)
+
+// Internal errors, never returned bare to callers.
+var (
+	// errLockLost: a flusher's shard lock expired or was taken over; the
+	// shard's flush stops and the in-flight hash stays for the next flush.
+	errLockLost = errors.New("lastseen: lost the shard lock to another flusher")
+	// errNoTable is a missing users table or column: a statement error.
+	errNoTable = errors.New("lastseen: not found in the database")
+	// errBatchTimeout is the cause of a purge batch's select or transaction
+	// that ran past PurgeBatchTimeout.
+	errBatchTimeout = errors.New("PurgeBatchTimeout")
+)

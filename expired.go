@@ -1,0 +1,47 @@
+package lastseen
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// ExpiredSessions reports what a purge started now would delete: the number
+// of session rows (soft-deleted ones included) whose expiry is at or before
+// the plugin's clock, and the earliest of those expiries in UTC (the zero
+// time when count is 0). It reads only; the CLI's `purge --dry-run` and
+// `status` print it. It returns ErrNotInitialized before db.Use and
+// ErrClosed after Close.
+func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.Time, err error) {
+	db, err := p.ready()
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	m := p.sessions.model
+	expired := expiredAt(db, m.time.DBName, p.now())
+	q := func() *gorm.DB {
+		return fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).Where(expired)
+	}
+	if err := q().Count(&count).Error; err != nil {
+		return 0, time.Time{}, fmt.Errorf("lastseen: count expired sessions: %w", err)
+	}
+	if count == 0 {
+		return 0, time.Time{}, nil
+	}
+	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
+	var at columnTime // dialect.go: SQLite may return text
+	err = q().Select("?", col).Order(clause.OrderBy{Expression: sortTime(db, col)}).Limit(1).Row().Scan(&at)
+	switch {
+	case errors.Is(err, sql.ErrNoRows): // purged between the two queries
+		return count, time.Time{}, nil
+	case err != nil:
+		return count, time.Time{}, fmt.Errorf("lastseen: oldest expired session: %w", err)
+	}
+	return count, at.Time.UTC(), nil
+}

@@ -1,0 +1,217 @@
+package lastseen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+)
+
+// entry is one pending timestamp as stored in Redis and as bound for SQL.
+type entry struct {
+	field, value string
+	id           any
+	at           time.Time
+}
+
+// shardRun is one flush of one shard under the shard's lock (see Flush): run
+// swaps the pending hash to in-flight and drains it, HSCAN page by page,
+// writing a batch at a time and acknowledging each batch once committed.
+// Its state lives in fields; res is what it did.
+type shardRun struct {
+	p     *Plugin
+	shard int
+	keys  shardKeys
+	token string      // the shard lock's token
+	res   FlushResult // what this run did, merged into the flush's result
+
+	// The drain of one in-flight hash (reset by drain).
+	now          time.Time           // the clock when the drain started, for parseMicros
+	batch        []entry             // readable entries not yet written
+	seen         map[string]struct{} // fields of the current batch: HSCAN may return a field twice
+	rejected     []string            // unreadable fields, acknowledged with the next batch
+	batchNo      int                 // batches committed, from 1
+	failed       int                 // entries the database refused, back in pending
+	firstRefusal error               // the database's error for the first refused entry
+}
+
+// flushShard takes shard n's lock, or counts the shard Skipped when another
+// instance holds it, and runs the shard's flush.
+func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
+	keys := p.tracker.shards[n]
+	lock, err := p.locker.Obtain(ctx, keys.lock, p.cfg.LockTTL, nil)
+	if errors.Is(err, redislock.ErrNotObtained) {
+		return FlushResult{Skipped: 1}, nil
+	}
+	if err != nil {
+		return FlushResult{}, fmt.Errorf("lock: %w", err)
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	r := &shardRun{p: p, shard: n, keys: keys, token: lock.Token(), res: FlushResult{Shards: 1}}
+	err = r.run(ctx)
+	return r.res, err
+}
+
+// run swaps the pending hash to in-flight and drains it; an in-flight hash
+// left by an earlier flush is drained first.
+func (r *shardRun) run(ctx context.Context) error {
+	for {
+		moved, err := swapScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.pending, r.keys.inflight}, r.token).Int()
+		if err != nil {
+			return fmt.Errorf("swap: %w", err)
+		}
+		switch moved {
+		case -1:
+			return errLockLost
+		case 0:
+			return nil
+		case -2: // an earlier flush left an in-flight hash: finish it first
+			if err := r.drain(ctx); err != nil {
+				return err
+			}
+		default:
+			r.p.hooks.afterSwap(r.shard)
+			return r.drain(ctx)
+		}
+	}
+}
+
+// drain streams the in-flight hash with HSCAN in pages of BatchSize, writes
+// it batch by batch, then unlinks it. It returns ErrRefused (wrapped) when
+// the database refused entries, which went back to pending.
+func (r *shardRun) drain(ctx context.Context) error {
+	bs := r.p.cfg.BatchSize
+	r.now = r.p.now()
+	r.batch, r.seen, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), nil
+	r.batchNo, r.failed, r.firstRefusal = 0, 0, nil
+	var cursor uint64
+	for {
+		kv, next, err := r.p.cfg.Redis.HScan(ctx, r.keys.inflight, cursor, "", int64(bs)).Result()
+		if err != nil {
+			return fmt.Errorf("hscan: %w", err)
+		}
+		if err := r.take(ctx, kv); err != nil {
+			return err
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	if err := r.writeOut(ctx); err != nil {
+		return err
+	}
+	if len(r.rejected) > 0 { // only rejected entries were left
+		r.res.Drained += len(r.rejected)
+		r.res.Rejected += len(r.rejected)
+	}
+	r.p.hooks.beforeUnlink(r.shard)
+	if err := r.ack(ctx, r.rejected, true); err != nil {
+		return err
+	}
+	if r.failed > 0 {
+		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
+	}
+	return nil
+}
+
+// take adds one HSCAN page (field, value, field, value, ...) to the batch,
+// writing out every batch that fills up. Unreadable entries are rejected.
+func (r *shardRun) take(ctx context.Context, kv []string) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		field, value := kv[i], kv[i+1]
+		if _, dup := r.seen[field]; dup {
+			continue
+		}
+		r.seen[field] = struct{}{}
+		id, errID := r.p.users.ids.parse(field)
+		at, okTime := parseMicros(value, r.now)
+		if errID != nil || !okTime {
+			r.rejected = append(r.rejected, field)
+			r.p.log.Warn("lastseen: dropping unreadable pending entry", "key", r.keys.inflight, "field", truncate(field), "value", truncate(value))
+			continue
+		}
+		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at})
+		if len(r.batch) == r.p.cfg.BatchSize {
+			if err := r.writeOut(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeOut writes the batch, moves the entries the database refused back to
+// pending, and acknowledges the batch and the rejected entries.
+func (r *shardRun) writeOut(ctx context.Context) error {
+	if len(r.batch) == 0 {
+		return nil
+	}
+	br, refused, err := r.p.writeBatch(ctx, r.batch)
+	r.res.add(br)
+	if err != nil {
+		return err
+	}
+	r.batchNo++
+	r.p.hooks.afterCommit(r.shard, r.batchNo)
+	fields := make([]string, 0, len(r.batch)+len(r.rejected))
+	for _, e := range r.batch {
+		fields = append(fields, e.field)
+	}
+	fields = append(fields, r.rejected...)
+	if len(refused) > 0 {
+		if err := r.requeue(ctx, refused); err != nil {
+			return err
+		}
+		r.res.Failed += len(refused)
+		r.failed += len(refused)
+		if r.firstRefusal == nil {
+			r.firstRefusal = refused[0].err
+		}
+	}
+	if err := r.ack(ctx, fields, false); err != nil {
+		return err
+	}
+	r.p.hooks.afterAck(r.shard, r.batchNo)
+	r.res.Drained += len(r.batch) + len(r.rejected)
+	r.res.Rejected += len(r.rejected)
+	r.batch, r.rejected = r.batch[:0], r.rejected[:0]
+	clear(r.seen)
+	return nil
+}
+
+// ack removes fields from the in-flight hash and refreshes the lock; with
+// final it also unlinks the in-flight hash. See lua/ack.lua.
+func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
+	args := make([]any, 0, len(fields)+3)
+	args = append(args, r.token, r.p.cfg.LockTTL.Milliseconds(), map[bool]string{true: "1", false: "0"}[final])
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	n, err := ackScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	if n < 0 {
+		return errLockLost
+	}
+	return nil
+}
+
+// requeue moves refused entries back to pending. See lua/fail.lua.
+func (r *shardRun) requeue(ctx context.Context, refused []refusal) error {
+	args := make([]any, 0, 2+2*len(refused))
+	args = append(args, r.token, ceiling(r.p.now()))
+	for _, f := range refused {
+		args = append(args, f.field, f.value)
+	}
+	n, err := failScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight, r.keys.pending}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("requeue: %w", err)
+	}
+	if n < 0 {
+		return errLockLost
+	}
+	return nil
+}

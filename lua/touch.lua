@@ -1,0 +1,19 @@
+-- touch: records one touch atomically. It sets the throttle marker if it is
+-- absent and, only then, raises the user's pending timestamp (never lowers
+-- it; a stored value that a flush would refuse, not a number or beyond
+-- ARGV[4], is replaced rather than kept as "newer").
+--
+-- KEYS[1] throttle marker key, KEYS[2] pending hash
+-- ARGV[1] user id, ARGV[2] Unix microseconds, ARGV[3] throttle window in ms,
+-- ARGV[4] the latest acceptable value (ceiling, see parseMicros)
+--
+-- Returns {1, window ms} when the touch was recorded and {0, marker PTTL in
+-- ms} when the user was throttled (Redis SET NX PX and PTTL semantics).
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3]) then
+  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
+  if not cur or cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[4]) then
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  end
+  return {1, tonumber(ARGV[3])}
+end
+return {0, redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,119 @@
+package lastseen
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
+)
+
+// model is a parsed GORM model: its table, single primary key and one time
+// column (last seen or expiry).
+type model struct {
+	schema *schema.Schema
+	typ    reflect.Type // struct type
+	table  string
+	pk     *schema.Field
+	time   *schema.Field
+}
+
+var timeType = reflect.TypeOf(time.Time{})
+
+// resolveModel parses m with db's naming strategy and checks that it has one
+// primary key and that field is a time.Time or *time.Time.
+func resolveModel(db *gorm.DB, m any, field, modelOpt, fieldOpt string) (*model, error) {
+	stmt := &gorm.Statement{DB: db}
+	if err := stmt.Parse(m); err != nil {
+		return nil, fmt.Errorf("%s %T: %v", modelOpt, m, err)
+	}
+	s := stmt.Schema
+	if len(s.PrimaryFields) != 1 {
+		names := make([]string, len(s.PrimaryFields))
+		for i, f := range s.PrimaryFields {
+			names[i] = f.Name
+		}
+		return nil, fmt.Errorf("%s %s has %d primary key fields %v, want exactly one", modelOpt, s.Name, len(s.PrimaryFields), names)
+	}
+	f := s.LookUpField(field)
+	if f == nil || f.DBName == "" {
+		return nil, fmt.Errorf("%s %q: %s has no such field or column", fieldOpt, field, s.Name)
+	}
+	ft := f.FieldType
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	if ft != timeType {
+		return nil, fmt.Errorf("%s %q: %s.%s is a %s, want time.Time or *time.Time", fieldOpt, field, s.Name, f.Name, f.FieldType)
+	}
+	return &model{schema: s, typ: s.ModelType, table: s.Table, pk: s.PrimaryFields[0], time: f}, nil
+}
+
+// resolveTargets resolves the user and session models against db (table,
+// primary key, time column) and the user ids' codec against dialect d.
+func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
+	c := p.cfg
+	users, err := resolveModel(db, c.UserModel, c.LastSeenField, "UserModel", "LastSeenField")
+	if err != nil {
+		return invalid("%v", err)
+	}
+	ids, err := newIDCodec(users.pk)
+	if err != nil {
+		return invalid("UserModel %s: %v", users.schema.Name, err)
+	}
+	if ids.kind == idUnsigned {
+		ids.max = d.maxUnsigned
+	}
+	p.users = &userTarget{model: users, ids: ids}
+	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField")
+	if err != nil {
+		return invalid("%v", err)
+	}
+	p.sessions = &sessionTarget{model: sessions}
+	return nil
+}
+
+// userTarget is the resolved user model and what a flush needs to write it.
+type userTarget struct {
+	model *model
+	ids   idCodec
+
+	mu    sync.Mutex
+	write *writeTarget // nil until the first flush resolved it
+}
+
+// sessionTarget is the resolved session model.
+type sessionTarget struct {
+	model *model
+}
+
+// writeTarget names the table and columns a flush writes, with the SQL types
+// PostgreSQL's statement casts to.
+type writeTarget struct {
+	table, pk, col  string
+	intKey          bool   // the primary key's Go type is an integer kind
+	pkType, colType string // PostgreSQL only, from the catalog
+}
+
+// writeTarget resolves table, columns and, on PostgreSQL, their SQL types,
+// once the table exists.
+func (p *Plugin) writeTarget(ctx context.Context) (*writeTarget, error) {
+	u := p.users
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.write != nil {
+		return u.write, nil
+	}
+	t := &writeTarget{table: u.model.table, pk: u.model.pk.DBName, col: u.model.time.DBName,
+		intKey: u.ids.kind == idSigned || u.ids.kind == idUnsigned}
+	if p.dialect.columnTypes != nil {
+		if err := p.dialect.columnTypes(p.db.WithContext(ctx), t); err != nil {
+			return nil, err
+		}
+	}
+	u.write = t
+	return t, nil
+}

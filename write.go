@@ -1,0 +1,175 @@
+package lastseen
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// batchResult counts one written batch.
+type batchResult struct {
+	written, unknown, stale, batches int
+}
+
+// refusal is an entry the database refused on its own, with its error.
+type refusal struct {
+	entry
+	err error
+}
+
+// writeBatch writes one batch. It retries deadlocks and serialization
+// failures up to MaxRetries times. When the database is reachable but the
+// batch failed, it tries the whole batch once more (the error may have been
+// the connection's: killed, failed over; the pool has replaced it by then),
+// then splits the batch in halves until the refused entries stand alone,
+// writes the rest, and returns the refused entries with a nil error; any
+// other error (database unreachable, context ended) is returned, and then
+// nothing of the batch has committed.
+func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	br, err := p.writeWithRetry(ctx, batch)
+	if err == nil {
+		return br, nil, nil
+	}
+	if ctx.Err() != nil || p.statementError(err) || !p.databaseUp(ctx) {
+		return batchResult{}, nil, err
+	}
+	return p.isolateRefused(ctx, batch)
+}
+
+// statementError reports an error no single entry can cause; see
+// dialect.statementError.
+func (p *Plugin) statementError(err error) bool {
+	return errors.Is(err, errNoTable) || p.dialect.statementError(err)
+}
+
+// isolateRefused writes a batch the reachable database failed once: whole,
+// then, if refused again, in halves, recursively.
+func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	br, err := p.writeWithRetry(ctx, batch)
+	if err == nil {
+		return br, nil, nil
+	}
+	if ctx.Err() != nil || p.statementError(err) || !p.databaseUp(ctx) {
+		return batchResult{}, nil, err
+	}
+	if len(batch) == 1 {
+		p.log.Error("lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
+		return batchResult{}, []refusal{{batch[0], err}}, nil
+	}
+	half := len(batch) / 2
+	a, ra, err := p.isolateRefused(ctx, batch[:half])
+	if err != nil {
+		return a, nil, err
+	}
+	b, rb, err := p.isolateRefused(ctx, batch[half:])
+	a.written += b.written
+	a.unknown += b.unknown
+	a.stale += b.stale
+	a.batches += b.batches
+	if err != nil {
+		return a, nil, err
+	}
+	return a, append(ra, rb...), nil
+}
+
+// databaseUp tells a refused batch from an unreachable database with a
+// SELECT 1 through the same GORM handle the writes use.
+func (p *Plugin) databaseUp(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
+}
+
+// writeWithRetry writes the batch, retrying deadlocks and serialization
+// failures up to MaxRetries times (retry), with a warning per retry.
+func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchResult, err error) {
+	attempt := 0
+	retryable := func(err error) bool {
+		if !p.dialect.retryable(err) {
+			return false
+		}
+		attempt++
+		p.log.Warn("lastseen: retrying batch", "attempt", attempt, "err", err)
+		return true
+	}
+	_, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
+		br, err = p.writeOnce(ctx, batch)
+		return err
+	})
+	return br, err
+}
+
+// writeOnce runs the batch's one statement and counts the result.
+func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
+	t, err := p.writeTarget(ctx)
+	if err != nil {
+		return batchResult{}, err
+	}
+	db := p.db.WithContext(ctx)
+	ids := make([]any, len(batch))
+	ts := make([]time.Time, len(batch))
+	for i, e := range batch {
+		ids[i], ts[i] = e.id, e.at
+	}
+	n := len(batch)
+	if p.cfg.WriteMode == Upsert {
+		return p.upsert(db, t, ids, ts)
+	}
+	tx := db.Exec("?", p.dialect.update(t, ids, ts))
+	if tx.Error != nil {
+		return batchResult{}, tx.Error
+	}
+	br := batchResult{written: int(tx.RowsAffected), batches: 1}
+	if br.written < n {
+		existing, err := p.countExisting(db, t, ids)
+		if err != nil {
+			// The write committed; only the split of the rest is unknown.
+			br.stale = n - br.written
+			return br, nil
+		}
+		br.unknown = n - existing
+		br.stale = existing - br.written
+	}
+	return br, nil
+}
+
+func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, error) {
+	var existing int64
+	if p.dialect.count != nil {
+		err := db.Raw("?", p.dialect.count(t, ids)).Scan(&existing).Error
+		return int(existing), err
+	}
+	err := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: clause.Column{Name: t.pk}, Values: ids}).Count(&existing).Error
+	return int(existing), err
+}
+
+func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) (batchResult, error) {
+	n := len(ids)
+	existing := 0
+	if p.dialect.upsertDoubleCounts {
+		var err error
+		if existing, err = p.countExisting(db, t, ids); err != nil {
+			return batchResult{}, err
+		}
+	}
+	rows := make([]map[string]any, n)
+	for i := range ids {
+		rows[i] = map[string]any{t.pk: ids[i], t.col: ts[i]}
+	}
+	table := clause.Table{Name: t.table}
+	tx := db.Table("?", table).Clauses(clause.Insert{Table: table}, p.dialect.onConflict(t)).Create(&rows)
+	if tx.Error != nil {
+		return batchResult{}, tx.Error
+	}
+	affected := int(tx.RowsAffected)
+	written := affected
+	if p.dialect.upsertDoubleCounts {
+		// MySQL: 1 per inserted row, 2 per updated row, 0 per unchanged row.
+		inserted := n - existing
+		written = inserted + (affected-inserted)/2
+	}
+	return batchResult{written: written, stale: n - written, batches: 1}, nil
+}
