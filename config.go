@@ -48,7 +48,7 @@ const (
 	DefaultTouchTimeout      = 20 * time.Millisecond
 	DefaultBatchSize         = 1000
 	DefaultFlushConcurrency  = 2
-	DefaultLastSeenField     = "LastSeenAt"
+	DefaultField             = "LastSeenAt"
 	DefaultFlushSchedule     = "@every 1m"
 	DefaultLockTTL           = 30 * time.Second
 	DefaultMaxRetries        = 3
@@ -106,13 +106,15 @@ type Config struct {
 	FlushConcurrency int
 	// WriteMode is Update (default) or Upsert.
 	WriteMode WriteMode
-	// UserModel is the app's user model, a pointer to a struct GORM can
-	// parse with exactly one primary key. Default &User{}.
-	UserModel any
-	// LastSeenField names the last-seen field of UserModel, by Go field name
-	// or column name. It must be a time.Time or *time.Time. Default
+	// Model is the tracked model: the app's users, sessions, API tokens or
+	// devices, a pointer to a struct GORM can parse with exactly one primary
+	// key; the ids given to Touch are its primary key values. Default
+	// &User{}.
+	Model any
+	// Field names the tracked model's last-seen field, by Go field name or
+	// column name. It must be a time.Time or *time.Time. Default
 	// "LastSeenAt".
-	LastSeenField string
+	Field string
 	// FlushSchedule is when the scheduler flushes, as robfig/cron specs
 	// (standard five fields or descriptors such as "@every 1m"), several
 	// separated by ";". Default "@every 1m".
@@ -176,12 +178,12 @@ func withDefaults(cfg Config) Config {
 	cfg.PurgeBatchSize = cmp.Or(cfg.PurgeBatchSize, DefaultPurgeBatchSize)
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, DefaultPurgePause)
 	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, DefaultPurgeBatchTimeout)
-	cfg.LastSeenField = cmp.Or(cfg.LastSeenField, DefaultLastSeenField)
+	cfg.Field = cmp.Or(cfg.Field, DefaultField)
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
-	if cfg.UserModel == nil {
-		cfg.UserModel = &User{}
+	if cfg.Model == nil {
+		cfg.Model = &User{}
 	}
 	if cfg.SessionModel == nil {
 		cfg.SessionModel = &Session{}

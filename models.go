@@ -2,8 +2,8 @@ package lastseen
 
 import "time"
 
-// User is the default UserModel: a presence table of its own, table "users".
-// Apps normally pass their own user model in Config.UserModel instead.
+// User is the default Model: a presence table of its own, table "users".
+// Apps normally pass their own user model in Config.Model instead.
 type User struct {
 	ID         uint64     `gorm:"primaryKey"` // the user's id, as given to Touch
 	LastSeenAt *time.Time `gorm:"index"`      // last seen, UTC; NULL until the first flush

@@ -56,13 +56,13 @@ func resolveModel(db *gorm.DB, m any, field, modelOpt, fieldOpt string) (*model,
 // primary key, time column) and the user ids' codec against dialect d.
 func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 	c := p.cfg
-	users, err := resolveModel(db, c.UserModel, c.LastSeenField, "UserModel", "LastSeenField")
+	users, err := resolveModel(db, c.Model, c.Field, "Model", "Field")
 	if err != nil {
 		return invalid("%v", err)
 	}
 	ids, err := newIDCodec(users.pk)
 	if err != nil {
-		return invalid("UserModel %s: %v", users.schema.Name, err)
+		return invalid("Model %s: %v", users.schema.Name, err)
 	}
 	if ids.kind == idUnsigned {
 		ids.max = d.maxUnsigned

@@ -241,7 +241,7 @@ func TestOpsAppModels(t *testing.T) {
 		must(t, app.Delete(&sessions[3]).Error) // soft-deleted, live
 
 		p := lastseen.New(lastseen.Config{Redis: rdb, Now: clock.Now, DisableScheduler: true, Logger: discard,
-			UserModel: &account{}, LastSeenField: "SeenAt", SessionModel: &appSession{}, ExpiresField: "ValidUntil",
+			Model: &account{}, Field: "SeenAt", SessionModel: &appSession{}, ExpiresField: "ValidUntil",
 			TouchTimeout: 2 * time.Second})
 		must(t, app.Use(p))
 		_, err := p.TouchAt(ctx, "6f1c0d9e-0000-4000-8000-000000000002", mustTime("2026-03-01T11:58:00Z"))
