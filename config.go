@@ -41,7 +41,7 @@ func (m WriteMode) String() string {
 
 // Default values that New fills into a zero Config field.
 const (
-	DefaultPrefix            = "lastseen"
+	DefaultPrefix            = "lastseen" // first part of the derived Prefix
 	DefaultShards            = 16
 	DefaultThrottle          = 5 * time.Minute
 	DefaultLocalCacheSize    = 100_000
@@ -69,7 +69,14 @@ type Config struct {
 	// redis.UniversalClient works: *redis.Client, a Sentinel failover client
 	// or *redis.ClusterClient.
 	Redis redis.UniversalClient
-	// Prefix starts every Redis key the plugin writes. Default "lastseen".
+	// Prefix starts every Redis key the plugin writes. Default: derived at
+	// Initialize from the target, "lastseen:<table>:<8 hex digits>", the
+	// digits from the database server's identity, the database, the table
+	// and the column (manifest.go), so that two apps on one Redis never
+	// share a buffer by accident; Plugin.Config returns it. Set the same
+	// Prefix on instances that must share a buffer on purpose: the buffer's
+	// manifest then makes Initialize refuse an instance whose Shards,
+	// dialect, database, table, column or key type differ.
 	Prefix string
 	// Shards is the number of pending hashes the buffer is split over, each
 	// with its own hash tag so that a Redis Cluster spreads them over its
@@ -158,12 +165,20 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; tests set it. Default time.Now.
 	Now func() time.Time
+
+	// Eviction (eviction.go).
+
+	// RequireNoEviction makes Initialize refuse (ErrInvalidConfig) a Redis
+	// whose maxmemory-policy can evict keys, anything but "noeviction" on
+	// any master. A policy that cannot be read (CONFIG and INFO refused) is
+	// accepted with a warning. Default false: such a policy is logged as a
+	// warning once and shown in Status.
+	RequireNoEviction bool
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
 // fields (New).
 func withDefaults(cfg Config) Config {
-	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.Shards = cmp.Or(cfg.Shards, DefaultShards)
 	cfg.Throttle = cmp.Or(cfg.Throttle, DefaultThrottle)
 	cfg.LocalCacheSize = cmp.Or(cfg.LocalCacheSize, DefaultLocalCacheSize)

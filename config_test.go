@@ -197,7 +197,9 @@ func TestConfigMistakes(t *testing.T) {
 }
 
 // TestConfigLimitsAccepted: the largest accepted values of the limits
-// above pass, and so does the zero Config but for Redis (defaults).
+// above pass, and so does the zero Config but for Redis and Prefix
+// (defaults). The database is unreachable too: with Prefix set, Initialize
+// does not need its identity (the first flush reads it).
 func TestConfigLimitsAccepted(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1}) // refused at once
 	t.Cleanup(func() { rdb.Close() })
@@ -210,6 +212,7 @@ func TestConfigLimitsAccepted(t *testing.T) {
 					LockTTL: 10 * time.Millisecond, FlushSchedule: "@every 1m; 0 3 * * *"},
 			} {
 				cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+				cfg.Prefix = "limits"
 				p := New(cfg)
 				must(t, dialectOnly(t, dialect).Use(p))
 				p.tracker.close()

@@ -1,6 +1,7 @@
 package lastseen
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -51,6 +52,16 @@ type dialect struct {
 	// columnTypes looks up the SQL types a statement must cast to, where
 	// the dialect needs them (PostgreSQL's unnest arrays).
 	columnTypes func(db *gorm.DB, t *writeTarget) error
+	// identity names the database server and the database the handle is
+	// connected to, for the default key namespace (derivePrefix).
+	identity func(ctx context.Context, db *gorm.DB) (targetIdentity, error)
+}
+
+// targetIdentity is what a database handle points at: server names the
+// database server (PostgreSQL's system identifier, MySQL's server_uuid, the
+// SQLite file), database the database (and schema) within it.
+type targetIdentity struct {
+	server, database string
 }
 
 // maxBatch is the largest BatchSize: two bind parameters per user.

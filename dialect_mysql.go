@@ -1,11 +1,13 @@
 package lastseen
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -20,6 +22,7 @@ var mysqlDialect = &dialect{
 	retryable:          mysqlRetryable,
 	statementError:     mysqlStatementError,
 	upsertDoubleCounts: true,
+	identity:           mysqlIdentity,
 }
 
 // mysqlStatementError: server errors 1054 (bad field), 1146 (no such
@@ -77,4 +80,36 @@ func mysqlRetryable(err error) bool {
 		}
 	}
 	return false
+}
+
+// mysqlIdentity names a MySQL server by server_uuid (MySQL 5.6+, kept in
+// the data directory's auto.cnf), and a MariaDB server, which has no
+// server_uuid, by server_id, hostname and port; SHOW VARIABLES lists what
+// exists without failing on what does not. The database is DATABASE(),
+// empty when the connection selected none.
+func mysqlIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
+	var rows []struct {
+		Name  string `gorm:"column:Variable_name"`
+		Value string `gorm:"column:Value"`
+	}
+	err := db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_uuid', 'server_id', 'hostname', 'port')").Scan(&rows).Error
+	if err != nil {
+		return targetIdentity{}, err
+	}
+	v := map[string]string{}
+	for _, r := range rows {
+		v[r.Name] = r.Value
+	}
+	var id targetIdentity
+	if v["server_uuid"] != "" {
+		id.server = "mysql server_uuid " + v["server_uuid"]
+	} else {
+		id.server = "mysql server_id " + v["server_id"] + " on " + v["hostname"] + ":" + v["port"]
+	}
+	var name *string
+	err = db.WithContext(ctx).Raw("SELECT DATABASE()").Scan(&name).Error
+	if name != nil {
+		id.database = *name
+	}
+	return id, err
 }

@@ -1,6 +1,7 @@
 package lastseen
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -25,6 +26,7 @@ var postgresDialect = &dialect{
 	columnTypes:    postgresColumnTypes,
 	count:          postgresCount,
 	maxUnsigned:    math.MaxInt64,
+	identity:       postgresIdentity,
 }
 
 // postgresStatementError: SQLSTATE class 42, syntax error or access rule
@@ -120,4 +122,35 @@ func postgresRetryable(err error) bool {
 		}
 	}
 	return false
+}
+
+// postgresIdentity names the server by the cluster's system identifier from
+// pg_control_system() (PostgreSQL 9.6+), which a physical replica promoted
+// by failover keeps, when the role may execute it (has_function_privilege:
+// every role may unless an administrator revoked it); else by the address
+// and port the connection reached (inet_server_addr(), "local" on a Unix
+// socket). The database is current_database() and current_schema(), the
+// schema an unqualified table name resolves to first.
+func postgresIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
+	db = db.WithContext(ctx)
+	var id targetIdentity
+	var allowed bool
+	if err := db.Raw("SELECT has_function_privilege('pg_catalog.pg_control_system()', 'execute')").Scan(&allowed).Error; err != nil {
+		return id, err
+	}
+	var sysid string
+	if allowed {
+		if err := db.Raw("SELECT system_identifier::text FROM pg_catalog.pg_control_system()").Scan(&sysid).Error; err != nil {
+			return id, err
+		}
+		id.server = "postgres system_identifier " + sysid
+	} else {
+		var addr string
+		if err := db.Raw("SELECT coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')").Scan(&addr).Error; err != nil {
+			return id, err
+		}
+		id.server = "postgres address " + addr
+	}
+	err := db.Raw("SELECT current_database() || '.' || coalesce(current_schema(), '')").Scan(&id.database).Error
+	return id, err
 }

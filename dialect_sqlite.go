@@ -1,10 +1,14 @@
 package lastseen
 
 import (
+	"cmp"
+	"context"
+	"errors"
 	"math"
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -19,6 +23,7 @@ var sqliteDialect = &dialect{
 	retryable:      sqliteRetryable,
 	statementError: sqliteStatementError,
 	maxUnsigned:    math.MaxInt64,
+	identity:       sqliteIdentity,
 }
 
 // sqliteStatementError matches the messages of SQLite's statement errors
@@ -68,4 +73,24 @@ func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 func sqliteRetryable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+// sqliteIdentity names a SQLite database by the absolute path of its main
+// file (PRAGMA database_list); an in-memory database has none and is named
+// ":memory:". The database is "main".
+func sqliteIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
+	var rows []struct {
+		Seq  int
+		Name string
+		File string
+	}
+	if err := db.WithContext(ctx).Raw("PRAGMA database_list").Scan(&rows).Error; err != nil {
+		return targetIdentity{}, err
+	}
+	for _, r := range rows {
+		if r.Name == "main" {
+			return targetIdentity{server: "sqlite file " + cmp.Or(r.File, ":memory:"), database: "main"}, nil
+		}
+	}
+	return targetIdentity{}, errors.New("PRAGMA database_list has no main database")
 }

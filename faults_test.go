@@ -48,15 +48,17 @@ type privateRedis struct {
 	bin  string
 	dir  string
 	port int
+	args []string // extra redis-server arguments, such as "--maxmemory", "4mb"
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
 
-// startPrivateRedis starts the server. Without a redis-server binary it
+// startPrivateRedis starts the server with extra redis-server arguments
+// (args, such as "--maxmemory", "4mb"). Without a redis-server binary it
 // skips, or fails under LASTSEEN_REQUIRE_SERVICES.
-func startPrivateRedis(t testing.TB) *privateRedis {
+func startPrivateRedis(t testing.TB, args ...string) *privateRedis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -65,7 +67,7 @@ func startPrivateRedis(t testing.TB) *privateRedis {
 		}
 		t.Skip("redis-server not installed")
 	}
-	r := &privateRedis{t: t, bin: bin, dir: t.TempDir()}
+	r := &privateRedis{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(r.kill)
 	for attempt := 1; ; attempt++ {
 		r.port = freePort(t)
@@ -93,8 +95,8 @@ func (r *privateRedis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port
 
 // launch runs redis-server and waits until it answers PING.
 func (r *privateRedis) launch() error {
-	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir, "--daemonize", "no")
+	cmd := exec.Command(r.bin, append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir, "--daemonize", "no"}, r.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
 	if err := cmd.Start(); err != nil {
 		return err

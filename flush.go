@@ -75,6 +75,11 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
 	res := FlushResult{}
 	var errs []error
+	if err := p.recheckRedis(ctx); err != nil { // a buffer of another layout: write nothing
+		p.stats.flushes.Add(1)
+		p.stats.flushErrors.Add(1)
+		return res, err
+	}
 	if _, err := p.tracker.replayBacklog(ctx); err != nil {
 		errs = append(errs, err)
 	}

@@ -364,6 +364,7 @@ func TestInitializeValidation(t *testing.T) {
 	}{{&User{}, "LastSeenAt"}, {&User{}, "last_seen_at"}, {&appAccount{}, "seen"}, {&intPKUser{}, "LastSeenAt"}} {
 		cfg := h.config()
 		cfg.Model, cfg.Field = c.model, c.field
+		cfg.Prefix = fmt.Sprintf("%s:%T", h.prefix, c.model) // a buffer per table: the manifest names it
 		p := New(cfg)
 		must(t, h.openDB().Use(p))
 		must(t, p.Close(context.Background()))
@@ -375,7 +376,7 @@ func TestNewDefaults(t *testing.T) {
 	p := New(Config{})
 	c := p.Config()
 	equal(t, "Name", p.Name(), "lastseen")
-	equal(t, "Prefix", c.Prefix, "lastseen")
+	equal(t, "Prefix", c.Prefix, "") // derived at Initialize (TestDefaultPrefixPerTarget)
 	equal(t, "Shards", c.Shards, 16)
 	equal(t, "Throttle", c.Throttle, 5*time.Minute)
 	equal(t, "BatchSize", c.BatchSize, 1000)

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -52,6 +53,13 @@ type Plugin struct {
 	stats     counters
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
+
+	// What the buffer belongs to and how Redis keeps it (manifest.go, eviction.go).
+	manifestMu sync.Mutex     // guards target and identityOK after Initialize (recheckRedis)
+	target     targetIdentity // the database server and database
+	identityOK bool           // target was read
+	manifestOK atomic.Bool    // the manifest was found to agree (or created)
+	eviction   *evictionWatch
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)
@@ -70,17 +78,27 @@ func New(cfg Config) *Plugin {
 // Name returns "lastseen", the name GORM registers the plugin under.
 func (p *Plugin) Name() string { return "lastseen" }
 
-// Config returns the configuration with defaults filled in.
-func (p *Plugin) Config() Config { return p.cfg }
+// Config returns the configuration with defaults filled in. After
+// Initialize, Prefix is the one in use: Config.Prefix, or when that was
+// empty the prefix derived from the database and table (manifest.go).
+func (p *Plugin) Config() Config {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg
+}
 
 // Initialize is called by db.Use. It validates the configuration against the
 // database's dialect and the models, and returns an error wrapping
 // ErrInvalidConfig that names the first problem: no Redis client, an
 // unsupported dialect, a batch size over the dialect's bind-parameter limit,
 // a model GORM cannot parse or without exactly one primary key, a missing or
-// non-time last-seen or expiry field, a cron spec that does not parse. A
-// Redis that is configured but unreachable is logged, not an error: presence
-// is best effort. Unless DisableScheduler is set it starts the flush and
+// non-time last-seen or expiry field, a cron spec that does not parse, a
+// buffer manifest that disagrees (manifest.go), or with RequireNoEviction a
+// Redis maxmemory-policy that can evict (eviction.go). It reads the
+// database server's identity (and derives Prefix from it when empty); an
+// error doing so is returned. A Redis that is configured but unreachable is
+// logged, not an error: presence is best effort; the manifest is then
+// checked by the first flush that reaches Redis. Unless DisableScheduler is set it starts the flush and
 // purge jobs. Calling it again after it succeeded does nothing.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Lock()
@@ -89,6 +107,12 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return nil
 	}
 	if err := p.validate(db); err != nil {
+		return err
+	}
+	if err := p.resolvePrefix(db); err != nil {
+		return err
+	}
+	if err := p.checkRedis(); err != nil {
 		return err
 	}
 	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
@@ -100,12 +124,6 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
 	p.db = db.Session(&gorm.Session{NewDB: true})
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := p.cfg.Redis.Ping(ctx).Err(); err != nil {
-		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
-	}
-	cancel()
 
 	if !p.cfg.DisableScheduler {
 		p.sched = newScheduler(p.log)

@@ -10,6 +10,7 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	evictions                                              atomic.Int64 // eviction.go
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -37,6 +38,13 @@ type Stats struct {
 	PurgeErrors     int64 // purge runs that returned an error
 	PurgeSkipped    int64 // scheduled purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
+
+	// Evictions is the number of keys Redis evicted (INFO stats
+	// evicted_keys, summed over a cluster's masters) between this plugin's
+	// checks: at Initialize, then at most once a minute at the start of a
+	// flush or a Status. It counts every key of that Redis, the buffer's
+	// among them; see Status.EvictionPolicy.
+	Evictions int64
 }
 
 // Stats returns the cumulative counters.
@@ -51,6 +59,7 @@ func (p *Plugin) Stats() Stats {
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(),
+		Evictions:       c.evictions.Load(),
 	}
 	if p.tracker != nil {
 		s.Backlog = int64(p.tracker.backlog.len())

@@ -47,6 +47,17 @@ type Status struct {
 	// Redis did not answer; the next flush moves them to Redis. Other
 	// processes' backlogs are not visible here.
 	Backlog int
+
+	// EvictionPolicy is Redis's maxmemory-policy as last read (CONFIG GET
+	// maxmemory-policy, else INFO memory): "noeviction", another policy
+	// such as "allkeys-lru", PolicyUnknown when neither answered, or on a
+	// cluster whose masters disagree their policies sorted and joined by
+	// ",". Read at Initialize and at most once a minute after.
+	EvictionPolicy string
+	// EvictionRisk reports that some master's policy can evict keys: the
+	// pending and in-flight hashes can vanish, and the touches in them with
+	// them, without an error. Fix: CONFIG SET maxmemory-policy noeviction.
+	EvictionRisk bool
 }
 
 // OldestAge is how long the oldest buffered timestamp has waited: At minus
@@ -77,6 +88,8 @@ func (p *Plugin) Status(ctx context.Context) (Status, error) {
 		return Status{}, ErrNotInitialized
 	}
 	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(t.shards)), Backlog: t.backlog.len()}
+	p.eviction.maybeCheck(ctx)
+	st.EvictionPolicy, st.EvictionRisk = p.eviction.state()
 	pending := make([]*redis.IntCmd, len(t.shards))
 	inflight := make([]*redis.IntCmd, len(t.shards))
 	_, err := p.cfg.Redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {

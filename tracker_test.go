@@ -238,7 +238,7 @@ func TestTouchStoredForm(t *testing.T) {
 		must(t, err)
 		equal(t, "recorded", ok, true)
 
-		equal(t, "keys", strings.Join(h.keys(), " "), ":{0}:pending :{0}:seen:42")
+		equal(t, "keys", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:42")
 		v, err := h.r.client.HGet(ctx, h.prefix+":{0}:pending", "42").Result()
 		must(t, err)
 		equal(t, "stored value", v, "1772357400123456")
@@ -489,6 +489,7 @@ func TestTouchUserIDs(t *testing.T) {
 		if p == nil {
 			cfg := h.config()
 			cfg.Model = c.model
+			cfg.Prefix = h.prefix + ":" + name // a buffer per model: the manifest names the table
 			cfg.Shards = 1
 			p, _ = h.plugin(cfg)
 			plugins[name] = p
@@ -504,11 +505,12 @@ func TestTouchUserIDs(t *testing.T) {
 				continue
 			}
 			equal(t, label+" recorded", ok, true)
-			n, err := h.r.client.HExists(ctx, h.prefix+":{0}:pending", c.want).Result()
+			prefix := p.Config().Prefix
+			n, err := h.r.client.HExists(ctx, prefix+":{0}:pending", c.want).Result()
 			must(t, err)
 			equal(t, label+" stored as "+c.want, n, true)
-			must(t, h.r.client.HDel(ctx, h.prefix+":{0}:pending", c.want).Err())
-			must(t, h.r.client.Del(ctx, h.prefix+":{0}:seen:"+c.want).Err())
+			must(t, h.r.client.HDel(ctx, prefix+":{0}:pending", c.want).Err())
+			must(t, h.r.client.Del(ctx, prefix+":{0}:seen:"+c.want).Err())
 			continue
 		}
 		if err == nil {
@@ -539,6 +541,7 @@ func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 
 	cfg := h.config()
 	cfg.Model = &signedUser{}
+	cfg.Prefix = h.prefix + ":signed" // a buffer per table: the manifest names it
 	signed, _ := h.plugin(cfg)
 	ok, err := signed.Touch(ctx, int64(-1))
 	must(t, err)

@@ -1,0 +1,205 @@
+package lastseen
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+)
+
+// The buffer knows what it belongs to. Its manifest, the hash
+// "<prefix>:manifest", records the layout and the target of the buffer
+// under that prefix: written by the first instance that uses the prefix,
+// checked by every later one at Initialize. An instance whose Shards,
+// dialect, database, table, column or key type differ refuses to start
+// (ErrInvalidConfig) instead of writing into a buffer it reads differently.
+//
+// With Config.Prefix empty the prefix itself names the target, so two apps
+// never share a buffer by accident:
+//
+//	lastseen:<table>:<first 8 hex digits of SHA-256 of dialect, server, database, table, column>
+//
+// server is the database server's identity (dialect.identity): PostgreSQL's
+// system identifier, MySQL's server_uuid, MariaDB's server_id, hostname and
+// port, the SQLite file's absolute path.
+
+// manifestFormat is the buffer's format version: the key layout of
+// buffer.go and the stored timestamp form (Unix microseconds, decimal).
+const manifestFormat = "1"
+
+var (
+	//go:embed lua/manifest.lua
+	manifestLua string
+	// manifestScript creates the manifest if absent and returns it
+	// (checkManifest).
+	manifestScript = redis.NewScript(manifestLua)
+)
+
+// identityTimeout bounds the identity queries of Initialize.
+const identityTimeout = 5 * time.Second
+
+// manifestKey is the manifest's key: a single key, in one Redis Cluster slot.
+func manifestKey(prefix string) string { return prefix + ":manifest" }
+
+// derivePrefix is the default Prefix for a target: DefaultPrefix, the table
+// (without braces, which are Redis Cluster hash tags) and the first 8 hex
+// digits of the SHA-256 of the dialect, the server, the database, the table
+// and the column, separated by NUL bytes.
+func derivePrefix(dialect string, id targetIdentity, table, column string) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{dialect, id.server, id.database, table, column}, "\x00")))
+	return DefaultPrefix + ":" + strings.NewReplacer("{", "", "}", "").Replace(table) + ":" + hex.EncodeToString(sum[:4])
+}
+
+// manifestField is one field of the manifest: its name in the hash, how an
+// error names it, and this instance's value.
+type manifestField struct {
+	name, label, value string
+}
+
+// manifest returns this instance's manifest, in the order the check
+// compares it. The server is recorded but only logged on a mismatch: with
+// an explicit Prefix, a failover to a server of another identity must not
+// stop the app.
+func (p *Plugin) manifest() []manifestField {
+	key := "text"
+	if k := p.users.ids.kind; k == idSigned || k == idUnsigned {
+		key = "integer"
+	}
+	return []manifestField{
+		{"format", "format version", manifestFormat},
+		{"dialect", "dialect", p.dialect.name},
+		{"database", "database", p.target.database},
+		{"table", "table", p.users.model.table},
+		{"column", "column", p.users.model.time.DBName},
+		{"key", "key type", key},
+		{"shards", "Shards", strconv.Itoa(p.cfg.Shards)},
+		{"server", "server", p.target.server},
+	}
+}
+
+// resolvePrefix reads the database's identity and, when Config.Prefix is
+// empty, derives the prefix from it (Initialize, before the tracker is
+// built on the prefix). Without the identity an empty Prefix cannot be
+// derived: that is an error; with a Prefix set it is logged and the first
+// flush reads the identity and checks the manifest.
+func (p *Plugin) resolvePrefix(db *gorm.DB) error {
+	ctx, cancel := context.WithTimeout(context.Background(), identityTimeout)
+	defer cancel()
+	id, err := p.dialect.identity(ctx, db)
+	switch {
+	case err != nil && p.cfg.Prefix == "":
+		return fmt.Errorf("lastseen: derive the default Prefix: read the database server's identity: %w", err)
+	case err != nil:
+		p.log.Warn("lastseen: cannot read the database server's identity at start; the first flush checks the buffer's manifest", "err", err)
+		return nil
+	}
+	p.target, p.identityOK = id, true
+	if p.cfg.Prefix == "" {
+		p.cfg.Prefix = derivePrefix(p.dialect.name, id, p.users.model.table, p.users.model.time.DBName)
+	}
+	return nil
+}
+
+// checkManifest creates the manifest if absent (manifestScript, atomic) and
+// compares it with this instance's. A disagreement is an ErrInvalidConfig
+// that names both values and the way out; a Redis error is returned as is.
+// After a success later calls do nothing. Called with manifestMu held, or
+// from Initialize.
+func (p *Plugin) checkManifest(ctx context.Context) error {
+	if p.manifestOK.Load() {
+		return nil
+	}
+	want := p.manifest()
+	args := make([]any, 0, 2*len(want))
+	for _, f := range want {
+		args = append(args, f.name, f.value)
+	}
+	key := manifestKey(p.cfg.Prefix)
+	kv, err := manifestScript.Run(ctx, p.cfg.Redis, []string{key}, args...).StringSlice()
+	if err != nil {
+		return fmt.Errorf("lastseen: buffer manifest %s: %w", key, err)
+	}
+	got := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		got[kv[i]] = kv[i+1]
+	}
+	for _, f := range want {
+		have := got[f.name]
+		switch {
+		case have == f.value:
+		case f.name == "server":
+			p.log.Warn("lastseen: the buffer was created for another database server; touches of both go to this instance's table",
+				"prefix", p.cfg.Prefix, "manifest_server", have, "server", f.value)
+		case f.name == "shards":
+			return invalid("the buffer at prefix %q was created with Shards %s, this instance has Shards %s: "+
+				"set Shards: %s, or flush the buffer empty with Shards %s and delete the key %s",
+				p.cfg.Prefix, have, f.value, have, have, key)
+		default:
+			return invalid("the buffer at prefix %q was created for %s %q, this instance has %s %q: "+
+				"set another Prefix (or leave Prefix empty to derive one from the database and table), "+
+				"or flush the buffer empty with the old setting and delete the key %s",
+				p.cfg.Prefix, f.label, have, f.label, f.value, key)
+		}
+	}
+	p.manifestOK.Store(true)
+	return nil
+}
+
+// checkRedis is Initialize's look at Redis, within one second: PING, the
+// eviction policy (refused under RequireNoEviction when it can evict) and
+// the manifest. An unreachable Redis is logged and not an error.
+func (p *Plugin) checkRedis() error {
+	p.eviction = newEvictionWatch(p.cfg, p.log, &p.stats)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := p.cfg.Redis.Ping(ctx).Err(); err != nil {
+		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
+		return nil
+	}
+	p.eviction.check(ctx)
+	if policy, risk := p.eviction.state(); risk && p.cfg.RequireNoEviction {
+		return invalid("Redis maxmemory-policy is %q, which can evict the buffer, and RequireNoEviction is set: "+
+			"run CONFIG SET maxmemory-policy noeviction on the Redis (on every master of a cluster), "+
+			"or give lastseen a Redis of its own", policy)
+	}
+	if !p.identityOK {
+		return nil
+	}
+	if err := p.checkManifest(ctx); err != nil {
+		if errors.Is(err, ErrInvalidConfig) {
+			return err
+		}
+		p.log.Warn("lastseen: cannot check the buffer's manifest at start; the first flush checks it", "err", err)
+	}
+	return nil
+}
+
+// recheckRedis runs at the start of every flush: the eviction check when it
+// is due (eviction.go), and, until one succeeded, the manifest check that
+// Initialize could not do (Redis unreachable, or the database's identity
+// unreadable then). Its error (a disagreeing manifest, Redis or the
+// database failing) stops the flush before it writes.
+func (p *Plugin) recheckRedis(ctx context.Context) error {
+	p.eviction.maybeCheck(ctx)
+	if p.manifestOK.Load() {
+		return nil
+	}
+	p.manifestMu.Lock()
+	defer p.manifestMu.Unlock()
+	if !p.identityOK {
+		id, err := p.dialect.identity(ctx, p.db)
+		if err != nil {
+			return fmt.Errorf("lastseen: read the database server's identity for the buffer's manifest: %w", err)
+		}
+		p.target, p.identityOK = id, true
+	}
+	return p.checkManifest(ctx)
+}
