@@ -58,8 +58,9 @@ type dialect struct {
 }
 
 // targetIdentity is what a database handle points at: server names the
-// database server (PostgreSQL's system identifier, MySQL's server_uuid, the
-// SQLite file), database the database (and schema) within it.
+// database server (PostgreSQL's system identifier, MySQL's server_uuid;
+// "sqlite"), database the database within it (PostgreSQL's database and
+// schema, MySQL's database, the SQLite file's absolute path).
 type targetIdentity struct {
 	server, database string
 }

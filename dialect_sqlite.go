@@ -76,8 +76,8 @@ func sqliteRetryable(err error) bool {
 }
 
 // sqliteIdentity names a SQLite database by the absolute path of its main
-// file (PRAGMA database_list); an in-memory database has none and is named
-// ":memory:". The database is "main".
+// file (PRAGMA database_list), or ":memory:" for an in-memory database,
+// which has none; the server is "sqlite".
 func sqliteIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
 	var rows []struct {
 		Seq  int
@@ -89,7 +89,7 @@ func sqliteIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
 	}
 	for _, r := range rows {
 		if r.Name == "main" {
-			return targetIdentity{server: "sqlite file " + cmp.Or(r.File, ":memory:"), database: "main"}, nil
+			return targetIdentity{server: "sqlite", database: cmp.Or(r.File, ":memory:")}, nil
 		}
 	}
 	return targetIdentity{}, errors.New("PRAGMA database_list has no main database")

@@ -27,9 +27,12 @@ import (
 //
 //	lastseen:<table>:<first 8 hex digits of SHA-256 of dialect, server, database, table, column>
 //
-// server is the database server's identity (dialect.identity): PostgreSQL's
-// system identifier, MySQL's server_uuid, MariaDB's server_id, hostname and
-// port, the SQLite file's absolute path.
+// server and database come from the dialect (dialect.identity): PostgreSQL's
+// system identifier and current_database().current_schema(); MySQL's
+// server_uuid (MariaDB: server_id, hostname and port) and DATABASE();
+// SQLite's main file, by absolute path. The manifest records all of them;
+// a different server alone is logged, not refused, so that a failover to a
+// server of another identity does not stop an app with an explicit Prefix.
 
 // manifestFormat is the buffer's format version: the key layout of
 // buffer.go and the stored timestamp form (Unix microseconds, decimal).

@@ -2,6 +2,8 @@ package lastseen
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -111,9 +113,9 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		must(t, tryUse(t, h.openDB(), cfg))
 		m, err := h.r.client.HGetAll(context.Background(), h.prefix+":manifest").Result()
 		must(t, err)
-		equal(t, "manifest server", regexp.MustCompile(`^sqlite file /.*/test\.db$`).MatchString(m["server"]), true)
-		delete(m, "server")
-		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at database:main dialect:sqlite format:1 key:integer shards:16 table:users]")
+		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
+		delete(m, "database")
+		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at dialect:sqlite format:1 key:integer server:sqlite shards:16 table:users]")
 	})
 }
 
@@ -212,7 +214,8 @@ func TestDefaultPrefixPerTarget(t *testing.T) {
 }
 
 // TestDefaultPrefixSQLiteFile: the SQLite identity is the main file's
-// absolute path, and the prefix is the documented hash of it.
+// absolute path, and the prefix is the documented hash of it; two files on
+// one explicit Prefix are refused.
 func TestDefaultPrefixSQLiteFile(t *testing.T) {
 	h := newHarness(t, sqliteOpener(), miniredisKind())
 	cfg := h.config()
@@ -221,8 +224,21 @@ func TestDefaultPrefixSQLiteFile(t *testing.T) {
 	var file string
 	must(t, h.db.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file).Error)
 	equal(t, "absolute path", filepath.IsAbs(file), true)
-	equal(t, "server", p.target.server, "sqlite file "+file)
-	equal(t, "prefix", p.Config().Prefix, derivePrefix("sqlite", targetIdentity{server: "sqlite file " + file, database: "main"}, "users", "last_seen_at"))
+	equal(t, "database", p.target.database, file)
+	equal(t, "prefix", p.Config().Prefix, derivePrefix("sqlite", targetIdentity{server: "sqlite", database: file}, "users", "last_seen_at"))
+	sum := sha256.Sum256([]byte("sqlite\x00sqlite\x00" + file + "\x00users\x00last_seen_at"))
+	equal(t, "prefix, by hand", p.Config().Prefix, "lastseen:users:"+hex.EncodeToString(sum[:4]))
+
+	// Another file with the same explicit Prefix: refused, the database named.
+	other := sqliteOpener().open(t)()
+	cfg.Prefix = h.prefix
+	_ = tryUse(t, h.openDB(), cfg)
+	err := tryUse(t, other, cfg)
+	var otherFile string
+	must(t, other.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&otherFile).Error)
+	equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for database %q, `+
+		`this instance has database %q: set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+		`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix, file, otherFile, h.prefix))
 }
 
 // dialectByName returns the opener of one dialect.
