@@ -21,9 +21,11 @@ import (
 // sessionRow) whose table and column names come from these flags; the
 // defaults are those of lastseen.User and lastseen.Session. Prefix and
 // Shards must be the app's Config values, or the commands look at other
-// Redis keys.
+// Redis keys; an empty Prefix is derived by the library from the database
+// and table exactly as the app's is, and the buffer's manifest refuses a
+// Shards, table or column that differs from the app's.
 type targetFlags struct {
-	Prefix          string `default:"lastseen" help:"Redis key prefix (the app's Config.Prefix)." group:"App"`
+	Prefix          string `help:"Redis key prefix (the app's Config.Prefix); empty: derived from the database and table, as the app derives it." group:"App"`
 	Shards          int    `default:"16" help:"Number of pending shards (the app's Config.Shards)." group:"App"`
 	UsersTable      string `default:"users" help:"Users table (may be schema-qualified, e.g. app.users)." group:"App"`
 	UserIDColumn    string `default:"id" help:"Primary key column of the users table." group:"App"`
@@ -189,7 +191,8 @@ func (c *statusCmd) Run() error {
 		return err
 	}
 	out := writerOr(c.out)
-	fmt.Fprintf(out, "redis buffer (prefix %q, %d shards) at %s\n", c.Prefix, c.Shards, st.At.Format(time.RFC3339))
+	fmt.Fprintf(out, "redis buffer (prefix %q, %d shards) at %s\n", e.p.Config().Prefix, c.Shards, st.At.Format(time.RFC3339))
+	fmt.Fprintln(out, evictionLine(st))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "shard\tpending\tin-flight\toldest")
 	for _, s := range st.Shards {
@@ -295,6 +298,15 @@ func (c *purgeCmd) Run() error {
 	fmt.Fprintf(tw, "stopped\t%v\n", res.Stopped)
 	fmt.Fprintf(tw, "duration\t%v\n", res.Duration.Round(time.Microsecond))
 	return err
+}
+
+// evictionLine is the status command's line about Redis's maxmemory-policy.
+func evictionLine(st lastseen.Status) string {
+	if st.EvictionRisk {
+		return "redis maxmemory-policy: " + st.EvictionPolicy +
+			" (can evict the buffer: accepted touches lost without an error; fix: CONFIG SET maxmemory-policy noeviction)"
+	}
+	return "redis maxmemory-policy: " + st.EvictionPolicy
 }
 
 func writerOr(w io.Writer) io.Writer {

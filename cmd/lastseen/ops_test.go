@@ -132,7 +132,11 @@ func TestOpsDefaultModels(t *testing.T) {
 		}
 
 		out := run("status")
-		want := append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix)},
+		policy := "redis maxmemory-policy: noeviction"
+		if r.name == "miniredis" { // neither CONFIG nor INFO memory
+			policy = "redis maxmemory-policy: unknown"
+		}
+		want := append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix), policy},
 			shardTable(map[int]string{
 				4:  "2        0          2026-03-01T09:00:00Z (30m0s ago)",
 				5:  "1        0          2026-03-01T09:20:00Z (10m0s ago)",
@@ -169,7 +173,7 @@ func TestOpsDefaultModels(t *testing.T) {
 		equal(t, "rows for unknown user 99", ghosts, 0)
 
 		out = run("status")
-		want = append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix)},
+		want = append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix), policy},
 			shardTable(nil, "0        0          -")...)
 		want = append(want, `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
 		equalLines(t, "status after flush", out, want)
@@ -335,19 +339,48 @@ func TestOpsErrors(t *testing.T) {
 	equal(t, "status last line", ls[len(ls)-1], `expired sessions: not counted: table "sessions" not found (set --sessions-table)`)
 }
 
-// TestPurgeLocked: while another instance holds the purge lock, purge
+// TestPurgeLocked: while another instance (an app that left Prefix empty)
+// holds the purge lock, purge without --prefix derives the app's prefix,
 // deletes nothing and says why.
 func TestPurgeLocked(t *testing.T) {
-	mr, _ := testRedis(t)
+	mr, rdb := testRedis(t)
 	d := sqliteDB(t)
 	app := d.open(t, quiet())
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
-	must(t, mr.Set("lastseen:purge:lock", "held-by-another-instance"))
+	p := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: discard})
+	must(t, app.Use(p))
+	prefix := p.Config().Prefix
+	equal(t, "derived prefix", strings.HasPrefix(prefix, "lastseen:users:"), true)
+	must(t, mr.Set(prefix+":purge:lock", "held-by-another-instance"))
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
 	_, err := runCLI(t, now, append([]string{"purge", "--redis", mr.Addr()}, d.flags...)...)
 	equal(t, "error", fmt.Sprint(err), "lastseen: another instance holds the lock: a purge is running elsewhere; nothing deleted")
 	var n int64
 	must(t, app.Model(&lastseen.Session{}).Count(&n).Error)
 	equal(t, "sessions left", n, 1)
+}
+
+// TestOpsDerivedPrefix: an app that leaves Prefix empty and the status
+// command without --prefix derive the same prefix from the database and
+// table (through the library), so status sees the app's pending users.
+func TestOpsDerivedPrefix(t *testing.T) {
+	forEachOpsEnv(t, func(t *testing.T, d testDB, r opsRedis, _ string) {
+		ctx := context.Background()
+		clock := &fixedClock{t: mustTime("2026-03-01T09:30:00Z")}
+		app := d.open(t, quiet())
+		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
+		p := lastseen.New(lastseen.Config{Redis: r.rdb, Now: clock.Now, DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
+		must(t, app.Use(p))
+		prefix := p.Config().Prefix
+		t.Cleanup(func() { _ = deleteKeys(context.Background(), r.rdb, prefix+":*") })
+		equal(t, "derived prefix", strings.HasPrefix(prefix, "lastseen:users:"), true)
+		_, err := p.TouchAt(ctx, uint64(9), mustTime("2026-03-01T09:00:00Z")) // shard 4
+		must(t, err)
+		out, err := runCLI(t, clock.Now, append(append([]string{"status"}, d.flags...), r.flags...)...)
+		must(t, err)
+		ls := lines(out)
+		equal(t, "header", ls[0], fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix))
+		equal(t, "total", ls[len(ls)-2], "total  1        0          2026-03-01T09:00:00Z (30m0s ago)")
+	})
 }
