@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -345,7 +346,7 @@ func (p *Plugin) drainInflight(ctx context.Context, n int, token string, res *Fl
 			at, okTime := parseMicros(value, now)
 			if errID != nil || !okTime {
 				rejected = append(rejected, field)
-				p.log.Warn("lastseen: dropping unreadable pending entry", "key", keys.inflight, "field", truncate(field), "value", truncate(value))
+				p.limited.log(p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "key", keys.inflight, "field", truncate(field), "value", truncate(value))
 				continue
 			}
 			batch = append(batch, entry{field: field, value: value, id: id, at: at})
@@ -441,7 +442,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 		return batchResult{}, nil, err
 	}
 	if len(batch) == 1 {
-		p.log.Error("lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
+		p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
 		return batchResult{}, []refusal{{batch[0], err}}, nil
 	}
 	half := len(batch) / 2

@@ -219,7 +219,8 @@ type Plugin struct {
 	closing   context.Context // canceled by Close: running purges stop after their batch
 	closeRuns context.CancelFunc
 	stats     counters
-	obs       observers // AddObserver (observe.go)
+	obs       observers      // AddObserver (observe.go)
+	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (flush.go); nil in production
 }
@@ -308,7 +309,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
-	p.log = p.log.With("table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
+	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
 	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
