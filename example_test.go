@@ -156,7 +156,7 @@ func Example_slidingSession() {
 	sessions := lastseen.New(lastseen.Config{
 		Redis: rdb, Prefix: "app:sessions",
 		Model: &lastseen.Session{}, Field: "LastActiveAt", // track the sessions' activity
-		IdleTimeout: 30 * time.Minute, // SessionModel: &lastseen.Session{}, ActiveField: "LastActiveAt"
+		IdleTimeout:      30 * time.Minute, // SessionModel: &lastseen.Session{}, ActiveField: "LastActiveAt"
 		DisableScheduler: true, Now: clock, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err := db.Use(sessions); err != nil {
