@@ -55,8 +55,10 @@ func Expired(db *gorm.DB) *gorm.DB {
 	return ExpiredAt(db.NowFunc())(db)
 }
 
-// ExpiredAt is Expired with a fixed cutoff: it keeps the sessions whose
-// expiry is at or before t (any location; compared as an instant).
+// ExpiredAt is Expired with a fixed cutoff: it keeps the sessions expired
+// at t by the same rule (expiry at or before t, or, with the plugin's
+// IdleTimeout, last active at or before t - IdleTimeout; any location,
+// compared as instants).
 //
 //	db.Scopes(lastseen.ExpiredAt(cutoff)).Find(&sessions)
 func ExpiredAt(t time.Time) func(*gorm.DB) *gorm.DB {
