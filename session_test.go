@@ -1008,7 +1008,7 @@ func TestSessionExpired(t *testing.T) {
 		{time.Time{}, true},
 	} {
 		s := Session{ID: "s", ExpiresAt: c.expires}
-		equal(t, "Expired at "+c.expires.Format(time.RFC3339Nano), s.Expired(now), c.want)
+		equal(t, "Expired at "+c.expires.Format(time.RFC3339Nano), s.Expired(now, 0), c.want)
 	}
 }
 
