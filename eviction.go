@@ -129,8 +129,8 @@ func (w *evictionWatch) check(ctx context.Context) {
 }
 
 // logPolicy logs the policy once per change: a warning for one that can
-// evict (the risk and the fix, as Sidekiq does), a debug line when it is
-// unknown (a warning under RequireNoEviction), and a note when it went back to
+// evict (the risk and the fix, as Sidekiq does), nothing when it is unknown
+// (a warning under RequireNoEviction; Status shows it), and a note when it went back to
 // noeviction after a warning. Called with mu held.
 func (w *evictionWatch) logPolicy() {
 	if w.policy == w.logged {
@@ -143,13 +143,11 @@ func (w *evictionWatch) logPolicy() {
 		w.log.Warn("lastseen: Redis maxmemory-policy is "+w.policy+": at maxmemory Redis may evict the pending and in-flight hashes, "+
 			"and the touches they hold are lost without an error; run CONFIG SET maxmemory-policy noeviction "+
 			"(and set it in redis.conf), or give lastseen a Redis of its own", "maxmemory_policy", w.policy)
-	case w.policy == PolicyUnknown:
-		level := slog.LevelDebug // miniredis, or a proxy that answers neither: Status shows it
+	case w.policy == PolicyUnknown: // miniredis, or a proxy that answers neither: Status shows it
 		if w.require {
-			level = slog.LevelWarn
+			w.log.Warn("lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); "+
+				"make sure it is noeviction", "maxmemory_policy", w.policy)
 		}
-		w.log.Log(context.Background(), level, "lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); "+
-			"make sure it is noeviction", "maxmemory_policy", w.policy)
 	case prev != "":
 		w.log.Info("lastseen: Redis maxmemory-policy is now "+w.policy, "maxmemory_policy", w.policy)
 	}

@@ -42,9 +42,13 @@ func evictedKeys(t testing.TB, c redis.Cmdable) int64 {
 	return n
 }
 
-const evictionWarning = `level=WARN msg="lastseen: Redis maxmemory-policy is allkeys-lru: at maxmemory Redis may evict the pending and in-flight hashes, ` +
-	`and the touches they hold are lost without an error; run CONFIG SET maxmemory-policy noeviction (and set it in redis.conf), ` +
-	`or give lastseen a Redis of its own" plugin=lastseen maxmemory_policy=allkeys-lru`
+// evictionWarning is the warning line about allkeys-lru for the harness's
+// prefix.
+func evictionWarning(h *harness) string {
+	return `level=WARN msg="lastseen: Redis maxmemory-policy is allkeys-lru: at maxmemory Redis may evict the pending and in-flight hashes, ` +
+		`and the touches they hold are lost without an error; run CONFIG SET maxmemory-policy noeviction (and set it in redis.conf), ` +
+		`or give lastseen a Redis of its own" plugin=lastseen table=users prefix=` + h.prefix + ` maxmemory_policy=allkeys-lru`
+}
 
 // TestEvictionPolicyWarnedOnce: a Redis with allkeys-lru gets one warning
 // naming the policy, the risk and the fix, however many checks follow
@@ -55,13 +59,13 @@ func TestEvictionPolicyWarnedOnce(t *testing.T) {
 	ctx := context.Background()
 	p, db := h.plugin(evictionConfig(h, &logs))
 	must(t, db.AutoMigrate(&User{}))
-	equal(t, "warnings after Initialize", logs.count(evictionWarning), 1)
+	equal(t, "warnings after Initialize", logs.count(evictionWarning(h)), 1)
 	for range 3 {
 		h.clock.Add(evictionCheckInterval)
 		_, err := p.Flush(ctx)
 		must(t, err)
 	}
-	equal(t, "warnings after 3 more checks", logs.count(evictionWarning), 1)
+	equal(t, "warnings after 3 more checks", logs.count(evictionWarning(h)), 1)
 	equal(t, "policy lines", logs.count("maxmemory_policy="), 1)
 	st, err := p.Status(ctx)
 	must(t, err)
@@ -113,8 +117,8 @@ func TestEvictionsCounted(t *testing.T) {
 	must(t, err)
 	equal(t, "Stats.Evictions", p.Stats().Evictions, after-before)
 	equal(t, "eviction log lines", logs.count(fmt.Sprintf(
-		`level=WARN msg="lastseen: Redis evicted keys since the last check; pending timestamps may have been lost" plugin=lastseen evicted=%d maxmemory_policy=allkeys-lru`,
-		after-before)), 1)
+		`level=WARN msg="lastseen: Redis evicted keys since the last check; pending timestamps may have been lost" plugin=lastseen table=users prefix=%s evicted=%d maxmemory_policy=allkeys-lru`,
+		h.prefix, after-before)), 1)
 	t.Logf("1000 users touched, %d keys evicted, %d users reached the table", after-before, res.Written)
 }
 
@@ -150,7 +154,7 @@ func TestEvictionPolicyChangeAtRunTime(t *testing.T) {
 	h.clock.Add(evictionCheckInterval)
 	status("after CONFIG SET volatile-lru (Status checks too)", "volatile-lru", true)
 	equal(t, "volatile-lru warnings", logs.count(`level=WARN msg="lastseen: Redis maxmemory-policy is volatile-lru:`), 1)
-	equal(t, "allkeys-lru warnings", logs.count(evictionWarning), 1)
+	equal(t, "allkeys-lru warnings", logs.count(evictionWarning(h)), 1)
 }
 
 // TestRequireNoEviction: with RequireNoEviction, Initialize refuses an
@@ -192,7 +196,7 @@ func TestRequireNoEviction(t *testing.T) {
 		must(t, err)
 		equal(t, "policy", st.EvictionPolicy, PolicyUnknown)
 		equal(t, "risk", st.EvictionRisk, false)
-		equal(t, "warnings", logs.count(`level=WARN msg="lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); make sure it is noeviction" plugin=lastseen maxmemory_policy=unknown`), 1)
+		equal(t, "warnings", logs.count(`level=WARN msg="lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); make sure it is noeviction" plugin=lastseen table=users prefix=`+h.prefix+` maxmemory_policy=unknown`), 1)
 	})
 }
 
@@ -215,8 +219,9 @@ func TestEvictionPolicyWithoutConfig(t *testing.T) {
 }
 
 // TestEvictionPolicyEveryRedisKind: miniredis answers neither CONFIG nor
-// INFO memory: "unknown", nothing fails, a debug line only; the shared
-// Redis and every master of the cluster run noeviction: no line at all.
+// INFO memory: "unknown", nothing fails, no log line (Status shows it); the
+// shared Redis and every master of the cluster run noeviction: no line
+// either.
 func TestEvictionPolicyEveryRedisKind(t *testing.T) {
 	for _, r := range allRedis() {
 		t.Run(r.name, func(t *testing.T) {
@@ -234,13 +239,13 @@ func TestEvictionPolicyEveryRedisKind(t *testing.T) {
 			equal(t, "unknown", res.Unknown, 1)
 			st, err := p.Status(ctx)
 			must(t, err)
-			want, lines := "noeviction", 0
+			want := "noeviction"
 			if r.name == "miniredis" {
-				want, lines = PolicyUnknown, 1
+				want = PolicyUnknown
 			}
 			equal(t, "policy", st.EvictionPolicy, want)
 			equal(t, "risk", st.EvictionRisk, false)
-			equal(t, "policy log lines", logs.count("maxmemory_policy="), lines)
+			equal(t, "policy log lines", logs.count("maxmemory_policy="), 0)
 			equal(t, "warnings", logs.count("level=WARN"), 0)
 			equal(t, "evictions", p.Stats().Evictions, 0)
 		})

@@ -244,7 +244,7 @@ func (c *demoCmd) run(ctx context.Context) (*demoResult, error) {
 		Throttle:         c.Throttle,
 		FlushSchedule:    "@every " + c.FlushEvery.String(),
 		DisableScheduler: c.Fast,
-		Model:        &demoUser{},
+		Model:            &demoUser{},
 		// Generous, so that a loaded machine does not push touches into
 		// the in-process backlog and the exact checks hold.
 		TouchTimeout: time.Second,

@@ -118,7 +118,7 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() ti
 		LocalCacheSize:   -1,
 		BatchSize:        f.BatchSize,
 		WriteMode:        mode,
-		Model:        f.userModel(),
+		Model:            f.userModel(),
 		SessionModel:     f.sessionModel(),
 		PurgeBatchSize:   f.PurgeBatchSize,
 		DisableScheduler: true,
