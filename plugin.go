@@ -50,6 +50,8 @@ type Plugin struct {
 	closing   context.Context // canceled by Close: running purges stop after their batch
 	closeRuns context.CancelFunc
 	stats     counters
+	obs       observers      // AddObserver (observe.go)
+	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 }
@@ -91,6 +93,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
+	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
 	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)

@@ -51,7 +51,10 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 		return PurgeResult{}, err
 	}
 	defer done()
-	return p.purgeLocked(ctx, db)
+	ctx, observed := p.observePurge(ctx)
+	res, err := p.purgeLocked(ctx, db)
+	observed(res, err)
+	return res, err
 }
 
 // fresh returns a handle on db's connection pool and callbacks whose next
@@ -66,6 +69,7 @@ func (p *Plugin) purgeLockKey() string { return keys.PurgeLock(p.cfg.Prefix) }
 func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
 	lock, err := p.locker.Obtain(ctx, p.purgeLockKey(), p.cfg.LockTTL, nil)
 	if errors.Is(err, redislock.ErrNotObtained) {
+		p.stats.purgeSkipped.Add(1)
 		return PurgeResult{}, ErrLocked
 	}
 	if err != nil {
@@ -147,7 +151,9 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 		return stop
 	}
 	if len(ids) > 0 {
-		n, retries, err := p.deleteBatch(ctx, db, ids, expired)
+		bctx, end := p.observePurgeBatch(ctx, batch)
+		n, retries, err := p.deleteBatch(bctx, db, ids, expired)
+		end(n, err)
 		res.Retries += retries
 		if err != nil {
 			if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
@@ -211,17 +217,19 @@ func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expire
 }
 
 // purgeJob is the scheduled purge: it skips the tick when another instance
-// holds the lock, and logs one structured line per run.
+// holds the lock, and logs one structured line per run, at Debug when it
+// deleted nothing or was skipped.
 func (p *Plugin) purgeJob(ctx context.Context) {
 	res, err := p.PurgeExpiredSessions(ctx)
-	attrs := []any{"deleted", res.Deleted, "batches", res.Batches, "retries", res.Retries,
-		"cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
+	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
+		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
 	switch {
+	case err == nil && res.Deleted == 0:
+		p.log.Debug("lastseen: purge: nothing expired", attrs...)
 	case err == nil:
 		p.log.Info("lastseen: purge", attrs...)
 	case errors.Is(err, ErrLocked):
-		p.stats.purgeSkipped.Add(1)
-		p.log.Info("lastseen: purge skipped: another instance holds the lock", attrs...)
+		p.log.Debug("lastseen: purge skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
 		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
 	default:

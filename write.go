@@ -3,6 +3,7 @@ package lastseen
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
@@ -56,7 +57,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 		return batchResult{}, nil, err
 	}
 	if len(batch) == 1 {
-		p.log.Error("lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
+		p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
 		return batchResult{}, []refusal{{batch[0], err}}, nil
 	}
 	half := len(batch) / 2
