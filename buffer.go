@@ -21,13 +21,19 @@ const MaxClockSkew = time.Hour
 //	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
 //	<prefix>:{N}:lock          redislock lock of the shard's flusher
 //	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
+//	<prefix>:{N}:online:<m>    HyperLogLog of users whose touch opened a
+//	                           window in Unix minute m (Online)
+//	<prefix>:{N}:active:<day>  HyperLogLog of the same per UTC day,
+//	                           day as 2006-01-02 (ActiveUsers)
 type shardKeys struct {
 	pending, inflight, lock, marker string
+	online, active                  string // key prefixes: add the minute or the day
 }
 
 func newShardKeys(prefix string, n int) shardKeys {
 	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
-	return shardKeys{pending: tag + "pending", inflight: tag + "inflight", lock: tag + "lock", marker: tag + "seen:"}
+	return shardKeys{pending: tag + "pending", inflight: tag + "inflight", lock: tag + "lock", marker: tag + "seen:",
+		online: tag + "online:", active: tag + "active:"}
 }
 
 // The buffer's Lua scripts, one per file in lua/, each starting with a

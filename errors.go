@@ -27,6 +27,14 @@ var (
 	// batches was written; the refused entries went back to pending for the
 	// next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
+	// ErrInvalidRange is returned by Online for a window shorter than the
+	// throttle window or longer than OnlineWindow, and by ActiveUsers for a
+	// range that ends before it starts or starts before the days kept
+	// (ActiveUsersRetention).
+	ErrInvalidRange = errors.New("lastseen: invalid range")
+	// ErrCountsDisabled is returned by Online when OnlineWindow is negative
+	// and by ActiveUsers when ActiveUsersRetention is negative.
+	ErrCountsDisabled = errors.New("lastseen: presence counts are turned off")
 )
 
 // Internal errors, never returned bare to callers.
