@@ -183,10 +183,12 @@ type Config struct {
 	// day kept, each at most 12 KB (dense) and 3,000 bytes while sparse.
 	ActiveUsersRetention time.Duration
 	// Overlay makes every GORM query that loads the tracked model (First,
-	// Find, Take, Scan into it) put the freshest buffered value into its
-	// last-seen field where it is newer than the column: one pipelined Redis
-	// round trip per query, bounded by TouchTimeout and the circuit breaker;
-	// on failure the query keeps the column's values. Default off.
+	// Take, Last, Find into a struct or a slice of structs or pointers; not
+	// Scan, Row or Rows, which bypass GORM's query callbacks) put the
+	// freshest buffered value into its last-seen field where it is newer
+	// than the column: one pipelined Redis round trip per query, bounded by
+	// TouchTimeout and the touch path's circuit breaker; on failure the
+	// query keeps the column's values. Default off.
 	Overlay bool
 }
 
