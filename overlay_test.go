@@ -156,7 +156,7 @@ func TestOverlayWithRedisBlackholed(t *testing.T) {
 	p, db := h.plugin(cfg)
 	want := overlayUsers(t, p, db)
 	px.SetDrop(true)
-	t.Cleanup(func() { px.Restore() }) // before the plugin's Close, which flushes
+	t.Cleanup(func() { px.Restore() })            // before the plugin's Close, which flushes
 	want[0], want[2] = "2026-03-01T09:00:00Z", "" // the column's values
 	for q := 1; q <= 7; q++ {
 		start := time.Now()
