@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
 )
 
 // WriteMode selects the SQL a flush uses to write timestamps.
@@ -64,6 +65,7 @@ const (
 	// DefaultActiveUsersRetention is how many whole UTC days before today
 	// ActiveUsers can count.
 	DefaultActiveUsersRetention = 35 * 24 * time.Hour
+	DefaultActiveField          = "LastActiveAt"
 )
 
 // Config configures the plugin. The zero value of every field but Redis means
@@ -190,6 +192,27 @@ type Config struct {
 	// TouchTimeout and the touch path's circuit breaker; on failure the
 	// query keeps the column's values. Default off.
 	Overlay bool
+	// Derived columns (onbatch.go).
+
+	// OnBatch, when set, runs inside the transaction of each batch's write,
+	// after the one bulk statement, with the batch's entries (Seen: primary
+	// key value, new timestamp). Its statements commit or roll back with
+	// that write; an error rolls the whole batch back and keeps it in Redis
+	// (the flush returns it wrapped in ErrOnBatch). Default nil: no
+	// transaction, the write is one statement.
+	OnBatch func(tx *gorm.DB, batch []Seen) error
+
+	// Sessions that expire by inactivity (idle.go).
+
+	// IdleTimeout, when positive, also expires a session that was idle that
+	// long: its ActiveField is at or before now - IdleTimeout. A NULL
+	// ActiveField never counts as idle. The Expired scope,
+	// ExpiredSessions and the purge use the rule. Default 0: off.
+	IdleTimeout time.Duration
+	// ActiveField names SessionModel's last-active field, by Go field name
+	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
+	// is positive. Default "LastActiveAt".
+	ActiveField string
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
@@ -216,6 +239,7 @@ func withDefaults(cfg Config) Config {
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
 	cfg.OnlineWindow = cmp.Or(cfg.OnlineWindow, max(DefaultOnlineWindow, cfg.Throttle))
 	cfg.ActiveUsersRetention = cmp.Or(cfg.ActiveUsersRetention, DefaultActiveUsersRetention)
+	cfg.ActiveField = cmp.Or(cfg.ActiveField, DefaultActiveField)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
 	}
@@ -240,7 +264,7 @@ func invalid(format string, args ...any) error {
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
 func checkConfig(c Config, d *dialect) error {
-	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkCounts} {
+	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
 		if err := check(c, d); err != nil {
 			return err
 		}

@@ -17,14 +17,12 @@ import (
 // Redis fails it leaves the column's values and logs a rate-limited warning.
 // The query's result and error are never changed otherwise.
 
-// overlayCallback is the name the overlay registers under in GORM's query
-// callbacks.
-const overlayCallback = "lastseen:overlay"
-
 // registerOverlay adds the overlay after gorm:query on db's callbacks
-// (Initialize, when Config.Overlay is set).
+// (Initialize, when Config.Overlay is set), named after the plugin
+// ("lastseen:<model>.<field>:overlay"), so each tracked model on one db has
+// its own.
 func (p *Plugin) registerOverlay(db *gorm.DB) error {
-	return db.Callback().Query().After("gorm:query").Register(overlayCallback, p.overlay)
+	return db.Callback().Query().After("gorm:query").Register(p.name+":overlay", p.overlay)
 }
 
 // overlay is the callback. It works on db.Statement.ReflectValue: a struct
