@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -50,7 +51,7 @@ var (
 const identityTimeout = 5 * time.Second
 
 // manifestKey is the manifest's key: a single key, in one Redis Cluster slot.
-func manifestKey(prefix string) string { return prefix + ":manifest" }
+func manifestKey(prefix string) string { return keys.Manifest(prefix) }
 
 // derivePrefix is the default Prefix for a target: DefaultPrefix, the table
 // (without braces, which are Redis Cluster hash tags) and the first 8 hex

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -63,7 +64,7 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
 }
 
-func (p *Plugin) purgeLockKey() string { return p.cfg.Prefix + ":purge:lock" }
+func (p *Plugin) purgeLockKey() string { return keys.PurgeLock(p.cfg.Prefix) }
 
 func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
 	lock, err := p.locker.Obtain(ctx, p.purgeLockKey(), p.cfg.LockTTL, nil)
