@@ -10,6 +10,7 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	known                                                  atomic.Int64 // TouchKnown
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -37,6 +38,10 @@ type Stats struct {
 	PurgeErrors     int64 // purge runs that returned an error
 	PurgeSkipped    int64 // scheduled purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
+
+	// Known counts throttled touches that TouchKnown answered from the
+	// app's own last-seen value alone, without the local cache or Redis.
+	Known int64
 }
 
 // Stats returns the cumulative counters.
@@ -50,7 +55,7 @@ func (p *Plugin) Stats() Stats {
 		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
-		SessionsDeleted: c.sessionsDeleted.Load(),
+		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
 	}
 	if p.tracker != nil {
 		s.Backlog = int64(p.tracker.backlog.len())
