@@ -8,7 +8,8 @@ var (
 	// ErrInvalidConfig wraps every configuration problem Initialize finds.
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
 	// ErrInvalidUserID is returned for a user id that is not an integer,
-	// string or fmt.Stringer, is empty or zero, is longer than 128 bytes, or
+	// string or fmt.Stringer (or, for an integer key, a whole float64 of
+	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer than 128 bytes, or
 	// does not fit the user model's primary key.
 	ErrInvalidUserID = errors.New("lastseen: invalid user id")
 	// ErrNotInitialized is returned by methods called before db.Use(p).
