@@ -59,7 +59,12 @@ const (
 	DefaultPurgeBatchSize    = 1000
 	DefaultPurgePause        = 50 * time.Millisecond
 	DefaultPurgeBatchTimeout = 10 * time.Second
+	DefaultMaxIDLength       = 128
 )
+
+// maxIDLengthLimit is the largest MaxIDLength: ids are Redis key suffixes
+// and bound parameters of every batch, so they stay small.
+const maxIDLengthLimit = 4096
 
 // Config configures the plugin. The zero value of every field but Redis means
 // "use the default" given in its comment; New fills those in, Initialize
@@ -158,6 +163,18 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; tests set it. Default time.Now.
 	Now func() time.Time
+
+	// Ids.
+
+	// MaxIDLength is the longest id Touch accepts, in bytes once written as
+	// text (an integer in decimal, a UUID in its canonical form): longer
+	// ids are ErrInvalidUserID. Default 128, or, for a string key whose
+	// column already exists with a declared length under 128 (varchar(64)),
+	// that length. 1 to 4096 (maxIDLengthLimit); Initialize refuses a value
+	// over the declared length of an existing string key column, which
+	// would refuse or (MySQL without strict mode) truncate longer ids at
+	// the flush.
+	MaxIDLength int
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
@@ -182,6 +199,7 @@ func withDefaults(cfg Config) Config {
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
+	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, DefaultMaxIDLength)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
 	}
@@ -244,6 +262,8 @@ func checkBuffer(c Config, _ *dialect) error {
 		return invalid("BacklogSize is %d, want a positive number", c.BacklogSize)
 	case c.BreakerCooldown < 0:
 		return invalid("BreakerCooldown is %v, want a positive duration", c.BreakerCooldown)
+	case c.MaxIDLength < 1 || c.MaxIDLength > maxIDLengthLimit:
+		return invalid("MaxIDLength is %d, want 1 to %d bytes", c.MaxIDLength, maxIDLengthLimit)
 	}
 	return nil
 }

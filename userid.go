@@ -13,9 +13,6 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-// maxUserIDLen is the longest user id, in bytes, once written as text.
-const maxUserIDLen = 128
-
 // idKind is how a primary key's values are written as text and read back.
 type idKind int
 
@@ -33,6 +30,9 @@ type idCodec struct {
 	typ  reflect.Type // primary key's Go type, pointer removed
 	bits int          // integer size, for range checks
 	max  uint64       // largest unsigned key the dialect stores, if below the type's range (0: no limit)
+	// maxLen is the longest id in bytes once written as text
+	// (Config.MaxIDLength).
+	maxLen int
 }
 
 var scannerType = reflect.TypeOf((*sql.Scanner)(nil)).Elem()
@@ -42,7 +42,7 @@ func newIDCodec(pk *schema.Field) (idCodec, error) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	c := idCodec{typ: t}
+	c := idCodec{typ: t, maxLen: DefaultMaxIDLength}
 	switch {
 	case reflect.PointerTo(t).Implements(scannerType):
 		c.kind = idScanner
@@ -170,8 +170,8 @@ func (c idCodec) fromString(s string, id any) (string, error) {
 	if s == "" {
 		return "", fmt.Errorf("%w: empty %T", ErrInvalidUserID, id)
 	}
-	if len(s) > maxUserIDLen {
-		return "", fmt.Errorf("%w: %T of %d bytes (at most %d)", ErrInvalidUserID, id, len(s), maxUserIDLen)
+	if len(s) > c.maxLen {
+		return "", fmt.Errorf("%w: %T of %d bytes (at most %d, Config.MaxIDLength)", ErrInvalidUserID, id, len(s), c.maxLen)
 	}
 	v, err := c.parse(s)
 	if err != nil {
@@ -198,8 +198,8 @@ func (c idCodec) fromString(s string, id any) (string, error) {
 // uint64, string, or the key's own Scanner type. It never panics, whatever
 // the text.
 func (c idCodec) parse(s string) (any, error) {
-	if s == "" || len(s) > maxUserIDLen {
-		return nil, fmt.Errorf("length %d, want 1 to %d bytes", len(s), maxUserIDLen)
+	if s == "" || len(s) > c.maxLen {
+		return nil, fmt.Errorf("length %d, want 1 to %d bytes", len(s), c.maxLen)
 	}
 	switch c.kind {
 	case idSigned:
