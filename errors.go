@@ -22,6 +22,12 @@ var (
 	// ErrInvalidTime is returned by TouchAt for a zero time, a time before
 	// 1970, or one more than MaxClockSkew ahead of the plugin's clock.
 	ErrInvalidTime = errors.New("lastseen: invalid time")
+	// ErrSchema is returned (wrapped, naming the Config field to fix) by a
+	// flush or purge whose table is missing or lacks a column the config
+	// names; the pending touches stay buffered. Initialize reports a
+	// present table without the column as ErrInvalidConfig instead, and a
+	// missing table as a warning (apps often AutoMigrate after db.Use).
+	ErrSchema = errors.New("lastseen: schema does not fit the config")
 	// ErrRefused is returned (wrapped, with the count and the first database
 	// error) by a flush in which the database refused some entries on their
 	// own, for example through a constraint or trigger. The rest of their

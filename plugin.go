@@ -51,6 +51,7 @@ type Plugin struct {
 	closing   context.Context // canceled by Close: running purges stop after their batch
 	closeRuns context.CancelFunc
 	stats     counters
+	schema    schemaState // tables found to fit the config; schema log limits (schema.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 }

@@ -50,7 +50,16 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 		return PurgeResult{}, err
 	}
 	defer done()
-	return p.purgeLocked(ctx, db)
+	if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); err != nil {
+		p.stats.purges.Add(1)
+		p.stats.purgeErrors.Add(1)
+		return PurgeResult{Stopped: true}, err
+	}
+	res, err := p.purgeLocked(ctx, db)
+	if err != nil && p.dialect.statementError(err) { // the table may be gone: the next purge checks it again
+		p.schema.sessionsOK.Store(false)
+	}
+	return res, err
 }
 
 // fresh returns a handle on db's connection pool and callbacks whose next
@@ -223,6 +232,8 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 		p.log.Info("lastseen: purge skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
 		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
+	case errors.Is(err, ErrSchema):
+		p.logSchemaError(&p.schema.purgeLog, "lastseen: purge failed", err, attrs...)
 	default:
 		p.log.Error("lastseen: purge failed", append(attrs, "err", err)...)
 	}
