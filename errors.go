@@ -9,8 +9,9 @@ var (
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
 	// ErrInvalidUserID is returned for a user id that is not an integer,
 	// string or fmt.Stringer (or, for an integer key, a whole float64 of
-	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer than 128 bytes, or
-	// does not fit the user model's primary key.
+	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer
+	// than Config.MaxIDLength bytes, or does not fit the user model's
+	// primary key.
 	ErrInvalidUserID = errors.New("lastseen: invalid user id")
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")

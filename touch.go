@@ -155,7 +155,7 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // the local cache answered without any I/O, or Redis did in one round trip.
 //
 // Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
-// than 128 bytes or not of the primary key's type; ErrInvalidTime; and,
+// than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime; and,
 // when Redis did not answer within TouchTimeout or the circuit breaker is
 // open, an error wrapping the cause: the timestamp is then kept in the
 // in-process backlog (up to BacklogSize users) and written to Redis by the
