@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
 )
 
 // WriteMode selects the SQL a flush uses to write timestamps.
@@ -59,6 +60,7 @@ const (
 	DefaultPurgeBatchSize    = 1000
 	DefaultPurgePause        = 50 * time.Millisecond
 	DefaultPurgeBatchTimeout = 10 * time.Second
+	DefaultActiveField       = "LastActiveAt"
 	DefaultMaxIDLength       = 128
 )
 
@@ -164,6 +166,27 @@ type Config struct {
 	// Now is the clock; tests set it. Default time.Now.
 	Now func() time.Time
 
+	// Derived columns (onbatch.go).
+
+	// OnBatch, when set, runs inside the transaction of each batch's write,
+	// after the one bulk statement, with the batch's entries (Seen: primary
+	// key value, new timestamp). Its statements commit or roll back with
+	// that write; an error rolls the whole batch back and keeps it in Redis
+	// (the flush returns it wrapped in ErrOnBatch). Default nil: no
+	// transaction, the write is one statement.
+	OnBatch func(tx *gorm.DB, batch []Seen) error
+
+	// Sessions that expire by inactivity (idle.go).
+
+	// IdleTimeout, when positive, also expires a session that was idle that
+	// long: its ActiveField is at or before now - IdleTimeout. A NULL
+	// ActiveField never counts as idle. The Expired scope,
+	// ExpiredSessions and the purge use the rule. Default 0: off.
+	IdleTimeout time.Duration
+	// ActiveField names SessionModel's last-active field, by Go field name
+	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
+	// is positive. Default "LastActiveAt".
+	ActiveField string
 	// Ids.
 
 	// MaxIDLength is the longest id Touch accepts, in bytes once written as
@@ -199,6 +222,7 @@ func withDefaults(cfg Config) Config {
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
+	cfg.ActiveField = cmp.Or(cfg.ActiveField, DefaultActiveField)
 	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, DefaultMaxIDLength)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
@@ -224,7 +248,7 @@ func invalid(format string, args ...any) error {
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
 func checkConfig(c Config, d *dialect) error {
-	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge} {
+	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle} {
 		if err := check(c, d); err != nil {
 			return err
 		}

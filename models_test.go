@@ -374,7 +374,7 @@ func TestInitializeValidation(t *testing.T) {
 func TestNewDefaults(t *testing.T) {
 	p := New(Config{})
 	c := p.Config()
-	equal(t, "Name", p.Name(), "lastseen")
+	equal(t, "Name", p.Name(), "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
 	equal(t, "Prefix", c.Prefix, "lastseen")
 	equal(t, "Shards", c.Shards, 16)
 	equal(t, "Throttle", c.Throttle, 5*time.Minute)

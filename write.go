@@ -3,6 +3,7 @@ package lastseen
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
@@ -39,10 +40,11 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	return p.isolateRefused(ctx, batch)
 }
 
-// statementError reports an error no single entry can cause; see
-// dialect.statementError.
+// statementError reports an error no single entry can cause (see
+// dialect.statementError), or one treated so: an OnBatch failure is never
+// split (ErrOnBatch).
 func (p *Plugin) statementError(err error) bool {
-	return errors.Is(err, errNoTable) || p.dialect.statementError(err)
+	return errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || p.dialect.statementError(err)
 }
 
 // isolateRefused writes a batch the reachable database failed once: whole,
@@ -56,7 +58,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 		return batchResult{}, nil, err
 	}
 	if len(batch) == 1 {
-		p.log.Error("lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
+		p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
 		return batchResult{}, []refusal{{batch[0], err}}, nil
 	}
 	half := len(batch) / 2
@@ -102,7 +104,8 @@ func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchRes
 	return br, err
 }
 
-// writeOnce runs the batch's one statement and counts the result.
+// writeOnce runs the batch's one statement, with Config.OnBatch in the same
+// transaction when set (withHook), and counts the result.
 func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
 	t, err := p.writeTarget(ctx)
 	if err != nil {
@@ -116,13 +119,15 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	}
 	n := len(batch)
 	if p.cfg.WriteMode == Upsert {
-		return p.upsert(db, t, ids, ts)
+		return p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
 	}
-	tx := db.Exec("?", p.dialect.update(t, ids, ts))
-	if tx.Error != nil {
-		return batchResult{}, tx.Error
+	br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) {
+		tx = tx.Exec("?", p.dialect.update(t, ids, ts))
+		return batchResult{written: int(tx.RowsAffected), batches: 1}, tx.Error
+	})
+	if err != nil {
+		return batchResult{}, err
 	}
-	br := batchResult{written: int(tx.RowsAffected), batches: 1}
 	if br.written < n {
 		existing, err := p.countExisting(db, t, ids)
 		if err != nil {
