@@ -1,11 +1,13 @@
 package lastseen
 
 import (
-	"errors"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm/clause"
 )
 
@@ -18,28 +20,87 @@ var mysqlDialect = &dialect{
 	compare:            plainCompare,
 	sortKey:            plainKey,
 	retryable:          mysqlRetryable,
-	statementError:     mysqlStatementError,
+	errorKind:          mysqlErrorNumber,
+	badText:            mysqlBadText,
+	exactIn:            mysqlExactIn,
 	upsertDoubleCounts: true,
 }
 
-// mysqlStatementError: server errors 1054 (bad field), 1146 (no such
-// table), 1064 (syntax), 1142 and 1143 (denied), 1049 (no database).
-func mysqlStatementError(err error) bool {
-	var e *mysql.MySQLError
-	if errors.As(err, &e) {
-		switch e.Number {
-		case 1054, 1146, 1064, 1142, 1143, 1049: // bad field, no such table, syntax, denied, no database
+// mysqlErrorText is how go-sql-driver/mysql writes a server error:
+// "Error 1290 (HY000): ..." (the SQLSTATE is left out by older versions).
+var mysqlErrorText = regexp.MustCompile(`\bError (\d{4,5})(?: \([0-9A-Z]{5}\))?: `)
+
+// mysqlErrorNumber returns the server's error number of a MySQL/MariaDB
+// error, "" for none. It reads the Number field of the driver's error
+// (go-sql-driver/mysql's *MySQLError) by reflection, anywhere in err's
+// chain, so the library needs no import of the driver; failing that it
+// parses the driver's text "Error 1290 (HY000):".
+func mysqlErrorNumber(err error) string {
+	var n string
+	walkErrors(err, func(e error) bool {
+		v := reflect.ValueOf(e)
+		if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+			return false
+		}
+		if f := v.Elem().FieldByName("Number"); f.IsValid() && f.CanUint() && f.Uint() > 0 {
+			n = strconv.FormatUint(f.Uint(), 10)
 			return true
+		}
+		return false
+	})
+	if n == "" && err != nil {
+		if m := mysqlErrorText.FindStringSubmatch(err.Error()); m != nil {
+			n = m[1]
+		}
+	}
+	return n
+}
+
+// walkErrors calls fn on err and every error it wraps (errors.Unwrap and
+// Unwrap() []error, depth first) until fn returns true.
+func walkErrors(err error, fn func(error) bool) bool {
+	if err == nil {
+		return false
+	}
+	if fn(err) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return walkErrors(u.Unwrap(), fn)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if walkErrors(e, fn) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// mysqlBadText: a utf8mb4 column refuses bytes that are not UTF-8 (error
+// 1366 in strict mode; without it the value is silently mangled). NUL is a
+// character like any other there.
+func mysqlBadText(s string) string {
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8, which a MySQL utf8mb4 key cannot store"
+	}
+	return ""
+}
+
+// mysqlExactIn compares as binary strings, "BINARY `id` IN (?, ?)": the
+// default collation utf8mb4_general_ci (and every _ci, _ai or PAD SPACE
+// one) finds "Bob" for "bob", "resume" for "résumé" and "pad" for "pad ".
+// It is ANDed to the plain comparison, which keeps the primary key's index.
+func mysqlExactIn(col any, vals []any) clause.Expr {
+	return clause.Expr{SQL: "BINARY ? IN ?", Vars: []any{col, vals}}
 }
 
 // mysqlUpdate joins the batch as a derived table of SELECT ... UNION ALL
 // rows, which MySQL 5.7+ and MariaDB 10.x all accept:
 //
 //	UPDATE `users` AS t JOIN (SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v ON t.`id` = v.id
-//	SET t.`last_seen_at` = v.ts WHERE t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts
+//	[AND BINARY t.`id` = v.id, for a string key] SET t.`last_seen_at` = v.ts WHERE t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts
 func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
 	b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
@@ -49,9 +110,15 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 		b.WriteString(" UNION ALL SELECT ?, ?")
 		vars = append(vars, ids[i], ts[i])
 	}
-	b.WriteString(") AS v ON t.? = v.id SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
-	col := clause.Column{Name: t.col}
-	vars = append(vars, clause.Column{Name: t.pk}, col, col, col)
+	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
+	b.WriteString(") AS v ON t.? = v.id")
+	vars = append(vars, pk)
+	if !t.intKey { // index lookup first, then the exact filter (mysqlExactIn)
+		b.WriteString(" AND BINARY t.? = v.id")
+		vars = append(vars, pk)
+	}
+	b.WriteString(" SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
+	vars = append(vars, col, col, col)
 	return clause.Expr{SQL: b.String(), Vars: vars}
 }
 
@@ -69,12 +136,9 @@ func mysqlOnConflict(t *writeTarget) clause.OnConflict {
 }
 
 func mysqlRetryable(err error) bool {
-	var e *mysql.MySQLError
-	if errors.As(err, &e) {
-		switch e.Number {
-		case 1213, 1205: // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
-			return true
-		}
+	switch mysqlErrorNumber(err) {
+	case "1213", "1205": // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+		return true
 	}
 	return false
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -50,6 +51,8 @@ type Plugin struct {
 	closing   context.Context // canceled by Close: running purges stop after their batch
 	closeRuns context.CancelFunc
 	stats     counters
+
+	probes atomic.Uint64 // rotates the entry a refused batch is probed with (systemic.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 }
