@@ -21,13 +21,15 @@ const MaxClockSkew = time.Hour
 //	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
 //	<prefix>:{N}:lock          redislock lock of the shard's flusher
 //	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
+//	<prefix>:{N}:refusals      hash: user id -> times the database refused its entry
 type shardKeys struct {
-	pending, inflight, lock, marker string
+	pending, inflight, lock, marker, refusals string
 }
 
 func newShardKeys(prefix string, n int) shardKeys {
 	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
-	return shardKeys{pending: tag + "pending", inflight: tag + "inflight", lock: tag + "lock", marker: tag + "seen:"}
+	return shardKeys{pending: tag + "pending", inflight: tag + "inflight", lock: tag + "lock", marker: tag + "seen:",
+		refusals: tag + "refusals"}
 }
 
 // The buffer's Lua scripts, one per file in lua/, each starting with a
@@ -54,10 +56,11 @@ var (
 	// swapScript renames the pending hash to in-flight under the shard
 	// lock (shardRun.run).
 	swapScript = redis.NewScript(swapLua)
-	// ackScript removes committed entries from the in-flight hash and
-	// refreshes the shard lock (shardRun.ack).
+	// ackScript removes committed entries from the in-flight hash, clears
+	// their refusal counts and refreshes the shard lock (shardRun.ack).
 	ackScript = redis.NewScript(ackLua)
-	// failScript moves refused entries back to pending (shardRun.requeue).
+	// failScript moves refused entries back to pending, counting their
+	// refusals, and drops those refused MaxRefusals times (shardRun.requeue).
 	failScript = redis.NewScript(failLua)
 )
 

@@ -59,6 +59,7 @@ const (
 	DefaultPurgeBatchSize    = 1000
 	DefaultPurgePause        = 50 * time.Millisecond
 	DefaultPurgeBatchTimeout = 10 * time.Second
+	DefaultMaxRefusals       = 5
 )
 
 // Config configures the plugin. The zero value of every field but Redis means
@@ -154,8 +155,21 @@ type Config struct {
 	// Logger receives one line per job run and rate-limited warnings.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock; tests set it. Default time.Now.
+	// Now is the clock; tests set it. Default: the GORM handle's NowFunc
+	// (gorm.Config.NowFunc, itself time.Now by default), so the Expired
+	// scope and the purge agree on "now". The local cache's deadlines run on
+	// the monotonic clock whenever Now is unset.
 	Now func() time.Time
+
+	// Refusals.
+
+	// MaxRefusals is how many flushes in a row the database may refuse one
+	// pending entry on its own (a constraint, a trigger) before the entry
+	// is dropped from Redis, counted in FlushResult.Dropped and
+	// Stats.Dropped and logged with its id. The count lives in Redis
+	// (<prefix>:{N}:refusals), so it spans flushes and instances; a write
+	// of the entry clears it. Default 5; negative never drops.
+	MaxRefusals int
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
@@ -176,6 +190,7 @@ func withDefaults(cfg Config) Config {
 	cfg.PurgeBatchSize = cmp.Or(cfg.PurgeBatchSize, DefaultPurgeBatchSize)
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, DefaultPurgePause)
 	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, DefaultPurgeBatchTimeout)
+	cfg.MaxRefusals = cmp.Or(cfg.MaxRefusals, DefaultMaxRefusals)
 	cfg.LastSeenField = cmp.Or(cfg.LastSeenField, DefaultLastSeenField)
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)

@@ -8,8 +8,10 @@ var (
 	// ErrInvalidConfig wraps every configuration problem Initialize finds.
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
 	// ErrInvalidUserID is returned for a user id that is not an integer,
-	// string or fmt.Stringer, is empty or zero, is longer than 128 bytes, or
-	// does not fit the user model's primary key.
+	// string or fmt.Stringer, is empty or zero, is longer than 128 bytes,
+	// does not fit the user model's primary key, or is a string the key
+	// column can never hold: a NUL byte on PostgreSQL and SQLite, invalid
+	// UTF-8 on PostgreSQL and MySQL/MariaDB (utf8mb4).
 	ErrInvalidUserID = errors.New("lastseen: invalid user id")
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")

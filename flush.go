@@ -24,9 +24,14 @@ type FlushResult struct {
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
 	Duration time.Duration // wall time
+
+	// Dropped counts the Failed entries refused for the MaxRefusals-th
+	// time: removed from Redis for good, each logged with its id.
+	Dropped int
 }
 
 func (r *FlushResult) merge(o FlushResult) {
+	r.Dropped += o.Dropped
 	r.Drained += o.Drained
 	r.Written += o.Written
 	r.Unknown += o.Unknown
@@ -108,6 +113,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.stale.Add(int64(res.Stale))
 	p.stats.rejected.Add(int64(res.Rejected))
 	p.stats.flushSkipped.Add(int64(res.Skipped))
+	p.stats.dropped.Add(int64(res.Dropped))
 	err = errors.Join(errs...)
 	if err != nil {
 		p.stats.flushErrors.Add(1)
@@ -143,7 +149,7 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	res, err := p.flush(ctx)
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
-		"skipped", res.Skipped, "duration", res.Duration}
+		"skipped", res.Skipped, "dropped", res.Dropped, "duration", res.Duration}
 	if err != nil {
 		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
 		return

@@ -94,6 +94,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
+	if p.realClock && db.Config.NowFunc != nil { // one clock with the Expired scope (Config.Now)
+		p.cfg.Now = db.Config.NowFunc
+		p.now = p.cfg.Now
+	}
 	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)

@@ -10,6 +10,7 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	dropped, purgeRefused                                  atomic.Int64
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -37,6 +38,10 @@ type Stats struct {
 	PurgeErrors     int64 // purge runs that returned an error
 	PurgeSkipped    int64 // scheduled purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
+
+	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
+	Dropped      int64 // pending entries dropped after MaxRefusals refusals
+	PurgeRefused int64 // expired sessions the database refused to delete, per run
 }
 
 // Stats returns the cumulative counters.
@@ -51,6 +56,7 @@ func (p *Plugin) Stats() Stats {
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(),
+		Dropped:         c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(),
 	}
 	if p.tracker != nil {
 		s.Backlog = int64(p.tracker.backlog.len())

@@ -67,6 +67,9 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 	if ids.kind == idUnsigned {
 		ids.max = d.maxUnsigned
 	}
+	if ids.kind == idString {
+		ids.badText = d.badText
+	}
 	p.users = &userTarget{model: users, ids: ids}
 	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField")
 	if err != nil {

@@ -3,6 +3,7 @@ package lastseen
 import (
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -31,6 +32,9 @@ type idCodec struct {
 	typ  reflect.Type // primary key's Go type, pointer removed
 	bits int          // integer size, for range checks
 	max  uint64       // largest unsigned key the dialect stores, if below the type's range (0: no limit)
+	// badText reports why a string key cannot hold s (dialect.badText),
+	// nil for other kinds of key.
+	badText func(s string) string
 }
 
 var scannerType = reflect.TypeOf((*sql.Scanner)(nil)).Elem()
@@ -172,6 +176,11 @@ func (c idCodec) parse(s string) (any, error) {
 			return nil, err
 		}
 		return v.Elem().Interface(), nil
+	}
+	if c.badText != nil {
+		if why := c.badText(s); why != "" {
+			return nil, errors.New(why)
+		}
 	}
 	return s, nil
 }

@@ -160,7 +160,12 @@ func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, err
 		err := db.Raw("?", p.dialect.count(t, ids)).Scan(&existing).Error
 		return int(existing), err
 	}
-	err := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: clause.Column{Name: t.pk}, Values: ids}).Count(&existing).Error
+	pk := clause.Column{Name: t.pk}
+	q := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: pk, Values: ids})
+	if !t.intKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
+		q = q.Where(p.dialect.exactIn(pk, ids))
+	}
+	err := q.Count(&existing).Error
 	return int(existing), err
 }
 

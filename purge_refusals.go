@@ -1,0 +1,136 @@
+package lastseen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// purgeParts deletes the parts of one purge batch that fail together. It
+// is the purge's counterpart of probeBatch and isolateRefused.
+type purgeParts struct {
+	p       *Plugin
+	db      *gorm.DB
+	res     *PurgeResult
+	expired clause.Expr
+}
+
+// isolate handles a batch whose delete failed with batchErr. An error
+// without a kind (the connection's), a timeout or a lasting deadlock stops
+// the run as before. Otherwise one session of the batch is deleted alone
+// (the probe); refused with the same kind of error, a witness is asked:
+// another session alone, or for a batch of one a delete that touches no
+// row. Refused the same way too, the refusal is systemic (ErrSystemic, the
+// run stops after this batch). Else the batch is halved until the refused
+// sessions stand alone, the rest is deleted, and the refused ones are
+// counted in PurgeResult.Refused and logged, each with its id; the run goes
+// on past them, as will the next one. It returns the rows deleted.
+func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (int, error) {
+	p := pp.p
+	kind := p.dialect.errorKind(batchErr)
+	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.retryable(batchErr) {
+		return 0, batchErr
+	}
+	n := len(ids)
+	if n == 1 {
+		if werr := pp.deleteNothing(ctx); p.sameKind(ctx, werr, kind) {
+			return 0, p.systemicPurge(kind, batchErr)
+		}
+		return pp.split(ctx, ids)
+	}
+	i := int(p.probes.Add(1) % uint64(n))
+	j := (i + n/2) % n
+	deleted, err := pp.delete(ctx, ids[i:i+1])
+	if err != nil && p.sameKind(ctx, err, kind) {
+		d, werr := pp.delete(ctx, ids[j:j+1])
+		if p.sameKind(ctx, werr, kind) {
+			return deleted, p.systemicPurge(kind, batchErr)
+		}
+		if werr == nil {
+			deleted += d
+		} else if werr = pp.refuse(ids[j], werr); werr != nil {
+			return deleted, werr
+		}
+	} else {
+		j = i
+	}
+	if err != nil {
+		if err = pp.refuse(ids[i], err); err != nil {
+			return deleted, err
+		}
+	}
+	rest := make([]any, 0, n)
+	for k, id := range ids {
+		if k != i && k != j {
+			rest = append(rest, id)
+		}
+	}
+	d, err := pp.split(ctx, rest)
+	return deleted + d, err
+}
+
+// split deletes ids whole, or else in halves until the refused sessions
+// stand alone.
+func (pp *purgeParts) split(ctx context.Context, ids []any) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	deleted, err := pp.delete(ctx, ids)
+	switch {
+	case err == nil:
+		return deleted, nil
+	case len(ids) == 1:
+		return 0, pp.refuse(ids[0], err)
+	}
+	if stop := context.Cause(ctx); stop != nil {
+		return 0, stop
+	}
+	a, err := pp.split(ctx, ids[:len(ids)/2])
+	if err != nil {
+		return a, err
+	}
+	b, err := pp.split(ctx, ids[len(ids)/2:])
+	return a + b, err
+}
+
+// delete is deleteBatch, counting its retries and its commit.
+func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
+	n, retries, err := pp.p.deleteBatch(ctx, pp.db, ids, pp.expired)
+	pp.res.Retries += retries
+	if err == nil {
+		pp.res.Batches++
+	}
+	return n, err
+}
+
+// refuse records one session the database refused to delete on its own, or
+// returns err when it is not such a refusal (no kind, a timeout, ctx ended).
+func (pp *purgeParts) refuse(id any, err error) error {
+	p := pp.p
+	if context.Cause(pp.db.Statement.Context) != nil || p.dialect.errorKind(err) == "" || errors.Is(err, errBatchTimeout) {
+		return err
+	}
+	pp.res.Refused++
+	if pp.res.FirstRefusal == nil {
+		pp.res.FirstRefusal = fmt.Errorf("lastseen: session %v: %w", id, err)
+	}
+	p.log.Warn("lastseen: purge: the database refused to delete an expired session; skipped", "id", fmt.Sprint(id), "err", err)
+	return nil
+}
+
+// deleteNothing is the witness for a batch of one: a delete from the
+// sessions table that touches no row ("DELETE FROM sessions WHERE 1 = 0").
+func (pp *purgeParts) deleteNothing(ctx context.Context) error {
+	m := pp.p.sessions.model
+	return fresh(ctx, pp.db).Session(&gorm.Session{SkipHooks: true}).Unscoped().
+		Where("1 = 0").Delete(reflect.New(m.typ).Interface()).Error
+}
+
+// systemicPurge is the error that stops a purge at a systemic refusal.
+func (p *Plugin) systemicPurge(kind string, err error) error {
+	return fmt.Errorf("%w (error kind %s): %w", ErrSystemic, kind, err)
+}
