@@ -31,10 +31,9 @@ var (
 	ErrRefused = errors.New("lastseen: database refused entries")
 	// ErrSystemic is returned (wrapped, with the database's error) by a
 	// flush or purge that met a refusal no single row can cause: the whole
-	// batch, one entry alone and a second witness (another entry alone, or
-	// a write touching no row) all failed with the same kind of error
-	// (same SQLSTATE, MySQL error number or SQLite result code), as a
-	// read-only database, a missing privilege, a full disk or a missing
+	// batch, one entry alone and a write touching no row all failed with
+	// the same kind of error (same SQLSTATE, MySQL error number or SQLite
+	// result code), as a read-only database, a missing privilege, table or
 	// column do. The flush keeps every entry in Redis; the purge stops.
 	ErrSystemic = errors.New("lastseen: the database refuses every write")
 )

@@ -22,13 +22,13 @@ type purgeParts struct {
 // isolate handles a batch whose delete failed with batchErr. An error
 // without a kind (the connection's), a timeout or a lasting deadlock stops
 // the run as before. Otherwise one session of the batch is deleted alone
-// (the probe); refused with the same kind of error, a witness is asked:
-// another session alone, or for a batch of one a delete that touches no
-// row. Refused the same way too, the refusal is systemic (ErrSystemic, the
-// run stops after this batch). Else the batch is halved until the refused
-// sessions stand alone, the rest is deleted, and the refused ones are
-// counted in PurgeResult.Refused and logged, each with its id; the run goes
-// on past them, as will the next one. It returns the rows deleted.
+// (the probe); refused with the same kind of error, a delete that touches
+// no row witnesses. Refused the same way too, the refusal is systemic
+// (ErrSystemic, the run stops after this batch). Else the batch is halved
+// until the refused sessions stand alone, the rest is deleted, and the
+// refused ones are counted in PurgeResult.Refused and logged, each with its
+// id; the run goes on past them, as will the next one. It returns the rows
+// deleted.
 func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (int, error) {
 	p := pp.p
 	kind := p.dialect.errorKind(batchErr)
@@ -36,39 +36,27 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 		return 0, batchErr
 	}
 	n := len(ids)
-	if n == 1 {
-		if werr := pp.deleteNothing(ctx); p.sameKind(ctx, werr, kind) {
-			return 0, p.systemicPurge(kind, batchErr)
-		}
-		return pp.split(ctx, ids)
-	}
 	i := int(p.probes.Add(1) % uint64(n))
-	j := (i + n/2) % n
-	deleted, err := pp.delete(ctx, ids[i:i+1])
+	var deleted int
+	err := batchErr
+	if n > 1 {
+		deleted, err = pp.delete(ctx, ids[i:i+1])
+	}
 	if err != nil && p.sameKind(ctx, err, kind) {
-		d, werr := pp.delete(ctx, ids[j:j+1])
-		if p.sameKind(ctx, werr, kind) {
-			return deleted, p.systemicPurge(kind, batchErr)
+		if werr := pp.deleteNothing(ctx); p.sameKind(ctx, werr, kind) {
+			return deleted, fmt.Errorf("%w (error kind %s): %w", ErrSystemic, kind, batchErr)
 		}
-		if werr == nil {
-			deleted += d
-		} else if werr = pp.refuse(ids[j], werr); werr != nil {
-			return deleted, werr
+		if n == 1 {
+			return pp.split(ctx, ids) // once more: the error may have been the connection's
 		}
-	} else {
-		j = i
 	}
 	if err != nil {
 		if err = pp.refuse(ids[i], err); err != nil {
 			return deleted, err
 		}
 	}
-	rest := make([]any, 0, n)
-	for k, id := range ids {
-		if k != i && k != j {
-			rest = append(rest, id)
-		}
-	}
+	rest := make([]any, 0, n-1)
+	rest = append(append(rest, ids[:i]...), ids[i+1:]...)
 	d, err := pp.split(ctx, rest)
 	return deleted + d, err
 }
@@ -122,15 +110,10 @@ func (pp *purgeParts) refuse(id any, err error) error {
 	return nil
 }
 
-// deleteNothing is the witness for a batch of one: a delete from the
-// sessions table that touches no row ("DELETE FROM sessions WHERE 1 = 0").
+// deleteNothing is the witness of isolate: a delete from the sessions table
+// that touches no row ("DELETE FROM sessions WHERE 1 = 0").
 func (pp *purgeParts) deleteNothing(ctx context.Context) error {
 	m := pp.p.sessions.model
 	return fresh(ctx, pp.db).Session(&gorm.Session{SkipHooks: true}).Unscoped().
 		Where("1 = 0").Delete(reflect.New(m.typ).Interface()).Error
-}
-
-// systemicPurge is the error that stops a purge at a systemic refusal.
-func (p *Plugin) systemicPurge(kind string, err error) error {
-	return fmt.Errorf("%w (error kind %s): %w", ErrSystemic, kind, err)
 }

@@ -14,29 +14,26 @@ import (
 //  1. the probe: one entry of the batch alone (for a batch of one, the
 //     batch was that probe). Written, or refused with another kind: rows
 //     are refused on their own.
-//  2. refused with the same kind, the witness: another entry alone, or for
-//     a batch of one a write that touches no row (writeNothing). Refused
-//     with the same kind too: no single row explains it (read-only,
-//     permission denied, disk full, a missing column); the failure is
-//     systemic and the whole batch stays in Redis: ErrSystemic wrapping the
-//     batch's error, after three statements at most.
+//  2. refused with the same kind, the witness: a write to the same table
+//     that touches no row (writeNothing), which no row's constraint or
+//     trigger can refuse. Refused with the same kind too, the failure is
+//     systemic (read-only, permission denied, a missing table or column):
+//     the whole batch stays in Redis and ErrSystemic wraps the batch's
+//     error, after three statements.
 //
-// Otherwise the probes that failed are refused entries and the rest of the
+// Otherwise the probe is a refused entry (a batch of one is tried once more
+// first: the error may have been the connection's) and the rest of the
 // batch is isolated as usual (isolateRefused). The probe's position rotates
-// from one call to the next, so a batch whose probe and witness were both
-// refused rows of the same kind is probed elsewhere by the next flush.
+// from one call to the next.
 func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, kind string) (batchResult, []refusal, error) {
 	n := len(batch)
-	if n == 1 { // the batch was the probe
-		if werr := p.writeNothing(ctx); p.sameKind(ctx, werr, kind) {
-			return batchResult{}, nil, p.systemic(kind, n, batchErr)
-		}
-		return p.isolateRefused(ctx, batch) // once more: the error may have been the connection's
-	}
 	i := int(p.probes.Add(1) % uint64(n))
-	used := map[int]bool{i: true}
+	var res batchResult
+	err := batchErr
+	if n > 1 {
+		res, err = p.writeWithRetry(ctx, batch[i:i+1])
+	}
 	var refused []refusal
-	res, err := p.writeWithRetry(ctx, batch[i:i+1])
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -47,30 +44,19 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 		}
 		refused = append(refused, p.refused(batch[i], err))
 	default: // refused the same way as the whole batch: the entry, or the database?
-		j := (i + n/2) % n
-		used[j] = true
-		wbr, werr := p.writeWithRetry(ctx, batch[j:j+1])
-		if p.sameKind(ctx, werr, kind) {
-			return res, nil, p.systemic(kind, n, batchErr)
+		if werr := p.writeNothing(ctx); p.sameKind(ctx, werr, kind) {
+			return res, nil, fmt.Errorf("%w (error kind %s, %d entries kept): %w", ErrSystemic, kind, n, batchErr)
 		}
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return res, nil, ctx.Err()
-		case werr == nil:
-			res.merge(wbr)
-		case p.dialect.errorKind(werr) == "" && !p.databaseUp(ctx):
-			return res, nil, werr
-		default:
-			refused = append(refused, p.refused(batch[j], werr))
+		}
+		if n == 1 {
+			return p.isolateRefused(ctx, batch)
 		}
 		refused = append(refused, p.refused(batch[i], err))
 	}
-	rest := make([]entry, 0, n-len(used))
-	for k, e := range batch {
-		if !used[k] {
-			rest = append(rest, e)
-		}
-	}
+	rest := make([]entry, 0, n-1)
+	rest = append(append(rest, batch[:i]...), batch[i+1:]...)
 	rb, rr, err := p.isolateRefused(ctx, rest)
 	res.merge(rb)
 	if err != nil {
@@ -85,13 +71,8 @@ func (p *Plugin) sameKind(ctx context.Context, err error, kind string) bool {
 	return err != nil && ctx.Err() == nil && p.dialect.errorKind(err) == kind
 }
 
-// systemic is the error of a batch of n entries kept whole in Redis.
-func (p *Plugin) systemic(kind string, n int, err error) error {
-	return fmt.Errorf("%w (error kind %s, %d entries kept): %w", ErrSystemic, kind, n, err)
-}
-
-// writeNothing is the witness for a batch of one: a write to the users
-// table that touches no row,
+// writeNothing is the witness of probeBatch: a write to the users table
+// that touches no row,
 //
 //	UPDATE "users" SET "last_seen_at" = "last_seen_at" WHERE 1 = 0
 //

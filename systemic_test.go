@@ -148,8 +148,8 @@ func selectOnlyUser(t *testing.T, h *harness, tables []string) (*gorm.DB, func()
 
 // TestFlushSystemicRefusalKeepsEverything: a database that refuses every
 // write (read-only, permission denied) costs a flush three statements per
-// shard (the batch, one entry alone, a second entry alone), two for a shard
-// holding a single entry (the entry, then a write touching no row), logs
+// shard (the batch, one entry alone, a write touching no row), two for a
+// shard holding a single entry (the entry, then the write touching no row), logs
 // nothing per entry, refuses no entry and keeps every entry in Redis with
 // its exact value, flush after flush; the first flush after the database
 // accepts writes again writes them all.
@@ -204,9 +204,8 @@ func TestFlushSystemicRefusalKeepsEverything(t *testing.T) {
 	})
 }
 
-// TestFlushSystemicRefusalOneEntry: a shard holding one entry cannot be
-// probed with another entry; a write touching no row witnesses instead: two
-// statements, ErrSystemic, the entry kept and never counted as refused.
+// TestFlushSystemicRefusalOneEntry: a shard holding one entry was its own
+// probe; the write touching no row witnesses: two statements, ErrSystemic, the entry kept and never counted as refused.
 func TestFlushSystemicRefusalOneEntry(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
