@@ -100,10 +100,21 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 // rows, which MySQL 5.7+ and MariaDB 10.x all accept:
 //
 //	UPDATE `users` AS t JOIN (SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v ON t.`id` = v.id
-//	[AND BINARY t.`id` = v.id, for a string key] SET t.`last_seen_at` = v.ts WHERE t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts
+//	SET ...
+//
+// and for a string key, exactly (mysqlExactIn), the index lookup first:
+//
+//	... JOIN (SELECT CAST(? AS CHAR) AS id, ...) AS v ON t.`id` = v.id AND BINARY t.`id` = v.id SET t.`last_seen_at` = v.ts WHERE t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts
 func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
-	b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
+	// A string key's first id is cast to CHAR, a VARCHAR: the column of a
+	// UNION of bare parameters is a CHAR, whose values lose their trailing
+	// spaces ("pad " would become "pad").
+	if t.intKey {
+		b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
+	} else {
+		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR) AS id, ? AS ts")
+	}
 	vars := make([]any, 0, 2*len(ids)+5)
 	vars = append(vars, clause.Table{Name: t.table}, ids[0], ts[0])
 	for i := 1; i < len(ids); i++ {
