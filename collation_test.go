@@ -45,7 +45,7 @@ func TestIDsCompareExactly(t *testing.T) {
 		db := h.openDB()
 		stmts := logStatements(db)
 		cfg := h.config()
-		cfg.UserModel = &Account{}
+		cfg.Model = &Account{}
 		cfg.Shards = 1
 		p := usePlugin(t, db, cfg)
 		for _, id := range []string{"résumé", "pad ", "bob", "Bob"} {

@@ -78,6 +78,7 @@ func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 // FlushConcurrency at a time.
 func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
+	ctx, observed := p.observeFlush(ctx)
 	res := FlushResult{}
 	var errs []error
 	if _, err := p.tracker.replayBacklog(ctx); err != nil {
@@ -94,7 +95,9 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	g.SetLimit(p.cfg.FlushConcurrency)
 	for _, n := range active {
 		g.Go(func() error {
-			r, err := p.flushShard(ctx, n)
+			sctx, end := p.observeFlushShard(ctx, n)
+			r, err := p.flushShard(sctx, n)
+			end(r, err)
 			mu.Lock()
 			defer mu.Unlock()
 			res.merge(r)
@@ -114,10 +117,14 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.rejected.Add(int64(res.Rejected))
 	p.stats.flushSkipped.Add(int64(res.Skipped))
 	p.stats.dropped.Add(int64(res.Dropped))
+	p.stats.failed.Add(int64(res.Failed))
 	err = errors.Join(errs...)
 	if err != nil {
 		p.stats.flushErrors.Add(1)
+	} else {
+		p.stats.lastFlush.Store(p.now().UnixNano())
 	}
+	observed(res, err)
 	return res, err
 }
 
@@ -144,7 +151,8 @@ func (p *Plugin) activeShards(ctx context.Context) ([]int, error) {
 	return active, nil
 }
 
-// flushJob is the scheduled flush: one structured log line per run.
+// flushJob is the scheduled flush: one structured log line per run, at
+// Debug when it found nothing to write.
 func (p *Plugin) flushJob(ctx context.Context) {
 	res, err := p.flush(ctx)
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
@@ -152,6 +160,10 @@ func (p *Plugin) flushJob(ctx context.Context) {
 		"skipped", res.Skipped, "dropped", res.Dropped, "duration", res.Duration}
 	if err != nil {
 		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
+		return
+	}
+	if res.Drained == 0 {
+		p.log.Debug("lastseen: flush: nothing pending", attrs...)
 		return
 	}
 	p.log.Info("lastseen: flush", attrs...)

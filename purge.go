@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -62,7 +63,10 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 		return PurgeResult{}, err
 	}
 	defer done()
-	return p.purgeLocked(ctx, db)
+	ctx, observed := p.observePurge(ctx)
+	res, err := p.purgeLocked(ctx, db)
+	observed(res, err)
+	return res, err
 }
 
 // fresh returns a handle on db's connection pool and callbacks whose next
@@ -72,11 +76,12 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
 }
 
-func (p *Plugin) purgeLockKey() string { return p.cfg.Prefix + ":purge:lock" }
+func (p *Plugin) purgeLockKey() string { return keys.PurgeLock(p.cfg.Prefix) }
 
 func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
 	lock, err := p.locker.Obtain(ctx, p.purgeLockKey(), p.cfg.LockTTL, nil)
 	if errors.Is(err, redislock.ErrNotObtained) {
+		p.stats.purgeSkipped.Add(1)
 		return PurgeResult{}, ErrLocked
 	}
 	if err != nil {
@@ -106,7 +111,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 	m := p.sessions.model
 	res := PurgeResult{Cutoff: p.now().UTC()}
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	expired := expiredAt(db, m.time.DBName, res.Cutoff)
+	expired := p.expired(db, res.Cutoff) // idle.go
 	dest := reflect.New(reflect.SliceOf(m.typ))
 	ids := make([]any, 0, p.cfg.PurgeBatchSize)
 
@@ -128,7 +133,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 				ids = append(ids, v)
 			}
 		}
-		if fail = p.purgeBatch(ctx, db, lock, &res, batch, ids, expired); fail != nil {
+		if fail = p.purgeBatch(ctx, db, lock, &res, batch, ids); fail != nil {
 			return fail
 		}
 		timer.Reset(p.cfg.PurgeBatchTimeout)
@@ -154,28 +159,25 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 
 // purgeBatch deletes one batch of ids, then refreshes the lock and pauses.
 // It returns ctx's cause when the run must stop.
-func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lock, res *PurgeResult, batch int, ids []any, expired clause.Expr) error {
+func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lock, res *PurgeResult, batch int, ids []any) error {
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
 	if len(ids) > 0 {
-		pp := &purgeParts{p: p, db: db.WithContext(ctx), res: res, expired: expired}
-		n, err := pp.delete(ctx, ids)
+		bctx, end := p.observePurgeBatch(ctx, batch)
+		pp := &purgeParts{p: p, db: db, res: res}
+		n, err := pp.delete(bctx, ids)
+		if err != nil && !errors.Is(err, context.Cause(ctx)) {
+			n, err = pp.isolate(bctx, ids, err) // rows refused on their own are passed over
+		}
+		end(n, err)
+		res.Deleted += n
 		if err != nil {
 			if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
 				return stop
 			}
-			n, err = pp.isolate(ctx, ids, err) // rows refused on their own are passed over
-			res.Deleted += n
-			if err != nil {
-				if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
-					return stop
-				}
-				return fmt.Errorf("lastseen: purge batch %d: %w", batch, err)
-			}
-			n = 0
+			return fmt.Errorf("lastseen: purge batch %d: %w", batch, err)
 		}
-		res.Deleted += n
 	}
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
@@ -200,20 +202,20 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 	return context.Cause(ctx)
 }
 
-// deleteBatch deletes one batch in its own transaction under the batch
-// timeout, retrying deadlocks and serialization failures. The transaction
-// ignores ctx ending (a batch is never cut short); the waits between
-// attempts do not, and then return ctx's cause.
-func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expired clause.Expr) (n, retries int, err error) {
+// deleteBatch deletes one batch, the rows matching cond (purgeCondition),
+// in its own transaction under the batch timeout, retrying deadlocks and
+// serialization failures. The transaction ignores ctx ending (a batch is
+// never cut short); the waits between attempts do not, and then return
+// ctx's cause.
+func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, cond clause.Expression) (n, retries int, err error) {
 	m := p.sessions.model
-	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
 	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.retryable(err) }
 	retries, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
 		defer cancel()
 		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) error {
 			r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().
-				Where(clause.IN{Column: pk, Values: ids}).Where(expired).
+				Where(cond).
 				Delete(reflect.New(m.typ).Interface())
 			n = int(r.RowsAffected)
 			return r.Error
@@ -230,20 +232,26 @@ func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expire
 }
 
 // purgeJob is the scheduled purge: it skips the tick when another instance
-// holds the lock, and logs one structured line per run.
+// holds the lock, and logs one structured line per run, at Debug when it
+// deleted nothing or was skipped.
 func (p *Plugin) purgeJob(ctx context.Context) {
+	if !p.schedulesPurge() {
+		p.log.Debug("lastseen: purge left to another plugin of the same session table")
+		return
+	}
 	res, err := p.PurgeExpiredSessions(ctx)
-	attrs := []any{"deleted", res.Deleted, "batches", res.Batches, "retries", res.Retries,
-		"cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration, "refused", res.Refused}
+	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
+		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration, "refused", res.Refused}
 	if res.FirstRefusal != nil {
 		attrs = append(attrs, "first_refusal", res.FirstRefusal.Error())
 	}
 	switch {
+	case err == nil && res.Deleted == 0:
+		p.log.Debug("lastseen: purge: nothing expired", attrs...)
 	case err == nil:
 		p.log.Info("lastseen: purge", attrs...)
 	case errors.Is(err, ErrLocked):
-		p.stats.purgeSkipped.Add(1)
-		p.log.Info("lastseen: purge skipped: another instance holds the lock", attrs...)
+		p.log.Debug("lastseen: purge skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
 		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
 	default:

@@ -7,16 +7,14 @@ import (
 	"reflect"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // purgeParts deletes the parts of one purge batch that fail together. It
 // is the purge's counterpart of probeBatch and isolateRefused.
 type purgeParts struct {
-	p       *Plugin
-	db      *gorm.DB
-	res     *PurgeResult
-	expired clause.Expr
+	p   *Plugin
+	db  *gorm.DB
+	res *PurgeResult
 }
 
 // isolate handles a batch whose delete failed with batchErr. An error
@@ -51,7 +49,7 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 		}
 	}
 	if err != nil {
-		if err = pp.refuse(ids[i], err); err != nil {
+		if err = pp.refuse(ctx, ids[i], err); err != nil {
 			return deleted, err
 		}
 	}
@@ -72,7 +70,7 @@ func (pp *purgeParts) split(ctx context.Context, ids []any) (int, error) {
 	case err == nil:
 		return deleted, nil
 	case len(ids) == 1:
-		return 0, pp.refuse(ids[0], err)
+		return 0, pp.refuse(ctx, ids[0], err)
 	}
 	if stop := context.Cause(ctx); stop != nil {
 		return 0, stop
@@ -87,7 +85,7 @@ func (pp *purgeParts) split(ctx context.Context, ids []any) (int, error) {
 
 // delete is deleteBatch, counting its retries and its commit.
 func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
-	n, retries, err := pp.p.deleteBatch(ctx, pp.db, ids, pp.expired)
+	n, retries, err := pp.p.deleteBatch(ctx, pp.db, pp.p.purgeCondition(ctx, pp.db, ids, pp.res.Cutoff))
 	pp.res.Retries += retries
 	if err == nil {
 		pp.res.Batches++
@@ -97,9 +95,9 @@ func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
 
 // refuse records one session the database refused to delete on its own, or
 // returns err when it is not such a refusal (no kind, a timeout, ctx ended).
-func (pp *purgeParts) refuse(id any, err error) error {
+func (pp *purgeParts) refuse(ctx context.Context, id any, err error) error {
 	p := pp.p
-	if context.Cause(pp.db.Statement.Context) != nil || p.dialect.errorKind(err) == "" || errors.Is(err, errBatchTimeout) {
+	if context.Cause(ctx) != nil || p.dialect.errorKind(err) == "" || errors.Is(err, errBatchTimeout) {
 		return err
 	}
 	pp.res.Refused++

@@ -125,7 +125,7 @@ func TestTouchRefusesUnstorableIDs(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.UserModel = &Member{}
+		cfg.Model = &Member{}
 		p, db := h.plugin(cfg)
 		must(t, db.AutoMigrate(&Member{}))
 		accepted := 0

@@ -2,6 +2,7 @@ package lastseen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"gorm.io/gorm/clause"
@@ -36,7 +37,7 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 	var refused []refusal
 	switch {
 	case err == nil:
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || errors.Is(err, ErrOnBatch):
 		return res, nil, err
 	case p.dialect.errorKind(err) != kind:
 		if p.dialect.errorKind(err) == "" && !p.databaseUp(ctx) {

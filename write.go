@@ -3,6 +3,7 @@ package lastseen
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
@@ -39,7 +40,8 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	}
 	// A deadlock or serialization failure that outlasted MaxRetries is
 	// contention, not a refusal: the batch stays for the next flush.
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || p.dialect.retryable(err) {
+	// An OnBatch failure is never split either (ErrOnBatch).
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || p.dialect.retryable(err) {
 		return batchResult{}, nil, err
 	}
 	if kind := p.dialect.errorKind(err); kind != "" { // the server answered
@@ -61,7 +63,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 	if err == nil {
 		return br, nil, nil
 	}
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || (p.dialect.errorKind(err) == "" && !p.databaseUp(ctx)) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || (p.dialect.errorKind(err) == "" && !p.databaseUp(ctx)) {
 		return batchResult{}, nil, err
 	}
 	if len(batch) == 1 {
@@ -82,7 +84,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 
 // refused logs one entry the database refused on its own.
 func (p *Plugin) refused(e entry, err error) refusal {
-	p.log.Error("lastseen: database refused a pending entry; it goes back to pending", "id", e.field, "err", err)
+	p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", e.field, "err", err)
 	return refusal{e, err}
 }
 
@@ -120,7 +122,8 @@ func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchRes
 	return br, err
 }
 
-// writeOnce runs the batch's one statement and counts the result.
+// writeOnce runs the batch's one statement, with Config.OnBatch in the same
+// transaction when set (withHook), and counts the result.
 func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
 	t, err := p.writeTarget(ctx)
 	if err != nil {
@@ -134,13 +137,15 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	}
 	n := len(batch)
 	if p.cfg.WriteMode == Upsert {
-		return p.upsert(db, t, ids, ts)
+		return p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
 	}
-	tx := db.Exec("?", p.dialect.update(t, ids, ts))
-	if tx.Error != nil {
-		return batchResult{}, tx.Error
+	br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) {
+		tx = tx.Exec("?", p.dialect.update(t, ids, ts))
+		return batchResult{written: int(tx.RowsAffected), batches: 1}, tx.Error
+	})
+	if err != nil {
+		return batchResult{}, err
 	}
-	br := batchResult{written: int(tx.RowsAffected), batches: 1}
 	if br.written < n {
 		existing, err := p.countExisting(db, t, ids)
 		if err != nil {
