@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -23,6 +24,7 @@ var mysqlDialect = &dialect{
 	errorKind:          mysqlErrorNumber,
 	badText:            mysqlBadText,
 	exactIn:            mysqlExactIn,
+	columnTypes:        mysqlColumnTypes,
 	upsertDoubleCounts: true,
 }
 
@@ -104,15 +106,21 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 //
 // and for a string key, exactly (mysqlExactIn), the index lookup first:
 //
-//	... JOIN (SELECT CAST(? AS CHAR) AS id, ...) AS v ON t.`id` = v.id AND BINARY t.`id` = v.id SET t.`last_seen_at` = v.ts WHERE t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts
+//	... JOIN (SELECT CAST(? AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_general_ci AS id, ...) AS v
+//	ON t.`id` = v.id AND BINARY t.`id` = BINARY v.id SET ...
 func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
 	// A string key's first id is cast to CHAR, a VARCHAR: the column of a
 	// UNION of bare parameters is a CHAR, whose values lose their trailing
-	// spaces ("pad " would become "pad").
-	if t.intKey {
+	// spaces ("pad " would become "pad"). It is cast to the key's own
+	// character set and collation (mysqlColumnTypes), so that the join
+	// compares like with like and keeps the index.
+	switch {
+	case t.intKey:
 		b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
-	} else {
+	case t.pkCollation != "":
+		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR CHARACTER SET " + t.pkCharset + ") COLLATE " + t.pkCollation + " AS id, ? AS ts")
+	default:
 		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR) AS id, ? AS ts")
 	}
 	vars := make([]any, 0, 2*len(ids)+5)
@@ -125,7 +133,7 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	b.WriteString(") AS v ON t.? = v.id")
 	vars = append(vars, pk)
 	if !t.intKey { // index lookup first, then the exact filter (mysqlExactIn)
-		b.WriteString(" AND BINARY t.? = v.id")
+		b.WriteString(" AND BINARY t.? = BINARY v.id")
 		vars = append(vars, pk)
 	}
 	b.WriteString(" SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
@@ -152,4 +160,28 @@ func mysqlRetryable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// mysqlName is what a character set or collation name read from
+// information_schema must look like before it is written into a statement.
+var mysqlName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
+
+// mysqlColumnTypes reads a string key's character set and collation from
+// information_schema.COLUMNS, for mysqlUpdate. Nothing found (an integer
+// key, a missing table) leaves them empty.
+func mysqlColumnTypes(db *gorm.DB, t *writeTarget) error {
+	if t.intKey {
+		return nil
+	}
+	var rows []struct{ Charset, Collation *string }
+	err := db.Raw(`SELECT CHARACTER_SET_NAME AS charset, COLLATION_NAME AS collation FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.table, t.pk).Scan(&rows).Error
+	if err != nil {
+		return err
+	}
+	if len(rows) == 1 && rows[0].Charset != nil && rows[0].Collation != nil &&
+		mysqlName.MatchString(*rows[0].Charset) && mysqlName.MatchString(*rows[0].Collation) {
+		t.pkCharset, t.pkCollation = *rows[0].Charset, *rows[0].Collation
+	}
+	return nil
 }

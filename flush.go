@@ -157,7 +157,10 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	res, err := p.flush(ctx)
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
-		"skipped", res.Skipped, "dropped", res.Dropped, "duration", res.Duration}
+		"skipped", res.Skipped, "duration", res.Duration}
+	if res.Dropped > 0 {
+		attrs = append(attrs, "dropped", res.Dropped)
+	}
 	if err != nil {
 		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
 		return

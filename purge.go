@@ -241,9 +241,9 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 	}
 	res, err := p.PurgeExpiredSessions(ctx)
 	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
-		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration, "refused", res.Refused}
-	if res.FirstRefusal != nil {
-		attrs = append(attrs, "first_refusal", res.FirstRefusal.Error())
+		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
+	if res.Refused > 0 {
+		attrs = append(attrs, "refused", res.Refused, "first_refusal", res.FirstRefusal.Error())
 	}
 	switch {
 	case err == nil && res.Deleted == 0:

@@ -115,6 +115,9 @@ type writeTarget struct {
 	table, pk, col  string
 	intKey          bool   // the primary key's Go type is an integer kind
 	pkType, colType string // PostgreSQL only, from the catalog
+	// pkCharset and pkCollation are a MySQL string key's character set and
+	// collation, from information_schema ("" when unknown).
+	pkCharset, pkCollation string
 }
 
 // writeTarget resolves table, columns and, on PostgreSQL, their SQL types,
