@@ -22,15 +22,21 @@ const MaxClockSkew = time.Hour
 //	<prefix>:{N}:lock          redislock lock of the shard's flusher
 //	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
 //	<prefix>:{N}:refusals      hash: user id -> times the database refused its entry
+//	<prefix>:{N}:online:<m>    HyperLogLog of users whose touch opened a
+//	                           window in Unix minute m (Online)
+//	<prefix>:{N}:active:<day>  HyperLogLog of the same per UTC day,
+//	                           day as 2006-01-02 (ActiveUsers)
 //
 // internal/keys names them (the CLI and the benchmark use it too).
 type shardKeys struct {
 	pending, inflight, lock, marker, refusals string
+	online, active                            string // key prefixes: add the minute or the day
 }
 
 func newShardKeys(prefix string, n int) shardKeys {
 	k := keys.ForShard(prefix, n)
-	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker, refusals: k.Refusals}
+	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker, refusals: k.Refusals,
+		online: k.Online, active: k.Active}
 }
 
 // The buffer's Lua scripts, one per file in lua/, each starting with a

@@ -185,8 +185,10 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 	}
 	keys := t.shard(uid)
 	ts := micros(at)
+	hk, ha := presenceArgs(&p.cfg, keys, at, now) // presence.go: HyperLogLogs, same EVALSHA
 	reply, err := t.call(ctx, func(ctx context.Context) ([]any, error) {
-		return touchScript.Run(ctx, t.rdb, []string{keys.marker + uid, keys.pending}, uid, ts, t.throttle.Milliseconds(), ceiling(now)).Slice()
+		return touchScript.Run(ctx, t.rdb, append([]string{keys.marker + uid, keys.pending}, hk...),
+			append([]any{uid, ts, t.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
 	})
 	if err != nil {
 		p.stats.redisErrors.Add(1)
