@@ -66,7 +66,13 @@ const (
 	// ActiveUsers can count.
 	DefaultActiveUsersRetention = 35 * 24 * time.Hour
 	DefaultActiveField          = "LastActiveAt"
+	DefaultMaxIDLength          = 128
+	DefaultMaxRefusals          = 5
 )
+
+// maxIDLengthLimit is the largest MaxIDLength: ids are Redis key suffixes
+// and bound parameters of every batch, so they stay small.
+const maxIDLengthLimit = 4096
 
 // Config configures the plugin. The zero value of every field but Redis means
 // "use the default" given in its comment; New fills those in, Initialize
@@ -170,7 +176,10 @@ type Config struct {
 	// Logger receives one line per job run and rate-limited warnings.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock; tests set it. Default time.Now.
+	// Now is the clock; tests set it. Default: the GORM handle's NowFunc
+	// (gorm.Config.NowFunc, itself time.Now by default), so the Expired
+	// scope and the purge agree on "now". The local cache's deadlines run on
+	// the monotonic clock whenever Now is unset.
 	Now func() time.Time
 
 	// Presence reads (presence.go, overlay.go).
@@ -220,6 +229,27 @@ type Config struct {
 	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
 	// is positive. Default "LastActiveAt".
 	ActiveField string
+	// Ids.
+
+	// MaxIDLength is the longest id Touch accepts, in bytes once written as
+	// text (an integer in decimal, a UUID in its canonical form): longer
+	// ids are ErrInvalidUserID. Default 128, or, for a string key whose
+	// column already exists with a declared length under 128 (varchar(64)),
+	// that length. 1 to 4096 (maxIDLengthLimit); Initialize refuses a value
+	// over the declared length of an existing string key column, which
+	// would refuse or (MySQL without strict mode) truncate longer ids at
+	// the flush.
+	MaxIDLength int
+
+	// Refusals.
+
+	// MaxRefusals is how many flushes in a row the database may refuse one
+	// pending entry on its own (a constraint, a trigger) before the entry
+	// is dropped from Redis, counted in FlushResult.Dropped and
+	// Stats.Dropped and logged with its id. The count lives in Redis
+	// (<prefix>:{N}:refusals), so it spans flushes and instances; a write
+	// of the entry clears it. Default 5; negative never drops.
+	MaxRefusals int
 
 	// Eviction (eviction.go).
 
@@ -249,12 +279,14 @@ func withDefaults(cfg Config) Config {
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, DefaultPurgePause)
 	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, DefaultPurgeBatchTimeout)
 	cfg.Field = cmp.Or(cfg.Field, DefaultField)
+	cfg.MaxRefusals = cmp.Or(cfg.MaxRefusals, DefaultMaxRefusals)
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
 	cfg.OnlineWindow = cmp.Or(cfg.OnlineWindow, max(DefaultOnlineWindow, cfg.Throttle))
 	cfg.ActiveUsersRetention = cmp.Or(cfg.ActiveUsersRetention, DefaultActiveUsersRetention)
 	cfg.ActiveField = cmp.Or(cfg.ActiveField, DefaultActiveField)
+	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, DefaultMaxIDLength)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
 	}
@@ -317,6 +349,8 @@ func checkBuffer(c Config, _ *dialect) error {
 		return invalid("BacklogSize is %d, want a positive number", c.BacklogSize)
 	case c.BreakerCooldown < 0:
 		return invalid("BreakerCooldown is %v, want a positive duration", c.BreakerCooldown)
+	case c.MaxIDLength < 1 || c.MaxIDLength > maxIDLengthLimit:
+		return invalid("MaxIDLength is %d, want 1 to %d bytes", c.MaxIDLength, maxIDLengthLimit)
 	}
 	return nil
 }

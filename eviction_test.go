@@ -228,8 +228,8 @@ func TestEvictionPolicyEveryRedisKind(t *testing.T) {
 			var logs logBuffer
 			h := newHarness(t, sqliteOpener(), r)
 			ctx := context.Background()
-			p, db := h.plugin(evictionConfig(h, &logs))
-			must(t, db.AutoMigrate(&User{}))
+			must(t, h.db.AutoMigrate(&User{}, &Session{}))
+			p, _ := h.plugin(evictionConfig(h, &logs))
 			_, err := p.Touch(ctx, 1)
 			must(t, err)
 			h.clock.Add(evictionCheckInterval)
