@@ -23,6 +23,7 @@ var postgresDialect = &dialect{
 	compare:     plainCompare,
 	sortKey:     plainKey,
 	retryable:   postgresRetryable,
+	exhausted:   postgresExhausted,
 	errorKind:   sqlState,
 	badText:     postgresBadText,
 	columnTypes: postgresColumnTypes,
@@ -173,6 +174,11 @@ func postgresRetryable(err error) bool {
 	}
 	return false
 }
+
+// postgresExhausted: SQLSTATE class 53, insufficient resources (53100
+// disk_full, 53200 out_of_memory, 53300 too_many_connections, 53400
+// configuration_limit_exceeded), PostgreSQL manual appendix A.
+func postgresExhausted(kind string) bool { return strings.HasPrefix(kind, "53") }
 
 // postgresIdentity names the server by the cluster's system identifier from
 // pg_control_system() (PostgreSQL 9.6+), which a physical replica promoted
