@@ -63,13 +63,17 @@ const (
 	DefaultActiveField       = "LastActiveAt"
 )
 
-// Config configures the plugin. The zero value of every field but Redis means
-// "use the default" given in its comment; New fills those in, Initialize
+// Config configures the plugin. The zero value of every field means "use
+// the default" given in its comment; New fills those in, Initialize
 // validates the result against the database.
 type Config struct {
-	// Redis holds the pending timestamps and the locks. Required. Any
-	// redis.UniversalClient works: *redis.Client, a Sentinel failover client
-	// or *redis.ClusterClient.
+	// Redis holds the pending timestamps and the locks, shared by every
+	// instance of the app. Any redis.UniversalClient works: *redis.Client,
+	// a Sentinel failover client or *redis.ClusterClient. Default nil: the
+	// buffer and the locks are in process (memoryBuffer), for an app that
+	// runs as one instance; what a crash loses is in the README ("Without
+	// Redis"). TouchTimeout, BacklogSize, BreakerCooldown and LockTTL apply
+	// to Redis only.
 	Redis redis.UniversalClient
 	// Prefix starts every Redis key the plugin writes. Default "lastseen".
 	Prefix string
