@@ -258,9 +258,14 @@ func hasRedis(c Config) bool {
 	return v.Kind() != reflect.Pointer || !v.IsNil()
 }
 
-// checkBuffer checks the request path and Redis buffer settings.
+// checkBuffer checks the request path and buffer settings. A typed nil
+// Redis client is refused rather than taken for "no Redis": an app whose
+// client was never set up must not silently run each instance on a buffer
+// of its own.
 func checkBuffer(c Config, _ *dialect) error {
 	switch {
+	case c.Redis != nil && !hasRedis(c):
+		return invalid("Config.Redis is a nil %T: give a client, or leave Config.Redis unset for the in-process buffer", c.Redis)
 	case strings.ContainsAny(c.Prefix, "{}"):
 		return invalid("Prefix %q must not contain '{' or '}' (they are Redis Cluster hash tags)", c.Prefix)
 	case c.Shards < 1 || c.Shards > 1024:
