@@ -21,15 +21,20 @@ const MaxClockSkew = time.Hour
 //	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
 //	<prefix>:{N}:lock          redislock lock of the shard's flusher
 //	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
+//	<prefix>:{N}:online:<m>    HyperLogLog of users whose touch opened a
+//	                           window in Unix minute m (Online)
+//	<prefix>:{N}:active:<day>  HyperLogLog of the same per UTC day,
+//	                           day as 2006-01-02 (ActiveUsers)
 //
 // internal/keys names them (the CLI and the benchmark use it too).
 type shardKeys struct {
 	pending, inflight, lock, marker string
+	online, active                  string // key prefixes: add the minute or the day
 }
 
 func newShardKeys(prefix string, n int) shardKeys {
 	k := keys.ForShard(prefix, n)
-	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker}
+	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker, online: k.Online, active: k.Active}
 }
 
 // The buffer's Lua scripts, one per file in lua/, each starting with a

@@ -39,9 +39,16 @@ type buffer interface {
 	touch(ctx context.Context, uid string, at, now time.Time) (recorded bool, ttl time.Duration, err error)
 	// newest returns, for each of uids, the newest readable timestamp the
 	// buffer holds (pending, in-flight, or kept aside in process), the zero
-	// time when none. On an error the result still holds what the process
-	// itself keeps (the Redis buffer's backlog).
-	newest(ctx context.Context, uids []string, now time.Time) ([]time.Time, error)
+	// time when none. On an error the result still holds what could be
+	// read (at least what the process itself keeps: the Redis buffer's
+	// backlog). With guard the read is bounded as a touch is (the Redis
+	// buffer's breaker and TouchTimeout): the read overlay runs on the
+	// query path.
+	newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error)
+	// count returns the number of distinct users in the presence sets
+	// keysOf names for each shard (presence.go), summed over the shards:
+	// PFCOUNT with Redis, exact in memory.
+	count(ctx context.Context, keysOf func(shardKeys) []string) (int64, error)
 	// replay moves what the buffer kept aside into its shards before a
 	// flush (the Redis buffer's backlog; nothing in memory).
 	replay(ctx context.Context) error

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"testing"
 	"time"
 )
 
@@ -83,5 +84,38 @@ func (h *harness) markerTime(d time.Duration) {
 		h.clock.Add(d)
 	case h.r.mr != nil:
 		h.r.mr.FastForward(d)
+	}
+}
+
+// putInFlight stores uid's timestamp at in its shard's in-flight set, as a
+// flush that failed after its swap leaves it.
+func putInFlight(t testing.TB, p *Plugin, uid string, at time.Time) {
+	t.Helper()
+	switch b := p.tracker.buf.(type) {
+	case *redisBuffer:
+		must(t, b.rdb.HSet(context.Background(), b.shard(uid).inflight, uid, micros(at)).Err())
+	case *memoryBuffer:
+		s := b.shard(uid)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.inflight == nil {
+			s.inflight = map[string]int64{}
+		}
+		s.inflight[uid] = micros(at)
+	}
+}
+
+// putBacklog keeps uid's timestamp at in the Redis buffer's backlog, as a
+// touch during an outage does; the in-process buffer has no backlog, and
+// the nearest state there is a pending entry.
+func putBacklog(t testing.TB, p *Plugin, uid string, at time.Time) {
+	t.Helper()
+	switch b := p.tracker.buf.(type) {
+	case *redisBuffer:
+		b.backlog.add(uid, micros(at))
+	case *memoryBuffer:
+		if _, _, err := b.touch(context.Background(), uid, at, p.now()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

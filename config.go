@@ -60,7 +60,12 @@ const (
 	DefaultPurgeBatchSize    = 1000
 	DefaultPurgePause        = 50 * time.Millisecond
 	DefaultPurgeBatchTimeout = 10 * time.Second
-	DefaultActiveField       = "LastActiveAt"
+	// DefaultOnlineWindow is the longest window Online answers for.
+	DefaultOnlineWindow = time.Hour
+	// DefaultActiveUsersRetention is how many whole UTC days before today
+	// ActiveUsers can count.
+	DefaultActiveUsersRetention = 35 * 24 * time.Hour
+	DefaultActiveField          = "LastActiveAt"
 )
 
 // Config configures the plugin. The zero value of every field means "use
@@ -165,6 +170,32 @@ type Config struct {
 	// Now is the clock; tests set it. Default time.Now.
 	Now func() time.Time
 
+	// Presence reads (presence.go, overlay.go).
+
+	// OnlineWindow is the longest window d that Online(ctx, d) answers for:
+	// how long the per-minute HyperLogLog buckets are kept after their
+	// minute. Default 1h, or Throttle when that is longer; at least
+	// Throttle; negative turns the buckets off (no PFADD on the touch path;
+	// Online returns ErrCountsDisabled). Memory: per shard, one key per
+	// minute with a touch in it, OnlineWindow/1m+1 at most, each at most
+	// 12 KB (Redis's dense HyperLogLog) and at most 3,000 bytes while
+	// sparse (Redis's hll-sparse-max-bytes).
+	OnlineWindow time.Duration
+	// ActiveUsersRetention is how long the per-day HyperLogLogs that
+	// ActiveUsers counts are kept after their UTC day ends. Default 35 days
+	// (a month's active users for a few days more); it is rounded down to
+	// whole days; negative turns them off (no PFADD on the touch path;
+	// ActiveUsers returns ErrCountsDisabled). Memory: per shard, one key per
+	// day kept, each at most 12 KB (dense) and 3,000 bytes while sparse.
+	ActiveUsersRetention time.Duration
+	// Overlay makes every GORM query that loads the tracked model (First,
+	// Take, Last, Find into a struct or a slice of structs or pointers; not
+	// Scan, Row or Rows, which bypass GORM's query callbacks) put the
+	// freshest buffered value into its last-seen field where it is newer
+	// than the column: one pipelined Redis round trip per query, bounded by
+	// TouchTimeout and the touch path's circuit breaker; on failure the
+	// query keeps the column's values. Default off.
+	Overlay bool
 	// Derived columns (onbatch.go).
 
 	// OnBatch, when set, runs inside the transaction of each batch's write,
@@ -210,6 +241,8 @@ func withDefaults(cfg Config) Config {
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
+	cfg.OnlineWindow = cmp.Or(cfg.OnlineWindow, max(DefaultOnlineWindow, cfg.Throttle))
+	cfg.ActiveUsersRetention = cmp.Or(cfg.ActiveUsersRetention, DefaultActiveUsersRetention)
 	cfg.ActiveField = cmp.Or(cfg.ActiveField, DefaultActiveField)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
@@ -235,7 +268,7 @@ func invalid(format string, args ...any) error {
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
 func checkConfig(c Config, d *dialect) error {
-	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle} {
+	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
 		if err := check(c, d); err != nil {
 			return err
 		}

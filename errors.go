@@ -27,6 +27,14 @@ var (
 	// batches was written; the refused entries went back to pending for the
 	// next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
+	// ErrInvalidRange is returned by Online for a window shorter than the
+	// throttle window or longer than OnlineWindow, and by ActiveUsers for a
+	// range that ends before it starts or starts before the days kept
+	// (ActiveUsersRetention).
+	ErrInvalidRange = errors.New("lastseen: invalid range")
+	// ErrCountsDisabled is returned by Online when OnlineWindow is negative
+	// and by ActiveUsers when ActiveUsersRetention is negative.
+	ErrCountsDisabled = errors.New("lastseen: presence counts are turned off")
 	// ErrOnBatch wraps the error Config.OnBatch returned (errors.Is finds both
 	// it and the hook's own error). The batch's transaction rolled back, the
 	// batch's last-seen values included, and its entries stay in Redis (the

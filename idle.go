@@ -91,7 +91,7 @@ func (tr *Plugin) busy(ctx context.Context, ids []any, since time.Time) ([]bool,
 	if len(uids) == 0 {
 		return out, nil
 	}
-	got, err := t.buf.newest(ctx, uids, t.now())
+	got, err := t.buf.newest(ctx, uids, t.now(), false)
 	if err != nil {
 		for i := range out {
 			out[i] = true

@@ -2,6 +2,7 @@ package lastseen
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 // breaker and no backlog. What it holds is lost when the process dies
 // (README, "Without Redis").
 type memoryBuffer struct {
+	cfg      Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
 	throttle time.Duration
 	now      func() time.Time
 	shards   []*memShard
@@ -32,6 +34,15 @@ type memShard struct {
 	markers  map[string]time.Time // user id -> end of the throttle window (plugin's clock)
 	swept    int                  // len(markers) after the last sweep
 	flush    sync.Mutex           // the shard's flush lock (TryLock)
+	keys     shardKeys            // the Redis names of the shard's keys: presence sets are kept by them
+	presence map[string]*presenceSet
+}
+
+// presenceSet is the in-process counterpart of one presence HyperLogLog
+// (presence.go): the exact set of users, kept until end.
+type presenceSet struct {
+	users map[string]struct{}
+	end   time.Time
 }
 
 // minSweep is the number of markers below which a shard never sweeps on a
@@ -41,9 +52,10 @@ const minSweep = 1024
 var _ buffer = (*memoryBuffer)(nil)
 
 func newMemoryBuffer(cfg Config) *memoryBuffer {
-	b := &memoryBuffer{throttle: cfg.Throttle, now: cfg.Now}
-	for range cfg.Shards {
-		b.shards = append(b.shards, &memShard{pending: map[string]int64{}, markers: map[string]time.Time{}})
+	b := &memoryBuffer{cfg: cfg, throttle: cfg.Throttle, now: cfg.Now}
+	for n := range cfg.Shards {
+		b.shards = append(b.shards, &memShard{pending: map[string]int64{}, markers: map[string]time.Time{},
+			keys: newShardKeys(cfg.Prefix, n), presence: map[string]*presenceSet{}})
 	}
 	return b
 }
@@ -52,9 +64,9 @@ func (b *memoryBuffer) shard(uid string) *memShard {
 	return b.shards[keys.ShardOf(uid, len(b.shards))]
 }
 
-// touch is lua/touch.lua on a map: a marker whose deadline is after now
-// throttles; otherwise the marker is set to now + Throttle and the pending
-// value raised to at.
+// touch is lua/touch.lua on maps: a marker whose deadline is after now
+// throttles; otherwise the marker is set to now + Throttle, the pending
+// value raised to at, and the user added to the presence sets.
 func (b *memoryBuffer) touch(_ context.Context, uid string, at, now time.Time) (bool, time.Duration, error) {
 	s := b.shard(uid)
 	s.mu.Lock()
@@ -66,15 +78,27 @@ func (b *memoryBuffer) touch(_ context.Context, uid string, at, now time.Time) (
 	if ts := micros(at); ts > s.pending[uid] {
 		s.pending[uid] = ts
 	}
+	keys, ttls := presenceArgs(&b.cfg, s.keys, at, now)
+	for i, k := range keys {
+		if ttl := ttls[i].(int64); ttl > 0 { // 0: its period ended longer ago than it is kept
+			ps := s.presence[k]
+			if ps == nil {
+				ps = &presenceSet{users: map[string]struct{}{}}
+				s.presence[k] = ps
+			}
+			ps.users[uid] = struct{}{}
+			ps.end = now.Add(time.Duration(ttl) * time.Second) // EXPIRE
+		}
+	}
 	if len(s.markers) >= 2*max(s.swept, minSweep) {
 		s.sweep(now)
 	}
 	return true, b.throttle, nil
 }
 
-// sweep drops the markers whose window ended at now (the Redis markers'
-// expiry). Under s.mu. Amortized: a touch sweeps when the markers doubled
-// since the last sweep; each swap sweeps.
+// sweep drops the markers whose window ended at now, and the presence sets
+// past their end (the Redis keys' expiry). Under s.mu. Amortized: a touch
+// sweeps when the markers doubled since the last sweep; each swap sweeps.
 func (s *memShard) sweep(now time.Time) {
 	for uid, end := range s.markers {
 		if !now.Before(end) {
@@ -82,11 +106,51 @@ func (s *memShard) sweep(now time.Time) {
 		}
 	}
 	s.swept = len(s.markers)
+	for k, ps := range s.presence {
+		if !now.Before(ps.end) {
+			delete(s.presence, k)
+		}
+	}
+}
+
+// count is exact: the size of the union, per shard, of the sets keysOf
+// names that have not ended.
+func (b *memoryBuffer) count(_ context.Context, keysOf func(shardKeys) []string) (int64, error) {
+	now := b.now()
+	var sum int64
+	for _, s := range b.shards {
+		s.mu.Lock()
+		var union map[string]struct{}
+		var only *presenceSet // the one live set, counted without a union
+		live := 0
+		for _, k := range keysOf(s.keys) {
+			ps := s.presence[k]
+			if ps == nil || !now.Before(ps.end) {
+				continue
+			}
+			if live++; live == 1 {
+				only = ps
+				continue
+			}
+			if union == nil {
+				union = maps.Clone(only.users)
+			}
+			maps.Copy(union, ps.users)
+		}
+		switch {
+		case union != nil:
+			sum += int64(len(union))
+		case only != nil:
+			sum += int64(len(only.users))
+		}
+		s.mu.Unlock()
+	}
+	return sum, nil
 }
 
 // newest reads each uid's pending and in-flight values under its shard's
 // mutex.
-func (b *memoryBuffer) newest(_ context.Context, uids []string, _ time.Time) ([]time.Time, error) {
+func (b *memoryBuffer) newest(_ context.Context, uids []string, _ time.Time, _ bool) ([]time.Time, error) {
 	out := make([]time.Time, len(uids))
 	for i, uid := range uids {
 		s := b.shard(uid)

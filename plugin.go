@@ -116,6 +116,11 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	p.tracker = t
+	if p.cfg.Overlay {
+		if err := p.registerOverlay(db); err != nil { // overlay.go
+			return fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)
+		}
+	}
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
 	p.db = db.Session(&gorm.Session{NewDB: true})

@@ -22,6 +22,7 @@ import (
 // not answer within TouchTimeout, or while the breaker is open, is kept in
 // the backlog and replayed into Redis by the next flush.
 type redisBuffer struct {
+	cfg      Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
 	rdb      redis.UniversalClient
 	prefix   string
 	shards   []shardKeys
@@ -41,6 +42,7 @@ var _ buffer = (*redisBuffer)(nil)
 
 func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters) *redisBuffer {
 	b := &redisBuffer{
+		cfg:      cfg,
 		rdb:      cfg.Redis,
 		prefix:   cfg.Prefix,
 		throttle: cfg.Throttle,
@@ -77,8 +79,10 @@ func (b *redisBuffer) shard(uid string) shardKeys {
 func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time) (bool, time.Duration, error) {
 	k := b.shard(uid)
 	ts := micros(at)
+	hk, ha := presenceArgs(&b.cfg, k, at, now) // presence.go: HyperLogLogs, same EVALSHA
 	reply, err := b.call(ctx, func(ctx context.Context) ([]any, error) {
-		return touchScript.Run(ctx, b.rdb, []string{k.marker + uid, k.pending}, uid, ts, b.throttle.Milliseconds(), ceiling(now)).Slice()
+		return touchScript.Run(ctx, b.rdb, append([]string{k.marker + uid, k.pending}, hk...),
+			append([]any{uid, ts, b.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
 	})
 	if err != nil {
 		b.stats.redisErrors.Add(1)
@@ -134,9 +138,10 @@ func (b *redisBuffer) call(ctx context.Context, fn func(context.Context) ([]any,
 }
 
 // newest reads uids' pending and in-flight values in one pipeline, HMGET
-// of both hashes of each shard holding some of them, and folds in the
-// backlog (also when Redis fails).
-func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time) ([]time.Time, error) {
+// of both hashes of each shard holding some of them (with guard through the
+// breaker within TouchTimeout, as a touch), and folds in the backlog. When
+// some commands failed it returns what the others read, with the error.
+func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error) {
 	out := make([]time.Time, len(uids))
 	byShard := map[shardKeys][]int{}
 	for i, uid := range uids {
@@ -150,24 +155,33 @@ func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time) 
 		idx               []int
 		pending, inflight *redis.SliceCmd
 	}
-	reads := make([]read, 0, len(byShard))
-	_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for k, idx := range byShard {
-			fields := make([]string, len(idx))
-			for j, i := range idx {
-				fields[j] = uids[i]
+	var reads []read
+	pipeline := func(ctx context.Context) ([]any, error) {
+		reads = make([]read, 0, len(byShard))
+		_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for k, idx := range byShard {
+				fields := make([]string, len(idx))
+				for j, i := range idx {
+					fields[j] = uids[i]
+				}
+				reads = append(reads, read{idx, pipe.HMGet(ctx, k.pending, fields...), pipe.HMGet(ctx, k.inflight, fields...)})
 			}
-			reads = append(reads, read{idx, pipe.HMGet(ctx, k.pending, fields...), pipe.HMGet(ctx, k.inflight, fields...)})
+			return nil
+		})
+		return nil, err
+	}
+	var err error
+	if guard {
+		if _, err = b.call(ctx, pipeline); err != nil {
+			return out, err // the pipeline may still be running: read nothing of it
 		}
-		return nil
-	})
-	if err != nil {
-		return out, err
+	} else {
+		_, err = pipeline(ctx)
 	}
 	for _, r := range reads {
 		for _, cmd := range []*redis.SliceCmd{r.pending, r.inflight} {
-			for j, v := range cmd.Val() {
-				if s, ok := v.(string); ok {
+			for j, v := range cmd.Val() { // nil Val when the command failed
+				if s, ok := v.(string); ok && j < len(r.idx) {
 					if at, valid := parseMicros(s, now); valid && at.After(out[r.idx[j]]) {
 						out[r.idx[j]] = at
 					}
@@ -175,7 +189,27 @@ func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time) 
 			}
 		}
 	}
-	return out, nil
+	return out, err
+}
+
+// count sends one PFCOUNT per shard, of the keys keysOf names, in one
+// pipeline and returns their sum.
+func (b *redisBuffer) count(ctx context.Context, keysOf func(shardKeys) []string) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(b.shards))
+	_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, k := range b.shards {
+			cmds[i] = pipe.PFCount(ctx, keysOf(k)...)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, cmd := range cmds {
+		sum += cmd.Val()
+	}
+	return sum, nil
 }
 
 func (b *redisBuffer) replay(ctx context.Context) error {
