@@ -66,7 +66,12 @@ const (
 	// ActiveUsers can count.
 	DefaultActiveUsersRetention = 35 * 24 * time.Hour
 	DefaultActiveField          = "LastActiveAt"
+	DefaultMaxIDLength          = 128
 )
+
+// maxIDLengthLimit is the largest MaxIDLength: ids are Redis key suffixes
+// and bound parameters of every batch, so they stay small.
+const maxIDLengthLimit = 4096
 
 // Config configures the plugin. The zero value of every field means "use
 // the default" given in its comment; New fills those in, Initialize
@@ -217,6 +222,17 @@ type Config struct {
 	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
 	// is positive. Default "LastActiveAt".
 	ActiveField string
+	// Ids.
+
+	// MaxIDLength is the longest id Touch accepts, in bytes once written as
+	// text (an integer in decimal, a UUID in its canonical form): longer
+	// ids are ErrInvalidUserID. Default 128, or, for a string key whose
+	// column already exists with a declared length under 128 (varchar(64)),
+	// that length. 1 to 4096 (maxIDLengthLimit); Initialize refuses a value
+	// over the declared length of an existing string key column, which
+	// would refuse or (MySQL without strict mode) truncate longer ids at
+	// the flush.
+	MaxIDLength int
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
@@ -244,6 +260,7 @@ func withDefaults(cfg Config) Config {
 	cfg.OnlineWindow = cmp.Or(cfg.OnlineWindow, max(DefaultOnlineWindow, cfg.Throttle))
 	cfg.ActiveUsersRetention = cmp.Or(cfg.ActiveUsersRetention, DefaultActiveUsersRetention)
 	cfg.ActiveField = cmp.Or(cfg.ActiveField, DefaultActiveField)
+	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, DefaultMaxIDLength)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
 	}
@@ -311,6 +328,8 @@ func checkBuffer(c Config, _ *dialect) error {
 		return invalid("BacklogSize is %d, want a positive number", c.BacklogSize)
 	case c.BreakerCooldown < 0:
 		return invalid("BreakerCooldown is %v, want a positive duration", c.BreakerCooldown)
+	case c.MaxIDLength < 1 || c.MaxIDLength > maxIDLengthLimit:
+		return invalid("MaxIDLength is %d, want 1 to %d bytes", c.MaxIDLength, maxIDLengthLimit)
 	}
 	return nil
 }

@@ -8,8 +8,10 @@ var (
 	// ErrInvalidConfig wraps every configuration problem Initialize finds.
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
 	// ErrInvalidUserID is returned for a user id that is not an integer,
-	// string or fmt.Stringer, is empty or zero, is longer than 128 bytes, or
-	// does not fit the user model's primary key.
+	// string or fmt.Stringer (or, for an integer key, a whole float64 of
+	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer
+	// than Config.MaxIDLength bytes, or does not fit the user model's
+	// primary key.
 	ErrInvalidUserID = errors.New("lastseen: invalid user id")
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
@@ -21,6 +23,12 @@ var (
 	// ErrInvalidTime is returned by TouchAt for a zero time, a time before
 	// 1970, or one more than MaxClockSkew ahead of the plugin's clock.
 	ErrInvalidTime = errors.New("lastseen: invalid time")
+	// ErrSchema is returned (wrapped, naming the Config field to fix) by a
+	// flush or purge whose table is missing or lacks a column the config
+	// names; the pending touches stay buffered. Initialize reports a
+	// present table without the column as ErrInvalidConfig instead, and a
+	// missing table as a warning (apps often AutoMigrate after db.Use).
+	ErrSchema = errors.New("lastseen: schema does not fit the config")
 	// ErrRefused is returned (wrapped, with the count and the first database
 	// error) by a flush in which the database refused some entries on their
 	// own, for example through a constraint or trigger. The rest of their

@@ -84,6 +84,11 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	}
+	if len(active) > 0 { // a table is needed only with something to write
+		if err := p.checkTable(ctx, "flush", p.usersCheck(), &p.schema.usersOK); err != nil {
+			errs, active = append(errs, err), nil
+		}
+	}
 	// Shards hold disjoint users, so concurrent shard flushes never touch
 	// the same row and cannot deadlock one another.
 	var mu sync.Mutex
@@ -99,6 +104,9 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 			res.merge(r)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("lastseen: flush shard %d: %w", n, err))
+				if p.statementError(err) { // the table may be gone: the next flush checks it again
+					p.schema.usersOK.Store(false)
+				}
 			}
 			return nil
 		})
@@ -130,13 +138,21 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
 		"skipped", res.Skipped, "duration", res.Duration}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrSchema):
+		p.logSchemaError(&p.schema.flushLog, "lastseen: flush failed", err, attrs...)
+	case err != nil:
 		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
-		return
-	}
-	if res.Drained == 0 {
+	case res.Drained == 0:
 		p.log.Debug("lastseen: flush: nothing pending", attrs...)
-		return
+	default:
+		p.log.Info("lastseen: flush", attrs...)
 	}
-	p.log.Info("lastseen: flush", attrs...)
+	// The purge runs hourly by default: its table is checked on the
+	// flush's ticks until it is found, so a missing one shows early.
+	if !p.cfg.DisablePurge && !p.schema.sessionsOK.Load() && ctx.Err() == nil {
+		if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); errors.Is(err, ErrSchema) {
+			p.logSchemaError(&p.schema.purgeLog, "lastseen: purge will fail", err)
+		}
+	}
 }

@@ -51,7 +51,17 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 	}
 	defer done()
 	ctx, observed := p.observePurge(ctx)
+	if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); err != nil {
+		p.stats.purges.Add(1)
+		p.stats.purgeErrors.Add(1)
+		res := PurgeResult{Stopped: true}
+		observed(res, err)
+		return res, err
+	}
 	res, err := p.purgeLocked(ctx, db)
+	if err != nil && p.dialect.statementError(err) { // the table may be gone: the next purge checks it again
+		p.schema.sessionsOK.Store(false)
+	}
 	observed(res, err)
 	return res, err
 }
@@ -233,6 +243,8 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 		p.log.Debug("lastseen: purge skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
 		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
+	case errors.Is(err, ErrSchema):
+		p.logSchemaError(&p.schema.purgeLog, "lastseen: purge failed", err, attrs...)
 	default:
 		p.log.Error("lastseen: purge failed", append(attrs, "err", err)...)
 	}

@@ -77,6 +77,7 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 	if ids.kind == idUnsigned {
 		ids.max = d.maxUnsigned
 	}
+	ids.maxLen = c.MaxIDLength
 	p.users = &userTarget{model: users, ids: ids}
 	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField")
 	if err != nil {

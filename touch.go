@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/maypok86/otter/v2"
@@ -70,9 +71,10 @@ func (t *tracker) close() {
 // cacheKey identifies a user in the local cache without allocating: integer
 // ids by value, string ids by their text.
 type cacheKey struct {
-	s     string
-	n     uint64
-	isNum bool
+	s       string
+	n       uint64
+	isNum   bool
+	isFloat bool // a float64 id: its own entry, as a float may be refused where the integer is not
 }
 
 // Negative integers take the slow path: as a uint64 key they would collide
@@ -93,6 +95,8 @@ func quickKey(id any) (cacheKey, bool) {
 		return cacheKey{n: uint64(v), isNum: true}, v > 0
 	case uint32:
 		return cacheKey{n: uint64(v), isNum: true}, true
+	case float64: // JSON-decoded claims: whole numbers only, as fromFloat takes them
+		return cacheKey{n: uint64(v), isNum: true, isFloat: true}, v >= 1 && v <= maxExactFloat && v == math.Trunc(v)
 	}
 	return cacheKey{}, false
 }
@@ -122,7 +126,8 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 
 // TouchAt records that userID was seen at at. userID is the user's primary
 // key in its natural Go type: any integer kind, a string, or a fmt.Stringer
-// such as a UUID type.
+// such as a UUID type; for an integer key also a whole float64 of magnitude
+// at most 2^53 or a json.Number, as encoding/json decodes a JWT claim.
 //
 // It returns recorded == true when this call opened a new throttle window
 // for the user and raised the pending timestamp (never lowering it), and
@@ -131,8 +136,9 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // one round trip; without Redis, the in-process buffer under a mutex).
 //
 // Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
-// than 128 bytes or not of the primary key's type; ErrInvalidTime; and,
-// with Config.Redis set, when Redis did not answer within TouchTimeout or the circuit breaker is
+// than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime;
+// and, with Config.Redis set, when Redis did not answer within
+// TouchTimeout or the circuit breaker is
 // open, an error wrapping the cause: the timestamp is then kept in the
 // in-process backlog (up to BacklogSize users) and written to Redis by the
 // next flush, so callers may ignore that error.
