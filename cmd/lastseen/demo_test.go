@@ -277,8 +277,8 @@ func TestDemoRealRedis(t *testing.T) {
 			equal(t, "recorded + throttled", s.Recorded+s.Throttled, s.Touches)
 			equal(t, "redis errors", s.RedisErrors, 0)
 			if !c.Memory {
-		equal(t, "touch scripts = touches the local cache did not answer", res.TouchScripts, s.Touches-s.CacheHits)
-	}
+				equal(t, "touch scripts = touches the local cache did not answer", res.TouchScripts, s.Touches-s.CacheHits)
+			}
 			equal(t, "rows set = distinct users", res.RowsSet, int64(res.Distinct))
 			equal(t, "users outside the window", fmt.Sprint(res.Mismatches), "[]")
 			equal(t, "rows written = drained (no unknown or stale)", s.RowsWritten, s.Drained)
