@@ -105,12 +105,15 @@ type shardLease interface {
 	// scan returns up to about n in-flight entries (field, value, ...)
 	// from cursor and the next cursor, 0 at the end.
 	scan(ctx context.Context, cursor uint64, n int) (kv []string, next uint64, err error)
-	// ack removes fields from the in-flight set and refreshes the lock;
-	// final also removes the in-flight set itself.
+	// ack removes fields from the in-flight set, clears their refusal
+	// counts and refreshes the lock; final also removes the in-flight set
+	// itself.
 	ack(ctx context.Context, fields []string, final bool) error
 	// requeue moves refused entries from in-flight back to pending, newest
-	// wins (a pending value above ceiling is replaced).
-	requeue(ctx context.Context, refused []refusal, ceiling int64) error
+	// wins (a pending value above ceiling is replaced), and counts each
+	// entry's refusals: an entry refused the limit-th time (0: never) is
+	// dropped instead and returned.
+	requeue(ctx context.Context, refused []refusal, ceiling int64, limit int) (dropped []string, err error)
 }
 
 // swapLeftOver is what shardLease.swap returns when an in-flight set is

@@ -14,8 +14,8 @@ import (
 func redisBuf(p *Plugin) *redisBuffer { return p.tracker.buf.(*redisBuffer) }
 
 // memoryKeys lists, sorted, the Redis keys (prefix cut off) that would hold
-// the state of the harness's in-process buffers: ":{N}:pending" and
-// ":{N}:inflight" for non-empty sets, ":{N}:seen:<id>" for throttle windows
+// the state of the harness's in-process buffers: ":{N}:pending",
+// ":{N}:inflight" and ":{N}:refusals" for non-empty maps, ":{N}:seen:<id>" for throttle windows
 // still open on the harness's clock.
 func (h *harness) memoryKeys() []string {
 	now := h.clock.Now()
@@ -33,6 +33,9 @@ func (h *harness) memoryKeys() []string {
 			}
 			if len(s.inflight) > 0 {
 				set[tag+"inflight"] = true
+			}
+			if len(s.refusals) > 0 {
+				set[tag+"refusals"] = true
 			}
 			for uid, end := range s.markers {
 				if now.Before(end) {

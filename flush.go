@@ -23,9 +23,14 @@ type FlushResult struct {
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
 	Duration time.Duration // wall time
+
+	// Dropped counts the Failed entries refused for the MaxRefusals-th
+	// time: removed from Redis for good, each logged with its id.
+	Dropped int
 }
 
 func (r *FlushResult) merge(o FlushResult) {
+	r.Dropped += o.Dropped
 	r.Drained += o.Drained
 	r.Written += o.Written
 	r.Unknown += o.Unknown
@@ -104,7 +109,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 			res.merge(r)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("lastseen: flush shard %d: %w", n, err))
-				if p.statementError(err) { // the table may be gone: the next flush checks it again
+				if schemaMayBeGone(err) { // the next flush checks the table again
 					p.schema.usersOK.Store(false)
 				}
 			}
@@ -120,6 +125,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.stale.Add(int64(res.Stale))
 	p.stats.rejected.Add(int64(res.Rejected))
 	p.stats.flushSkipped.Add(int64(res.Skipped))
+	p.stats.dropped.Add(int64(res.Dropped))
 	p.stats.failed.Add(int64(res.Failed))
 	err = errors.Join(errs...)
 	if err != nil {
@@ -138,6 +144,9 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
 		"skipped", res.Skipped, "duration", res.Duration}
+	if res.Dropped > 0 {
+		attrs = append(attrs, "dropped", res.Dropped)
+	}
 	switch {
 	case errors.Is(err, ErrSchema):
 		p.logSchemaError(&p.schema.flushLog, "lastseen: flush failed", err, attrs...)

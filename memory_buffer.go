@@ -32,6 +32,7 @@ type memShard struct {
 	pending  map[string]int64     // user id -> Unix µs; empty: no pending set
 	inflight map[string]int64     // the pending set a flush is writing; empty: none
 	markers  map[string]time.Time // user id -> end of the throttle window (plugin's clock)
+	refusals map[string]int       // user id -> flushes in a row the database refused its entry
 	swept    int                  // len(markers) after the last sweep
 	flush    sync.Mutex           // the shard's flush lock (TryLock)
 	keys     shardKeys            // the Redis names of the shard's keys: presence sets are kept by them
@@ -54,7 +55,7 @@ var _ buffer = (*memoryBuffer)(nil)
 func newMemoryBuffer(cfg Config) *memoryBuffer {
 	b := &memoryBuffer{cfg: cfg, throttle: cfg.Throttle, now: cfg.Now}
 	for n := range cfg.Shards {
-		b.shards = append(b.shards, &memShard{pending: map[string]int64{}, markers: map[string]time.Time{},
+		b.shards = append(b.shards, &memShard{pending: map[string]int64{}, markers: map[string]time.Time{}, refusals: map[string]int{},
 			keys: newShardKeys(cfg.Prefix, n), presence: map[string]*presenceSet{}})
 	}
 	return b

@@ -96,6 +96,7 @@ func (l *memShardLease) ack(_ context.Context, fields []string, final bool) erro
 	defer s.mu.Unlock()
 	for _, f := range fields {
 		delete(s.inflight, f)
+		delete(s.refusals, f)
 	}
 	if final {
 		s.inflight = nil
@@ -105,12 +106,19 @@ func (l *memShardLease) ack(_ context.Context, fields []string, final bool) erro
 }
 
 // requeue: lua/fail.lua.
-func (l *memShardLease) requeue(_ context.Context, refused []refusal, ceiling int64) error {
+func (l *memShardLease) requeue(_ context.Context, refused []refusal, ceiling int64, limit int) ([]string, error) {
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var dropped []string
 	for _, r := range refused {
 		delete(s.inflight, r.field)
+		s.refusals[r.field]++
+		if limit > 0 && s.refusals[r.field] >= limit {
+			delete(s.refusals, r.field)
+			dropped = append(dropped, r.field)
+			continue
+		}
 		ts, err := strconv.ParseInt(r.value, 10, 64)
 		if err != nil {
 			continue // never: the value came from this buffer
@@ -119,5 +127,5 @@ func (l *memShardLease) requeue(_ context.Context, refused []refusal, ceiling in
 			s.pending[r.field] = ts
 		}
 	}
-	return nil
+	return dropped, nil
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -55,6 +56,8 @@ type Plugin struct {
 	obs       observers      // AddObserver (observe.go)
 	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
 	schema    schemaState    // tables found to fit the config; schema log limits (schema.go)
+
+	probes atomic.Uint64 // rotates the entry a refused batch is probed with (systemic.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 }
@@ -109,7 +112,11 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return err
 	}
 	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
-	buf := p.openBuffer()                                                                                 // buffer_interface.go: the one choice between Redis and memory
+	if p.realClock && db.Config.NowFunc != nil {                                                          // one clock with the Expired scope (Config.Now)
+		p.cfg.Now = db.Config.NowFunc
+		p.now = p.cfg.Now
+	}
+	buf := p.openBuffer() // buffer_interface.go: the one choice between Redis and memory; after the clock is final
 	if o := p.prefixTaken(db, buf); o != nil {
 		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
 	}

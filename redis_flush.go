@@ -108,7 +108,7 @@ func (s *redisShard) ack(ctx context.Context, fields []string, final bool) error
 	for _, f := range fields {
 		args = append(args, f)
 	}
-	n, err := ackScript.Run(ctx, s.b.rdb, []string{s.keys.lock, s.keys.inflight}, args...).Int()
+	n, err := ackScript.Run(ctx, s.b.rdb, []string{s.keys.lock, s.keys.inflight, s.keys.refusals}, args...).Int()
 	if err != nil {
 		return err
 	}
@@ -119,18 +119,24 @@ func (s *redisShard) ack(ctx context.Context, fields []string, final bool) error
 }
 
 // requeue: see lua/fail.lua.
-func (s *redisShard) requeue(ctx context.Context, refused []refusal, ceiling int64) error {
-	args := make([]any, 0, 2+2*len(refused))
-	args = append(args, s.lock.Token(), ceiling)
+func (s *redisShard) requeue(ctx context.Context, refused []refusal, ceiling int64, limit int) ([]string, error) {
+	args := make([]any, 0, 3+2*len(refused))
+	args = append(args, s.lock.Token(), ceiling, limit)
 	for _, f := range refused {
 		args = append(args, f.field, f.value)
 	}
-	n, err := failScript.Run(ctx, s.b.rdb, []string{s.keys.lock, s.keys.inflight, s.keys.pending}, args...).Int()
+	keys := []string{s.keys.lock, s.keys.inflight, s.keys.pending, s.keys.refusals}
+	reply, err := failScript.Run(ctx, s.b.rdb, keys, args...).Slice()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if n < 0 {
-		return errLockLost
+	if n, _ := reply[0].(int64); n < 0 {
+		return nil, errLockLost
 	}
-	return nil
+	var dropped []string
+	for _, v := range reply[1:] {
+		field, _ := v.(string)
+		dropped = append(dropped, field)
+	}
+	return dropped, nil
 }

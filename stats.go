@@ -13,6 +13,7 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	dropped, purgeRefused                                  atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
 }
@@ -49,6 +50,9 @@ type Stats struct {
 	// Known counts throttled touches that TouchKnown answered from the
 	// app's own last-seen value alone, without the local cache or Redis.
 	Known int64
+	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
+	Dropped      int64 // pending entries dropped after MaxRefusals refusals
+	PurgeRefused int64 // expired sessions the database refused to delete, per run
 }
 
 // Stats returns the cumulative counters.
@@ -63,6 +67,7 @@ func (p *Plugin) Stats() Stats {
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
+		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()
