@@ -40,6 +40,13 @@ type dialect struct {
 	// the same way: read-only, permission denied, disk full, a missing
 	// column) from a row refused on its own (systemic.go).
 	errorKind func(error) string
+	// exhausted reports kinds that name a resource of the server running
+	// out (a full disk, no memory), which no row can cause. A full disk
+	// may still accept a write that touches no row, so probeBatch's
+	// witness alone would take its refusals for rows refused on their
+	// own, and MaxRefusals would drop them: such a kind is systemic as
+	// soon as the probe fails with it too.
+	exhausted func(kind string) bool
 	// badText reports why a string key column can never hold s ("" when
 	// it can), so that Touch refuses such an id (ErrInvalidUserID) instead
 	// of every flush failing on it.

@@ -21,6 +21,7 @@ var mysqlDialect = &dialect{
 	compare:            plainCompare,
 	sortKey:            plainKey,
 	retryable:          mysqlRetryable,
+	exhausted:          mysqlExhausted,
 	errorKind:          mysqlErrorNumber,
 	badText:            mysqlBadText,
 	exactIn:            mysqlExactIn,
@@ -184,4 +185,17 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.table
 		t.pkCharset, t.pkCollation = *rows[0].Charset, *rows[0].Collation
 	}
 	return nil
+}
+
+// mysqlExhausted: MySQL/MariaDB server errors for a full disk or table
+// file, or memory running out (MySQL error reference): 1021
+// ER_DISK_FULL, 1114 ER_RECORD_FILE_FULL ("The table is full"), 1037 and
+// 1038 ER_OUTOFMEMORY / ER_OUT_OF_SORTMEMORY, 1041 ER_OUT_OF_RESOURCES,
+// 3 ER_ERROR_ON_WRITE.
+func mysqlExhausted(kind string) bool {
+	switch kind {
+	case "1021", "1114", "1037", "1038", "1041", "3":
+		return true
+	}
+	return false
 }

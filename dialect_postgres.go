@@ -22,6 +22,7 @@ var postgresDialect = &dialect{
 	compare:     plainCompare,
 	sortKey:     plainKey,
 	retryable:   postgresRetryable,
+	exhausted:   postgresExhausted,
 	errorKind:   sqlState,
 	badText:     postgresBadText,
 	columnTypes: postgresColumnTypes,
@@ -171,3 +172,8 @@ func postgresRetryable(err error) bool {
 	}
 	return false
 }
+
+// postgresExhausted: SQLSTATE class 53, insufficient resources (53100
+// disk_full, 53200 out_of_memory, 53300 too_many_connections, 53400
+// configuration_limit_exceeded), PostgreSQL manual appendix A.
+func postgresExhausted(kind string) bool { return strings.HasPrefix(kind, "53") }

@@ -20,6 +20,7 @@ var sqliteDialect = &dialect{
 	compare:     julianCompare,
 	sortKey:     julianKey,
 	retryable:   sqliteRetryable,
+	exhausted:   sqliteExhausted,
 	errorKind:   sqliteResultCode,
 	badText:     sqliteBadText,
 	exactIn:     sqliteExactIn,
@@ -110,3 +111,8 @@ func sqliteRetryable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
 }
+
+// sqliteExhausted: the primary result codes SQLITE_FULL (13, the disk or
+// max_page_count is full), SQLITE_NOMEM (7) and SQLITE_IOERR (10)
+// (sqlite.org/rescode.html).
+func sqliteExhausted(kind string) bool { return kind == "13" || kind == "7" || kind == "10" }

@@ -33,6 +33,9 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.retryable(batchErr) {
 		return 0, batchErr
 	}
+	if p.dialect.exhausted(kind) {
+		return 0, fmt.Errorf("%w (error kind %s: the server is out of a resource): %w", ErrSystemic, kind, batchErr)
+	}
 	n := len(ids)
 	i := int(p.probes.Add(1) % uint64(n))
 	var deleted int

@@ -22,6 +22,11 @@ import (
 //     the whole batch stays in Redis and ErrSystemic wraps the batch's
 //     error, after three statements.
 //
+// A kind that names a resource running out (dialect.exhausted: a full disk,
+// which may still accept the witness and even a one-row probe) is systemic
+// wherever a write meets it (writeBatch, isolateRefused): never a row's
+// refusal, never counted toward MaxRefusals.
+//
 // Otherwise the probe is a refused entry (a batch of one is tried once more
 // first: the error may have been the connection's) and the rest of the
 // batch is isolated as usual (isolateRefused). The probe's position rotates
@@ -93,4 +98,10 @@ func (p *Plugin) writeNothing(ctx context.Context) error {
 // of which a table dropped while the app runs is one.
 func schemaMayBeGone(err error) bool {
 	return errors.Is(err, ErrSystemic) || errors.Is(err, errNoTable)
+}
+
+// exhaustedError is the ErrSystemic of a write refused because the server
+// ran out of a resource (dialect.exhausted): n entries stay in Redis.
+func (p *Plugin) exhaustedError(kind string, n int, err error) error {
+	return fmt.Errorf("%w (error kind %s: the server is out of a resource; %d entries kept): %w", ErrSystemic, kind, n, err)
 }

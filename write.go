@@ -45,6 +45,9 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 		return batchResult{}, nil, err
 	}
 	if kind := p.dialect.errorKind(err); kind != "" { // the server answered
+		if p.dialect.exhausted(kind) {
+			return batchResult{}, nil, p.exhaustedError(kind, len(batch), err)
+		}
 		return p.probeBatch(ctx, batch, err, kind)
 	}
 	if !p.databaseUp(ctx) {
@@ -65,6 +68,9 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 	}
 	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || (p.dialect.errorKind(err) == "" && !p.databaseUp(ctx)) {
 		return batchResult{}, nil, err
+	}
+	if kind := p.dialect.errorKind(err); p.dialect.exhausted(kind) {
+		return batchResult{}, nil, p.exhaustedError(kind, len(batch), err)
 	}
 	if len(batch) == 1 {
 		return batchResult{}, []refusal{p.refused(batch[0], err)}, nil
