@@ -26,14 +26,14 @@ type demoRun struct {
 	res      *demoResult
 	conn     connFlags
 	rdb      redis.UniversalClient
-	mr       *miniredis.Miniredis // the in-process Redis; nil on a real one
+	mr       *miniredis.Miniredis // the in-process Redis; nil on a real one and with --memory
 	db       *gorm.DB
 	p        *lastseen.Plugin
 	clock    *runenv.Clock // the plugin's clock on the simulated timeline
-	hook     *countHook
-	writes   atomic.Int64 // SQL statements that write
-	reads    atomic.Int64 // SQL queries
-	addr     string       // the HTTP server
+	hook     *countHook    // nil with --memory
+	writes   atomic.Int64  // SQL statements that write
+	reads    atomic.Int64  // SQL queries
+	addr     string        // the HTTP server
 	cleanups []func(ctx context.Context)
 	closed   bool // the plugin is closed
 }
@@ -62,10 +62,14 @@ func (r *demoRun) teardown(ctx context.Context) {
 
 func (r *demoRun) undo(f func(ctx context.Context)) { r.cleanups = append(r.cleanups, f) }
 
-// setupRedis starts miniredis unless a Redis was given; every call is
+// setupRedis starts miniredis unless a Redis was given, or nothing with
+// --memory (the plugin then buffers in process); every Redis call is
 // counted by a hook; on a real Redis the demo's keys are removed at the end.
 func (r *demoRun) setupRedis(ctx context.Context) error {
-	if r.res.Simulated {
+	switch {
+	case r.c.Memory:
+		return nil
+	case r.res.Simulated:
 		mr, err := miniredis.Run()
 		if err != nil {
 			return fmt.Errorf("lastseen: start miniredis: %w", err)
@@ -73,7 +77,7 @@ func (r *demoRun) setupRedis(ctx context.Context) error {
 		r.mr = mr
 		r.undo(func(context.Context) { mr.Close() })
 		r.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	} else {
+	default:
 		rdb, err := r.conn.openRedis(ctx)
 		if err != nil {
 			return err
