@@ -201,4 +201,6 @@ type schemaConfigError string
 func (e schemaConfigError) Error() string { return ErrInvalidConfig.Error() + ": " + string(e) }
 
 // Is reports ErrInvalidConfig and ErrSchema.
-func (e schemaConfigError) Is(target error) bool { return target == ErrInvalidConfig || target == ErrSchema }
+func (e schemaConfigError) Is(target error) bool {
+	return target == ErrInvalidConfig || target == ErrSchema
+}
