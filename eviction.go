@@ -67,16 +67,24 @@ type nodeEviction struct {
 	counted bool // evicted was read
 }
 
-// state returns the policy and risk of the last check.
+// state returns the policy and risk of the last check; "" and false for a
+// nil watch (no Redis).
 func (w *evictionWatch) state() (policy string, risk bool) {
+	if w == nil {
+		return "", false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.policy, w.risk
 }
 
 // maybeCheck checks when the last check is evictionCheckInterval old or
-// there was none yet. Its Redis calls get at most one second of ctx.
+// there was none yet. Its Redis calls get at most one second of ctx. A nil
+// watch (no Redis) does nothing.
 func (w *evictionWatch) maybeCheck(ctx context.Context) {
+	if w == nil {
+		return
+	}
 	w.mu.Lock()
 	due := w.checked.IsZero() || w.now().Sub(w.checked) >= evictionCheckInterval
 	w.mu.Unlock()

@@ -159,8 +159,14 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 
 // checkRedis is Initialize's look at Redis, within one second: PING, the
 // eviction policy (refused under RequireNoEviction when it can evict) and
-// the manifest. An unreachable Redis is logged and not an error.
+// the manifest. An unreachable Redis is logged and not an error. Without
+// Redis (the in-process buffer, one process's own) there is nothing to
+// check.
 func (p *Plugin) checkRedis() error {
+	if !hasRedis(p.cfg) { // the in-process buffer: nothing shared, nothing evicted
+		p.manifestOK.Store(true)
+		return nil
+	}
 	p.eviction = newEvictionWatch(p.cfg, p.log, &p.stats)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
