@@ -42,12 +42,18 @@ func evictedKeys(t testing.TB, c redis.Cmdable) int64 {
 	return n
 }
 
+// logAttrs are the attributes every log line of a plugin on the harness's
+// prefix starts with (the plugin's Name, the table, the prefix).
+func logAttrs(h *harness) string {
+	return "plugin=" + New(Config{}).Name() + " table=users prefix=" + h.prefix
+}
+
 // evictionWarning is the warning line about allkeys-lru for the harness's
 // prefix.
 func evictionWarning(h *harness) string {
 	return `level=WARN msg="lastseen: Redis maxmemory-policy is allkeys-lru: at maxmemory Redis may evict the pending and in-flight hashes, ` +
 		`and the touches they hold are lost without an error; run CONFIG SET maxmemory-policy noeviction (and set it in redis.conf), ` +
-		`or give lastseen a Redis of its own" plugin=lastseen table=users prefix=` + h.prefix + ` maxmemory_policy=allkeys-lru`
+		`or give lastseen a Redis of its own" ` + logAttrs(h) + ` maxmemory_policy=allkeys-lru`
 }
 
 // TestEvictionPolicyWarnedOnce: a Redis with allkeys-lru gets one warning
@@ -117,8 +123,8 @@ func TestEvictionsCounted(t *testing.T) {
 	must(t, err)
 	equal(t, "Stats.Evictions", p.Stats().Evictions, after-before)
 	equal(t, "eviction log lines", logs.count(fmt.Sprintf(
-		`level=WARN msg="lastseen: Redis evicted keys since the last check; pending timestamps may have been lost" plugin=lastseen table=users prefix=%s evicted=%d maxmemory_policy=allkeys-lru`,
-		h.prefix, after-before)), 1)
+		`level=WARN msg="lastseen: Redis evicted keys since the last check; pending timestamps may have been lost" %s evicted=%d maxmemory_policy=allkeys-lru`,
+		logAttrs(h), after-before)), 1)
 	t.Logf("1000 users touched, %d keys evicted, %d users reached the table", after-before, res.Written)
 }
 
@@ -196,7 +202,7 @@ func TestRequireNoEviction(t *testing.T) {
 		must(t, err)
 		equal(t, "policy", st.EvictionPolicy, PolicyUnknown)
 		equal(t, "risk", st.EvictionRisk, false)
-		equal(t, "warnings", logs.count(`level=WARN msg="lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); make sure it is noeviction" plugin=lastseen table=users prefix=`+h.prefix+` maxmemory_policy=unknown`), 1)
+		equal(t, "warnings", logs.count(`level=WARN msg="lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); make sure it is noeviction" `+logAttrs(h)+` maxmemory_policy=unknown`), 1)
 	})
 }
 
