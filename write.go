@@ -106,7 +106,7 @@ func (a *batchResult) merge(b batchResult) {
 func (p *Plugin) databaseUp(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return ping(p.db.WithContext(ctx)) == nil
+	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
 }
 
 // writeWithRetry writes the batch, retrying deadlocks and serialization
@@ -173,7 +173,7 @@ func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, err
 	}
 	pk := clause.Column{Name: t.pk}
 	q := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: pk, Values: ids})
-	if !t.intKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
+	if t.exactKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
 		q = q.Where(p.dialect.exactIn(pk, ids))
 	}
 	err := q.Count(&existing).Error
@@ -209,8 +209,8 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 }
 
 // ping runs SELECT 1 as a query (GORM's row callbacks, not Exec's), so that
-// an app counting its write statements does not count it.
+// an app counting its write statements does not count the start-up check.
 func ping(db *gorm.DB) error {
 	var one int
-	return db.Raw("SELECT 1").Row().Scan(&one)
+	return db.Raw("SELECT 1").Scan(&one).Error
 }
