@@ -20,6 +20,7 @@ var mysqlDialect = &dialect{
 	retryable:          mysqlRetryable,
 	statementError:     mysqlStatementError,
 	upsertDoubleCounts: true,
+	health:             mysqlHealth,
 }
 
 // mysqlStatementError: server errors 1054 (bad field), 1146 (no such

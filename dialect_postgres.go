@@ -25,6 +25,7 @@ var postgresDialect = &dialect{
 	columnTypes:    postgresColumnTypes,
 	count:          postgresCount,
 	maxUnsigned:    math.MaxInt64,
+	health:         postgresHealth,
 }
 
 // postgresStatementError: SQLSTATE class 42, syntax error or access rule

@@ -19,6 +19,7 @@ var sqliteDialect = &dialect{
 	retryable:      sqliteRetryable,
 	statementError: sqliteStatementError,
 	maxUnsigned:    math.MaxInt64,
+	health:         sqliteHealth,
 }
 
 // sqliteStatementError matches the messages of SQLite's statement errors
