@@ -180,7 +180,7 @@ func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st strea
 	}
 	defer pool.Close()
 	start := time.Now().UTC().Truncate(time.Microsecond)
-	v.Table, err = e.createUsers(ctx, db, c.Users, start.Add(-24*time.Hour))
+	v.Table, err = e.createUsers(ctx, db, c.Users, start.Add(-24*time.Hour), tableSchema{})
 	if err != nil {
 		return v, err
 	}
@@ -283,9 +283,10 @@ func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st strea
 }
 
 // createUsers creates "<prefix>users" from lastseen.User (id bigint primary
-// key, last_seen_at timestamptz with an index: the library's default model)
-// with users rows seen at seenAt, vacuumed and analyzed.
-func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time) (string, error) {
+// key, last_seen_at timestamptz without an index: the library's default
+// model), shaped by ts (an index on last_seen_at, a fillfactor), with users
+// rows seen at seenAt, vacuumed and analyzed.
+func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time, ts tableSchema) (string, error) {
 	db = db.WithContext(ctx)
 	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
 		return "", fmt.Errorf("lastseen: bench: create users table: %w", err)
@@ -295,6 +296,17 @@ func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt ti
 		return "", err
 	}
 	table := stmt.Schema.Table
+	if ts.fillfactor > 0 {
+		if err := db.Exec("ALTER TABLE ? SET (fillfactor = "+strconv.Itoa(ts.fillfactor)+")", clause.Table{Name: table}).Error; err != nil {
+			return "", fmt.Errorf("lastseen: bench: fillfactor of %s: %w", table, err)
+		}
+	}
+	if ts.index {
+		if err := db.Exec("CREATE INDEX ? ON ? (?)", clause.Table{Name: "idx_" + table + "_last_seen_at"}, clause.Table{Name: table},
+			clause.Column{Name: "last_seen_at"}).Error; err != nil {
+			return "", fmt.Errorf("lastseen: bench: index on %s: %w", table, err)
+		}
+	}
 	err := db.Exec("INSERT INTO ? (?, ?) SELECT g, ? FROM generate_series(1, ?::bigint) AS g",
 		clause.Table{Name: table}, clause.Column{Name: "id"}, clause.Column{Name: "last_seen_at"}, seenAt, users).Error
 	if err != nil {
