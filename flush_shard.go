@@ -79,25 +79,30 @@ func (r *shardRun) run(ctx context.Context) error {
 	}
 }
 
-// drain streams the in-flight hash with HSCAN in pages of BatchSize, writes
-// it batch by batch, then unlinks it. It returns ErrRefused (wrapped) when
+// drain streams the in-flight hash with HSCAN in pages of BatchSize (the
+// next page fetched while the current one is written), writes it batch by
+// batch, then unlinks it. It returns ErrRefused (wrapped) when
 // the database refused entries, which went back to pending.
 func (r *shardRun) drain(ctx context.Context) error {
 	bs := r.p.cfg.BatchSize
 	r.now = r.p.now()
 	r.batch, r.seen, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), nil
 	r.batchNo, r.failed, r.firstRefusal = 0, 0, nil
-	var cursor uint64
-	for {
-		kv, next, err := r.p.cfg.Redis.HScan(ctx, r.keys.inflight, cursor, "", int64(bs)).Result()
-		if err != nil {
-			return fmt.Errorf("hscan: %w", err)
+	pages := r.prefetch(ctx, 0)
+	for pages != nil {
+		pg := <-pages
+		if pg.err != nil {
+			return fmt.Errorf("hscan: %w", pg.err)
 		}
-		if err := r.take(ctx, kv); err != nil {
+		pages = nil
+		if pg.next != 0 { // fetch the next page while this one is written
+			pages = r.prefetch(ctx, pg.next)
+		}
+		if err := r.take(ctx, pg.kv); err != nil {
+			if pages != nil {
+				<-pages // the fetch ends with ctx or its reply; wait for it
+			}
 			return err
-		}
-		if cursor = next; cursor == 0 {
-			break
 		}
 	}
 	if err := r.writeOut(ctx); err != nil {
@@ -115,6 +120,28 @@ func (r *shardRun) drain(ctx context.Context) error {
 		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
 	}
 	return nil
+}
+
+// hscanPage is one HSCAN reply of the in-flight hash.
+type hscanPage struct {
+	kv   []string // field, value, field, value, ...
+	next uint64   // the cursor of the next page; 0 after the last
+	err  error
+}
+
+// prefetch starts HSCAN of the in-flight hash at cursor, BatchSize entries
+// a page, in a goroutine, so that the round trip overlaps the statement of
+// the batch being written. The channel gets the one reply. HSCAN
+// guarantees every field present for the whole scan is returned at least
+// once, whatever the acknowledgements remove in between (Redis SCAN
+// guarantees), as the sequential scan did.
+func (r *shardRun) prefetch(ctx context.Context, cursor uint64) <-chan hscanPage {
+	ch := make(chan hscanPage, 1)
+	go func() {
+		kv, next, err := r.p.cfg.Redis.HScan(ctx, r.keys.inflight, cursor, "", int64(r.p.cfg.BatchSize)).Result()
+		ch <- hscanPage{kv, next, err}
+	}()
+	return ch
 }
 
 // take adds one HSCAN page (field, value, field, value, ...) to the batch,

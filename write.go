@@ -21,7 +21,7 @@ type refusal struct {
 	err error
 }
 
-// writeBatch writes one batch. It retries deadlocks and serialization
+// writeBatch writes one batch, sorted by primary key. It retries deadlocks and serialization
 // failures up to MaxRetries times. When the database is reachable but the
 // batch failed, it tries the whole batch once more (the error may have been
 // the connection's: killed, failed over; the pool has replaced it by then),
@@ -30,6 +30,7 @@ type refusal struct {
 // other error (database unreachable, context ended) is returned, and then
 // nothing of the batch has committed.
 func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	sortBatch(batch) // batch_order.go: index order, one lock order
 	br, err := p.writeWithRetry(ctx, batch)
 	if err == nil {
 		return br, nil, nil

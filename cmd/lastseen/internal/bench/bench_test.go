@@ -247,7 +247,7 @@ func TestTinyRun(t *testing.T) {
 	testenv.Equal(t, "purge live left", rep.Purge.LiveLeft, int64(150))
 	testenv.Equal(t, "purge transactions", rep.Purge.SQL.Txs, int64(rep.Purge.Result.Batches))
 	testenv.Equal(t, "purge check", rep.Purge.Check, "ok")
-	for _, want := range []string{"## Requests: 400 requests", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issue 5"} {
+	for _, want := range []string{"## Requests: 400 requests", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issues 5 and 11"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
