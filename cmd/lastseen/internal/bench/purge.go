@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/lastseen/lastseen"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -23,6 +24,10 @@ type purgeResult struct {
 	SQL        sqlStats             `json:"sql"`
 	Redis      redisTime            `json:"redis"`
 	Heap       heapResult           `json:"heap"`
+	RawBefore  rawPurge             `json:"raw_before"` // the raw DELETE loop, before the library's purge
+	RawAfter   rawPurge             `json:"raw_after"`  // and after it, on a table of its own each
+	RawLimit   float64              `json:"raw_limit_rows_per_sec"`
+	Ratio      float64              `json:"lastseen_vs_raw"`
 	LiveLeft   int64                `json:"live_left"`
 	Left       int64                `json:"rows_left"`
 	Check      string               `json:"check"`
@@ -31,13 +36,27 @@ type purgeResult struct {
 func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	c := e.cmd
 	res := &purgeResult{Expired: c.PurgeExpired, Live: c.PurgeLive, BatchSize: lastseen.DefaultPurgeBatchSize, Pause: c.PurgePause.String()}
-	db, _, err := e.openPool(ctx, "purge_", 2)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	c.progress("purge: creating %d expired and %d live sessions", c.PurgeExpired, c.PurgeLive)
-	if res.Table, err = e.createSessions(ctx, db, c.PurgeExpired, c.PurgeLive, now); err != nil {
+	c.progress("purge: creating three tables of %d expired and %d live sessions", c.PurgeExpired, c.PurgeLive)
+	var db *gorm.DB
+	var err error
+	for _, t := range []struct {
+		prefix string
+		table  *string
+	}{{"purgeraw_", &res.RawBefore.Table}, {"purge_", &res.Table}, {"purgerawafter_", &res.RawAfter.Table}} {
+		tdb, _, err := e.openPool(ctx, t.prefix, 2)
+		if err != nil {
+			return nil, err
+		}
+		if *t.table, err = e.createSessions(ctx, tdb, c.PurgeExpired, c.PurgeLive, now); err != nil {
+			return nil, err
+		}
+		if t.prefix == "purge_" {
+			db = tdb
+		}
+	}
+	e.checkpoint(ctx)
+	if err := e.rawPurge(ctx, &res.RawBefore, now, res.BatchSize); err != nil {
 		return nil, err
 	}
 	pause := c.PurgePause
@@ -66,6 +85,12 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 		return nil, fmt.Errorf("lastseen: bench: purge: %w", err)
 	}
 	res.RowsPerSec = float64(res.Result.Deleted) / res.Wall.Seconds()
+	e.checkpoint(ctx)
+	if err := e.rawPurge(ctx, &res.RawAfter, now, res.BatchSize); err != nil {
+		return nil, err
+	}
+	res.RawLimit = (res.RawBefore.RowsPerSec + res.RawAfter.RowsPerSec) / 2
+	res.Ratio = ratio(res.RowsPerSec, res.RawLimit)
 
 	q := db.WithContext(ctx).Table(res.Table)
 	if err := q.Count(&res.Left).Error; err != nil {
@@ -77,6 +102,9 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 		return nil, fmt.Errorf("lastseen: bench: count live sessions: %w", err)
 	}
 	var problems []string
+	if res.RawBefore.Deleted != int64(c.PurgeExpired) || res.RawAfter.Deleted != int64(c.PurgeExpired) {
+		problems = append(problems, fmt.Sprintf("raw loops deleted %d and %d, want %d", res.RawBefore.Deleted, res.RawAfter.Deleted, c.PurgeExpired))
+	}
 	if res.Result.Deleted != c.PurgeExpired {
 		problems = append(problems, fmt.Sprintf("deleted %d, want %d", res.Result.Deleted, c.PurgeExpired))
 	}
@@ -87,6 +115,7 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	if len(problems) > 0 {
 		res.Check = fmt.Sprint(problems)
 	}
+	c.progress("purge: raw loop %.0f and %.0f rows/s, lastseen %.0f (%.2f)", res.RawBefore.RowsPerSec, res.RawAfter.RowsPerSec, res.RowsPerSec, res.Ratio)
 	c.progress("purge: %d deleted, %.0f rows/s, longest batch transaction %v, heap +%s, check %s",
 		res.Result.Deleted, res.RowsPerSec, res.SQL.LongestTx, fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
 	return res, nil
@@ -126,4 +155,48 @@ FROM generate_series(1, ?::bigint) AS g`,
 		return "", fmt.Errorf("lastseen: bench: vacuum %s: %w", table, err)
 	}
 	return table, nil
+}
+
+// rawPurge is the database's limit for a purge on one connection: the loop
+//
+//	DELETE FROM sessions WHERE id IN
+//	  (SELECT id FROM sessions WHERE expires_at <= $1 ORDER BY id LIMIT n)
+//
+// as one prepared statement in autocommit, until it deletes nothing; no
+// Redis, no pause.
+type rawPurge struct {
+	Table      string        `json:"table"`
+	Wall       time.Duration `json:"wall_ns"`
+	Deleted    int64         `json:"deleted"`
+	Statements int           `json:"statements"`
+	RowsPerSec float64       `json:"rows_per_sec"`
+}
+
+func (e *env) rawPurge(ctx context.Context, side *rawPurge, cutoff time.Time, n int) error {
+	e.cmd.progress("purge: raw DELETE loop on %s", side.Table)
+	conn, err := pgx.ConnectConfig(ctx, e.pg.Copy())
+	if err != nil {
+		return fmt.Errorf("lastseen: bench: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	t := pgx.Identifier{side.Table}.Sanitize()
+	sql := "DELETE FROM " + t + ` WHERE "id" IN (SELECT "id" FROM ` + t + ` WHERE "expires_at" <= $1 ORDER BY "id" LIMIT $2)`
+	if _, err := conn.Prepare(ctx, sql, sql); err != nil {
+		return fmt.Errorf("lastseen: bench: prepare: %w", err)
+	}
+	t0 := time.Now()
+	for {
+		tag, err := conn.Exec(ctx, sql, cutoff, n)
+		if err != nil {
+			return fmt.Errorf("lastseen: bench: raw purge: %w", err)
+		}
+		side.Statements++
+		side.Deleted += tag.RowsAffected()
+		if tag.RowsAffected() == 0 {
+			break
+		}
+	}
+	side.Wall = time.Since(t0)
+	side.RowsPerSec = float64(side.Deleted) / side.Wall.Seconds()
+	return nil
 }
