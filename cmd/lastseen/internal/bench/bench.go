@@ -46,6 +46,8 @@ type Cmd struct {
 	Seed     uint64        `default:"1" help:"Seed of the request stream and of the flush data."`
 	Throttle time.Duration `default:"${default_throttle}" help:"requests: throttle window of seed and lastseen; the run stays inside one window."`
 
+	ScaleUsers []int `name:"scale-users" sep:"," placeholder:"N,N,..." help:"requests: also replay 10 requests per user through lastseen+local alone at each of these user counts (e.g. 2000,20000,200000) and print the scale curve."`
+
 	TouchTimeout time.Duration `default:"0s" help:"requests: Config.TouchTimeout of the lastseen variants; 0 keeps the library's default (20ms)."`
 
 	FlushUsers       []int         `default:"1000000" sep:"," help:"flush: pending users, and rows in the users table; several sizes (10000,100000,1000000) print the scale curve."`
@@ -74,6 +76,8 @@ func (c *Cmd) validate() error {
 		return bad("--requests is %d, want at least 1", c.Requests)
 	case !(c.Zipf > 1):
 		return bad("--zipf is %v, want more than 1 (math/rand/v2's Zipf needs s > 1)", c.Zipf)
+	case len(c.ScaleUsers) > 0 && slices.Min(c.ScaleUsers) < 1:
+		return bad("--scale-users is %v, want counts of at least 1", c.ScaleUsers)
 	case c.Workers < 1:
 		return bad("--workers is %d, want at least 1", c.Workers)
 	case c.Throttle < time.Millisecond:
@@ -147,6 +151,9 @@ func (c *Cmd) run(ctx context.Context) (err error) {
 	rep := &report{Info: env.info(ctx)}
 	if c.What == "requests" || c.What == "all" {
 		if rep.Requests, err = env.runRequests(ctx); err != nil {
+			return err
+		}
+		if rep.Scale, err = env.runScale(ctx); err != nil { // requests_scale.go
 			return err
 		}
 	}

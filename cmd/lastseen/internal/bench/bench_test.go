@@ -212,7 +212,7 @@ func TestTinyRun(t *testing.T) {
 	var out bytes.Buffer
 	c := &Cmd{What: "all", Postgres: pg, Redis: addr, Users: 40, Requests: 400, Zipf: 1.1, Workers: 4, Seed: 1,
 		Throttle: lastseen.DefaultThrottle, FlushUsers: []int{2500}, FlushSchemas: []string{"plain", "indexed"}, FlushConcurrency: lastseen.DefaultFlushConcurrency,
-		PurgeExpired: 1500, PurgeLive: 150, JSON: jsonPath, out: &out, log: io.Discard}
+		ScaleUsers: []int{30, 60}, PurgeExpired: 1500, PurgeLive: 150, JSON: jsonPath, out: &out, log: io.Discard}
 	testenv.Must(t, c.run(context.Background()))
 
 	b, err := os.ReadFile(jsonPath)
@@ -229,6 +229,13 @@ func TestTinyRun(t *testing.T) {
 		testenv.Equal(t, v.Name+" rows written", v.RowsWritten, want)
 		testenv.Equal(t, v.Name+" users updated", v.UsersUpdated, int64(st.distinct))
 		testenv.Equal(t, v.Name+" check", v.Check, "ok")
+	}
+	testenv.Equal(t, "scale runs", len(rep.Scale), 2)
+	for _, s := range rep.Scale {
+		want := newStream(s.Users, 10*s.Users, 1.1, 1)
+		testenv.Equal(t, fmt.Sprintf("scale %d requests", s.Users), s.Requests, 10*s.Users)
+		testenv.Equal(t, fmt.Sprintf("scale %d rows written", s.Users), s.Variant.RowsWritten, int64(want.distinct))
+		testenv.Equal(t, fmt.Sprintf("scale %d check", s.Users), s.Variant.Check, "ok")
 	}
 	testenv.Equal(t, "per-request client commands", rep.Requests.Variants[0].ClientCommands, int64(0))
 	testenv.Equal(t, "flush runs", len(rep.Flush.Runs), 2)
@@ -247,7 +254,7 @@ func TestTinyRun(t *testing.T) {
 	testenv.Equal(t, "purge live left", rep.Purge.LiveLeft, int64(150))
 	testenv.Equal(t, "purge transactions", rep.Purge.SQL.Txs, int64(rep.Purge.Result.Batches))
 	testenv.Equal(t, "purge check", rep.Purge.Check, "ok")
-	for _, want := range []string{"## Requests: 400 requests", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issues 5 and 11"} {
+	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issues 5 and 11"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -35,9 +35,9 @@ type purgeResult struct {
 	KeysetAfter  rawPurge `json:"keyset_after"`
 	KeysetLimit  float64  `json:"keyset_limit_rows_per_sec"`
 	KeysetRatio  float64  `json:"lastseen_vs_keyset"`
-	LiveLeft   int64                `json:"live_left"`
-	Left       int64                `json:"rows_left"`
-	Check      string               `json:"check"`
+	LiveLeft     int64    `json:"live_left"`
+	Left         int64    `json:"rows_left"`
+	Check        string   `json:"check"`
 }
 
 func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {

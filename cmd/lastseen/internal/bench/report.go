@@ -15,6 +15,7 @@ import (
 type report struct {
 	Info     runInfo         `json:"info"`
 	Requests *requestsResult `json:"requests,omitempty"`
+	Scale    []scaleRun      `json:"requests_scale,omitempty"`
 	Flush    *flushResult    `json:"flush,omitempty"`
 	Purge    *purgeResult    `json:"purge,omitempty"`
 	Targets  []target        `json:"targets"`
@@ -34,6 +35,11 @@ func (r *report) failedChecks() []string {
 			if v.Check != "ok" {
 				failed = append(failed, v.Name+": "+v.Check)
 			}
+		}
+	}
+	for _, s := range r.Scale {
+		if s.Variant.Check != "ok" {
+			failed = append(failed, fmt.Sprintf("scale %d: %s", s.Users, s.Variant.Check))
 		}
 	}
 	if r.Flush != nil {
@@ -122,6 +128,9 @@ func (r *report) writeMarkdown(w io.Writer, c *Cmd) {
 		in.Date, in.GoVersion, in.CPUs, in.GOMAXPROCS, in.LoadStart, in.LoadEnd, in.Postgres, in.Redis, in.WALInspect)
 	if q := r.Requests; q != nil {
 		writeRequests(w, q)
+	}
+	if len(r.Scale) > 0 {
+		writeScale(w, r.Scale)
 	}
 	if f := r.Flush; f != nil {
 		writeFlush(w, f)
