@@ -12,8 +12,8 @@ import "time"
 // more entry in every index of the table and more WAL, dead index entries
 // and vacuum work. Measured with `lastseen bench flush` (BENCHMARKS.md),
 // the indexed table wrote at a fraction of the unindexed one's rate, with
-// 0% HOT updates. "Who is online" does not need that index: ask the Redis
-// buffer (Plugin.Online, where available), or run SeenWithin, which without
+// 0% HOT updates. "Who is online" does not need that index: ask Redis
+// (Plugin.Online), or run SeenWithin, which without
 // the index is a sequential scan of the table (fine for an admin page or a
 // metric every minute, not for every request). Add `gorm:"index"` in your
 // own model only when frequent range queries on the column pay for it; see

@@ -13,7 +13,9 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	dropped, purgeRefused                                  atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
+	known                                                  atomic.Int64 // TouchKnown
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -44,6 +46,13 @@ type Stats struct {
 	PurgeErrors     int64 // purge runs that returned an error
 	PurgeSkipped    int64 // purges (scheduled or called) skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
+
+	// Known counts throttled touches that TouchKnown answered from the
+	// app's own last-seen value alone, without the local cache or Redis.
+	Known int64
+	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
+	Dropped      int64 // pending entries dropped after MaxRefusals refusals
+	PurgeRefused int64 // expired sessions the database refused to delete, per run
 }
 
 // Stats returns the cumulative counters.
@@ -57,7 +66,8 @@ func (p *Plugin) Stats() Stats {
 		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
-		SessionsDeleted: c.sessionsDeleted.Load(),
+		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
+		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/maypok86/otter/v2"
@@ -90,9 +91,10 @@ func (t *tracker) close() {
 // cacheKey identifies a user in the local cache without allocating: integer
 // ids by value, string ids by their text.
 type cacheKey struct {
-	s     string
-	n     uint64
-	isNum bool
+	s       string
+	n       uint64
+	isNum   bool
+	isFloat bool // a float64 id: its own entry, as a float may be refused where the integer is not
 }
 
 // Negative integers take the slow path: as a uint64 key they would collide
@@ -113,6 +115,8 @@ func quickKey(id any) (cacheKey, bool) {
 		return cacheKey{n: uint64(v), isNum: true}, v > 0
 	case uint32:
 		return cacheKey{n: uint64(v), isNum: true}, true
+	case float64: // JSON-decoded claims: whole numbers only, as fromFloat takes them
+		return cacheKey{n: uint64(v), isNum: true, isFloat: true}, v >= 1 && v <= maxExactFloat && v == math.Trunc(v)
 	}
 	return cacheKey{}, false
 }
@@ -142,7 +146,8 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 
 // TouchAt records that userID was seen at at. userID is the user's primary
 // key in its natural Go type: any integer kind, a string, or a fmt.Stringer
-// such as a UUID type.
+// such as a UUID type; for an integer key also a whole float64 of magnitude
+// at most 2^53 or a json.Number, as encoding/json decodes a JWT claim.
 //
 // It returns recorded == true when this call opened a new throttle window
 // for the user and raised the pending timestamp (never lowering it), and
@@ -150,7 +155,7 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // the local cache answered without any I/O, or Redis did in one round trip.
 //
 // Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
-// than 128 bytes or not of the primary key's type; ErrInvalidTime; and,
+// than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime; and,
 // when Redis did not answer within TouchTimeout or the circuit breaker is
 // open, an error wrapping the cause: the timestamp is then kept in the
 // in-process backlog (up to BacklogSize users) and written to Redis by the
@@ -185,8 +190,10 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 	}
 	keys := t.shard(uid)
 	ts := micros(at)
+	hk, ha := presenceArgs(&p.cfg, keys, at, now) // presence.go: HyperLogLogs, same EVALSHA
 	reply, err := t.call(ctx, func(ctx context.Context) ([]any, error) {
-		return touchScript.Run(ctx, t.rdb, []string{keys.marker + uid, keys.pending}, uid, ts, t.throttle.Milliseconds(), ceiling(now)).Slice()
+		return touchScript.Run(ctx, t.rdb, append([]string{keys.marker + uid, keys.pending}, hk...),
+			append([]any{uid, ts, t.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
 	})
 	if err != nil {
 		p.stats.redisErrors.Add(1)
