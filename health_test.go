@@ -81,7 +81,7 @@ func TestTableHealthPostgresHOTShare(t *testing.T) {
 	equal(t, "fillfactor default", th.FillFactor, 100)
 	equal(t, "advice", strings.Join(th.Advice, "\n"),
 		"ok: no index includes last_seen_at\nfillfactor 100: consider ALTER TABLE users SET (fillfactor = 90) (applies to pages written afterwards; VACUUM FULL rewrites all) "+
-			"so that updated rows find room on their page (measured: "+measuredFillfactorGain+"× the rate at fillfactor 100)")
+			"so that updated rows find room on their page (measured: "+measuredFillfactorHOT+")")
 
 	must(t, db.Exec("ALTER TABLE users SET (fillfactor = 90)").Error)
 	must(t, db.Exec("CREATE INDEX idx_expr ON users ((last_seen_at IS NULL))").Error)
