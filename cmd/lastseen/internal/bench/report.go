@@ -242,10 +242,11 @@ func writePurge(w io.Writer, p *purgeResult) {
 	if p.SQL.Txs > 0 {
 		mean = p.SQL.TxTime / time.Duration(p.SQL.Txs)
 	}
-	fmt.Fprintf(w, "| longest / mean batch transaction | - | %s / %s | - |\n", fmtDur(p.SQL.LongestTx), fmtDur(mean))
-	fmt.Fprintf(w, "| in transactions / id reads / Redis | - | %s / %s / %s | - |\n", fmtDur(p.SQL.TxTime), fmtDur(p.SQL.ReadTime), fmtDur(p.Redis.Time))
-	fmt.Fprintf(w, "| peak heap growth | - | %s | - |\n", fmtBytes(p.Heap.PeakHeapGrowth))
-	fmt.Fprintf(w, "| live left / check | - | %s of %s / %s | - |\n", fmtInt(p.LiveLeft), fmtInt(int64(p.Live)), p.Check)
+	libOnly := func(label, v string) { fmt.Fprintf(w, "| %s | - | - | %s | - | - |\n", label, v) }
+	libOnly("longest / mean batch transaction", fmtDur(p.SQL.LongestTx)+" / "+fmtDur(mean))
+	libOnly("in transactions / id reads / Redis", fmtDur(p.SQL.TxTime)+" / "+fmtDur(p.SQL.ReadTime)+" / "+fmtDur(p.Redis.Time))
+	libOnly("peak heap growth", fmtBytes(p.Heap.PeakHeapGrowth))
+	libOnly("live left / check", fmtInt(p.LiveLeft)+" of "+fmtInt(int64(p.Live))+" / "+p.Check)
 }
 
 // targets judges issue 5's targets on the figures this run has.
