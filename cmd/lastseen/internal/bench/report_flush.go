@@ -10,7 +10,7 @@ func writeFlush(w io.Writer, f *flushResult) {
 	fmt.Fprintf(w, "\n## Flush: %d connections for lastseen (FlushConcurrency) and for the raw limit, %d shards, batches of %d\n\n",
 		f.Concurrency, f.Shards, f.BatchSize)
 	fmt.Fprint(w, "| users | schema | raw unnest rows/s | raw COPY rows/s | raw limit rows/s (method: before, after) | lastseen rows/s | lastseen vs raw limit | "+
-		"HOT share lastseen / raw | Redis wait (round trips) | time in UPDATEs | peak heap growth | heap bytes per user | allocated per user | check |\n")
+		"HOT share lastseen / raw | Redis command time (share of wall, round trips; the prefetched HSCAN overlaps the UPDATEs) | time in UPDATEs | peak heap growth | heap bytes per user | allocated per user | check |\n")
 	fmt.Fprint(w, "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range f.Runs {
 		best := r.RawUnnest
