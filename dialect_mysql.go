@@ -27,6 +27,7 @@ var mysqlDialect = &dialect{
 	exactIn:            mysqlExactIn,
 	columnTypes:        mysqlColumnTypes,
 	upsertDoubleCounts: true,
+	health:             mysqlHealth,
 }
 
 // mysqlErrorText is how go-sql-driver/mysql writes a server error:

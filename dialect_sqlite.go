@@ -25,6 +25,7 @@ var sqliteDialect = &dialect{
 	badText:     sqliteBadText,
 	exactIn:     sqliteExactIn,
 	maxUnsigned: math.MaxInt64,
+	health:      sqliteHealth,
 }
 
 // sqliteResultCode returns SQLite's primary result code of err ("8"

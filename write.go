@@ -21,7 +21,7 @@ type refusal struct {
 	err error
 }
 
-// writeBatch writes one batch. It retries deadlocks and serialization
+// writeBatch writes one batch, sorted by primary key. It retries deadlocks and serialization
 // failures up to MaxRetries times. When the batch fails with an error the
 // server reported (one with a kind, dialect.errorKind), probeBatch decides
 // whether no row can have caused it (systemic: the batch stays in Redis and
@@ -34,6 +34,7 @@ type refusal struct {
 // unreachable, context ended) is returned, and then nothing of the batch
 // has committed.
 func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	sortBatch(batch) // batch_order.go: index order, one lock order
 	br, err := p.writeWithRetry(ctx, batch)
 	if err == nil {
 		return br, nil, nil
