@@ -28,6 +28,7 @@ var mysqlDialect = &dialect{
 	exactIn:            mysqlExactIn,
 	columnTypes:        mysqlColumnTypes,
 	upsertDoubleCounts: true,
+	health:             mysqlHealth,
 	identity:           mysqlIdentity,
 }
 
@@ -135,7 +136,7 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
 	b.WriteString(") AS v ON t.? = v.id")
 	vars = append(vars, pk)
-	if !t.intKey { // index lookup first, then the exact filter (mysqlExactIn)
+	if t.exactKey { // index lookup first, then the exact filter (mysqlExactIn)
 		b.WriteString(" AND BINARY t.? = BINARY v.id")
 		vars = append(vars, pk)
 	}
