@@ -229,6 +229,25 @@ type Config struct {
 	// would refuse or (MySQL without strict mode) truncate longer ids at
 	// the flush.
 	MaxIDLength int
+
+	// Column types (coltype.go; README "Column types").
+
+	// FieldEncoding is how Field's column stores an instant: EncodingAuto
+	// (default: learned from the field's Go type and tags), EncodingTime,
+	// EncodingUnixSeconds or EncodingUnixMillis (an integer column).
+	FieldEncoding Encoding
+	// SessionEncoding is FieldEncoding for SessionModel's ExpiresField and
+	// ActiveField. Default EncodingAuto.
+	SessionEncoding Encoding
+	// ColumnLocation is the time zone of the wall times in naive timestamp
+	// columns (PostgreSQL timestamp without time zone, MySQL/MariaDB
+	// DATETIME): the flush writes and the scopes compare the wall time in
+	// it, and reads take the column's wall time in it, whatever location
+	// the driver uses (MySQL's loc DSN parameter). Set it to the location
+	// the app reads these columns in (time.Local with loc=Local). Columns
+	// that hold instants (timestamptz, MySQL TIMESTAMP, SQLite text with an
+	// offset) and integer columns ignore it. Default nil: UTC.
+	ColumnLocation *time.Location
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero

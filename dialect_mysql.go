@@ -15,11 +15,12 @@ var mysqlDialect = &dialect{
 	maxParams:          65535,
 	update:             mysqlUpdate,
 	onConflict:         mysqlOnConflict,
-	compare:            plainCompare,
-	sortKey:            plainKey,
 	retryable:          mysqlRetryable,
 	statementError:     mysqlStatementError,
 	upsertDoubleCounts: true,
+	classify:           classifyMySQL,
+	naiveCast:          func(wall string) clause.Expr { return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}} },
+	naiveDefault:       true,
 }
 
 // mysqlStatementError: server errors 1054 (bad field), 1146 (no such
@@ -44,10 +45,10 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
 	b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
 	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.table}, ids[0], ts[0])
+	vars = append(vars, clause.Table{Name: t.table}, ids[0], t.codec.value(ts[0]))
 	for i := 1; i < len(ids); i++ {
 		b.WriteString(" UNION ALL SELECT ?, ?")
-		vars = append(vars, ids[i], ts[i])
+		vars = append(vars, ids[i], t.codec.value(ts[i]))
 	}
 	b.WriteString(") AS v ON t.? = v.id SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
 	col := clause.Column{Name: t.col}

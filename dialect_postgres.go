@@ -17,14 +17,14 @@ var postgresDialect = &dialect{
 	name:           "postgres",
 	maxParams:      65535,
 	update:         postgresUpdate,
-	onConflict:     standardOnConflict(plainCompare),
-	compare:        plainCompare,
-	sortKey:        plainKey,
+	onConflict:     standardOnConflict(nil),
 	retryable:      postgresRetryable,
 	statementError: postgresStatementError,
 	columnTypes:    postgresColumnTypes,
 	count:          postgresCount,
 	maxUnsigned:    math.MaxInt64,
+	classify:       classifyPostgres,
+	naiveCast:      func(wall string) clause.Expr { return clause.Expr{SQL: "CAST(? AS timestamp)", Vars: []any{wall}} },
 }
 
 // postgresStatementError: SQLSTATE class 42, syntax error or access rule
@@ -52,7 +52,7 @@ func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
 	col := clause.Column{Name: t.col}
 	return clause.Expr{SQL: sql, Vars: []any{
-		clause.Table{Name: t.table}, col, pgIDs(ids), pgTimes(ts),
+		clause.Table{Name: t.table}, col, pgIDs(ids), pgTimes(t.codec, ts),
 		clause.Column{Name: t.pk}, col, col,
 	}}
 }
@@ -105,13 +105,14 @@ func pgIDs(ids []any) pgArray {
 	return a
 }
 
-// pgTimes writes times in UTC with microseconds and a "Z" offset, which
-// timestamptz reads as that instant and timestamp (without time zone) reads
-// as the UTC wall time, as the library treats naive columns.
-func pgTimes(ts []time.Time) pgArray {
+// pgTimes writes times as the column's type reads them (timeCodec.text):
+// Unix seconds or milliseconds in decimal for an integer column; for
+// timestamptz the instant in UTC with microseconds and a "Z" offset; for
+// timestamp (without time zone) the wall time in ColumnLocation.
+func pgTimes(c *timeCodec, ts []time.Time) pgArray {
 	a := make(pgArray, len(ts))
 	for i, t := range ts {
-		a[i] = t.UTC().Format("2006-01-02T15:04:05.999999Z07:00")
+		a[i] = c.text(t)
 	}
 	return a
 }

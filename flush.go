@@ -12,7 +12,7 @@ import (
 )
 
 // FlushResult counts what one Flush did. Drained = Written + Unknown + Stale
-// + Rejected + Failed.
+// + Rejected + Failed + Uncomparable.
 type FlushResult struct {
 	Drained  int           // entries taken from Redis (in-flight and pending)
 	Written  int           // rows whose last-seen column moved forward (or were inserted, Upsert)
@@ -24,6 +24,10 @@ type FlushResult struct {
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
 	Duration time.Duration // wall time
+	// Uncomparable counts entries whose row holds a value the forward-only
+	// guard cannot compare (ErrUncomparable), kept in Redis for the next
+	// flush; never counted Stale.
+	Uncomparable int
 }
 
 func (r *FlushResult) merge(o FlushResult) {
@@ -36,6 +40,7 @@ func (r *FlushResult) merge(o FlushResult) {
 	r.Batches += o.Batches
 	r.Shards += o.Shards
 	r.Skipped += o.Skipped
+	r.Uncomparable += o.Uncomparable
 }
 
 func (r *FlushResult) add(o batchResult) {
@@ -120,6 +125,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.rejected.Add(int64(res.Rejected))
 	p.stats.flushSkipped.Add(int64(res.Skipped))
 	p.stats.failed.Add(int64(res.Failed))
+	p.stats.uncomparable.Add(int64(res.Uncomparable))
 	err = errors.Join(errs...)
 	if err != nil {
 		p.stats.flushErrors.Add(1)
@@ -160,6 +166,9 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
 		"skipped", res.Skipped, "duration", res.Duration}
+	if res.Uncomparable > 0 {
+		attrs = append(attrs, "uncomparable", res.Uncomparable)
+	}
 	switch {
 	case errors.Is(err, ErrSchema):
 		p.logSchemaError(&p.schema.flushLog, "lastseen: flush failed", err, attrs...)

@@ -36,6 +36,8 @@ type shardRun struct {
 	batchNo      int                 // batches committed, from 1
 	failed       int                 // entries the database refused, back in pending
 	firstRefusal error               // the database's error for the first refused entry
+	uncomparable int                 // entries the guard could not compare, back in pending (uncomparable.go)
+	firstUncomp  error               // the error of the first of them
 }
 
 // flushShard takes shard n's lock, or counts the shard Skipped when another
@@ -87,6 +89,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 	r.now = r.p.now()
 	r.batch, r.seen, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), nil
 	r.batchNo, r.failed, r.firstRefusal = 0, 0, nil
+	r.uncomparable, r.firstUncomp = 0, nil
 	var cursor uint64
 	for {
 		kv, next, err := r.p.cfg.Redis.HScan(ctx, r.keys.inflight, cursor, "", int64(bs)).Result()
@@ -113,6 +116,9 @@ func (r *shardRun) drain(ctx context.Context) error {
 	}
 	if r.failed > 0 {
 		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
+	}
+	if r.uncomparable > 0 {
+		return fmt.Errorf("%d entries, back in pending for the next flush: %w", r.uncomparable, r.firstUncomp)
 	}
 	return nil
 }
@@ -161,14 +167,25 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 		fields = append(fields, e.field)
 	}
 	fields = append(fields, r.rejected...)
-	if len(refused) > 0 {
-		if err := r.requeue(ctx, refused); err != nil {
+	uncomp := r.p.takeUncomparable(r.batch, br.uncomparable) // uncomparable.go
+	if len(refused)+len(uncomp) > 0 {
+		if err := r.requeue(ctx, append(refused, uncomp...)); err != nil {
 			return err
 		}
+	}
+	if len(refused) > 0 {
 		r.res.Failed += len(refused)
 		r.failed += len(refused)
 		if r.firstRefusal == nil {
 			r.firstRefusal = refused[0].err
+		}
+	}
+	if len(uncomp) > 0 {
+		r.res.Uncomparable += len(uncomp)
+		r.uncomparable += len(uncomp)
+		if r.firstUncomp == nil {
+			r.firstUncomp = uncomp[0].err
+			r.p.limited.log(r.p.log, slog.LevelError, "lastseen: column value cannot be compared; the entry goes back to pending", "err", r.firstUncomp)
 		}
 	}
 	if err := r.ack(ctx, fields, false); err != nil {

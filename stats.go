@@ -15,6 +15,7 @@ type counters struct {
 	flushSkipped                                           atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
+	uncomparable                                           atomic.Int64 // uncomparable.go
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -49,6 +50,10 @@ type Stats struct {
 	// Known counts throttled touches that TouchKnown answered from the
 	// app's own last-seen value alone, without the local cache or Redis.
 	Known int64
+
+	// Uncomparable counts entries a flush could not compare with their
+	// row's value (ErrUncomparable), kept in Redis for the next flush.
+	Uncomparable int64
 }
 
 // Stats returns the cumulative counters.
@@ -62,7 +67,7 @@ func (p *Plugin) Stats() Stats {
 		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
-		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
+		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(), Uncomparable: c.uncomparable.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()
