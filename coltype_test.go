@@ -16,7 +16,7 @@ import (
 // Tracked models, one per column type (coltype.go).
 type (
 	msUser struct { // int64 epoch milliseconds, by the lastseen tag
-		ID   int64 `gorm:"primaryKey;autoIncrement:false"`
+		ID   int64  `gorm:"primaryKey;autoIncrement:false"`
 		Seen *int64 `lastseen:"unixmilli"`
 	}
 	secUser struct { // int64 epoch seconds, by Config.FieldEncoding

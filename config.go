@@ -67,6 +67,7 @@ const (
 	DefaultActiveUsersRetention = 35 * 24 * time.Hour
 	DefaultActiveField          = "LastActiveAt"
 	DefaultMaxIDLength          = 128
+	DefaultMaxRefusals          = 5
 )
 
 // maxIDLengthLimit is the largest MaxIDLength: ids are Redis key suffixes
@@ -168,7 +169,10 @@ type Config struct {
 	// Logger receives one line per job run and rate-limited warnings.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock; tests set it. Default time.Now.
+	// Now is the clock; tests set it. Default: the GORM handle's NowFunc
+	// (gorm.Config.NowFunc, itself time.Now by default), so the Expired
+	// scope and the purge agree on "now". The local cache's deadlines run on
+	// the monotonic clock whenever Now is unset.
 	Now func() time.Time
 
 	// Presence reads (presence.go, overlay.go).
@@ -230,6 +234,16 @@ type Config struct {
 	// the flush.
 	MaxIDLength int
 
+	// Refusals.
+
+	// MaxRefusals is how many flushes in a row the database may refuse one
+	// pending entry on its own (a constraint, a trigger) before the entry
+	// is dropped from Redis, counted in FlushResult.Dropped and
+	// Stats.Dropped and logged with its id. The count lives in Redis
+	// (<prefix>:{N}:refusals), so it spans flushes and instances; a write
+	// of the entry clears it. Default 5; negative never drops.
+	MaxRefusals int
+
 	// Column types (coltype.go; README "Column types").
 
 	// FieldEncoding is how Field's column stores an instant: EncodingAuto
@@ -269,6 +283,7 @@ func withDefaults(cfg Config) Config {
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, DefaultPurgePause)
 	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, DefaultPurgeBatchTimeout)
 	cfg.Field = cmp.Or(cfg.Field, DefaultField)
+	cfg.MaxRefusals = cmp.Or(cfg.MaxRefusals, DefaultMaxRefusals)
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)

@@ -10,8 +10,10 @@ var (
 	// ErrInvalidUserID is returned for a user id that is not an integer,
 	// string or fmt.Stringer (or, for an integer key, a whole float64 of
 	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer
-	// than Config.MaxIDLength bytes, or does not fit the user model's
-	// primary key.
+	// than Config.MaxIDLength bytes, does not fit the user model's primary
+	// key, or is a string the key column can never hold: a NUL byte on
+	// PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL and MySQL/MariaDB
+	// (utf8mb4).
 	ErrInvalidUserID = errors.New("lastseen: invalid user id")
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
@@ -35,6 +37,13 @@ var (
 	// batches was written; the refused entries went back to pending for the
 	// next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
+	// ErrSystemic is returned (wrapped, with the database's error) by a
+	// flush or purge that met a refusal no single row can cause: the whole
+	// batch, one entry alone and a write touching no row all failed with
+	// the same kind of error (same SQLSTATE, MySQL error number or SQLite
+	// result code), as a read-only database, a missing privilege, table or
+	// column do. The flush keeps every entry in Redis; the purge stops.
+	ErrSystemic = errors.New("lastseen: the database refuses every write")
 	// ErrInvalidRange is returned by Online for a window shorter than the
 	// throttle window or longer than OnlineWindow, and by ActiveUsers for a
 	// range that ends before it starts or starts before the days kept

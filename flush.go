@@ -24,6 +24,10 @@ type FlushResult struct {
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
 	Duration time.Duration // wall time
+
+	// Dropped counts the Failed entries refused for the MaxRefusals-th
+	// time: removed from Redis for good, each logged with its id.
+	Dropped int
 	// Uncomparable counts entries whose row holds a value the forward-only
 	// guard cannot compare (ErrUncomparable), kept in Redis for the next
 	// flush; never counted Stale.
@@ -31,6 +35,7 @@ type FlushResult struct {
 }
 
 func (r *FlushResult) merge(o FlushResult) {
+	r.Dropped += o.Dropped
 	r.Drained += o.Drained
 	r.Written += o.Written
 	r.Unknown += o.Unknown
@@ -108,7 +113,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 			res.merge(r)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("lastseen: flush shard %d: %w", n, err))
-				if p.statementError(err) { // the table may be gone: the next flush checks it again
+				if schemaMayBeGone(err) { // the next flush checks the table again
 					p.schema.usersOK.Store(false)
 				}
 			}
@@ -124,6 +129,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.stale.Add(int64(res.Stale))
 	p.stats.rejected.Add(int64(res.Rejected))
 	p.stats.flushSkipped.Add(int64(res.Skipped))
+	p.stats.dropped.Add(int64(res.Dropped))
 	p.stats.failed.Add(int64(res.Failed))
 	p.stats.uncomparable.Add(int64(res.Uncomparable))
 	err = errors.Join(errs...)
@@ -166,6 +172,9 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
 		"skipped", res.Skipped, "duration", res.Duration}
+	if res.Dropped > 0 {
+		attrs = append(attrs, "dropped", res.Dropped)
+	}
 	if res.Uncomparable > 0 {
 		attrs = append(attrs, "uncomparable", res.Uncomparable)
 	}

@@ -34,7 +34,8 @@ type shardRun struct {
 	seen         map[string]struct{} // fields of the current batch: HSCAN may return a field twice
 	rejected     []string            // unreadable fields, acknowledged with the next batch
 	batchNo      int                 // batches committed, from 1
-	failed       int                 // entries the database refused, back in pending
+	failed       int                 // entries the database refused, back in pending or dropped
+	dropped      int                 // of those, dropped after MaxRefusals refusals
 	firstRefusal error               // the database's error for the first refused entry
 	uncomparable int                 // entries the guard could not compare, back in pending (uncomparable.go)
 	firstUncomp  error               // the error of the first of them
@@ -88,7 +89,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 	bs := r.p.cfg.BatchSize
 	r.now = r.p.now()
 	r.batch, r.seen, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), nil
-	r.batchNo, r.failed, r.firstRefusal = 0, 0, nil
+	r.batchNo, r.failed, r.dropped, r.firstRefusal = 0, 0, 0, nil
 	r.uncomparable, r.firstUncomp = 0, nil
 	var cursor uint64
 	for {
@@ -114,7 +115,11 @@ func (r *shardRun) drain(ctx context.Context) error {
 	if err := r.ack(ctx, r.rejected, true); err != nil {
 		return err
 	}
-	if r.failed > 0 {
+	switch {
+	case r.dropped > 0:
+		return fmt.Errorf("%w: %d entries, %d dropped after %d refusals, the rest back in pending for the next flush: %v",
+			ErrRefused, r.failed, r.dropped, r.p.cfg.MaxRefusals, r.firstRefusal)
+	case r.failed > 0:
 		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
 	}
 	if r.uncomparable > 0 {
@@ -162,14 +167,29 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	}
 	r.batchNo++
 	r.p.hooks.afterCommit(r.shard, r.batchNo)
+	// fail.lua has taken the refused entries out of the in-flight hash; the
+	// ack must not clear the refusal counts it just raised.
+	skip := make(map[string]bool, len(refused))
+	for _, f := range refused {
+		skip[f.field] = true
+	}
 	fields := make([]string, 0, len(r.batch)+len(r.rejected))
 	for _, e := range r.batch {
-		fields = append(fields, e.field)
+		if !skip[e.field] {
+			fields = append(fields, e.field)
+		}
 	}
 	fields = append(fields, r.rejected...)
-	uncomp := r.p.takeUncomparable(r.batch, br.uncomparable) // uncomparable.go
-	if len(refused)+len(uncomp) > 0 {
-		if err := r.requeue(ctx, append(refused, uncomp...)); err != nil {
+	if len(refused) > 0 {
+		if err := r.requeue(ctx, refused, max(r.p.cfg.MaxRefusals, 0)); err != nil {
+			return err
+		}
+	}
+	// Uncomparable entries go back to pending whatever MaxRefusals; the ack
+	// below clears the refusal count fail.lua gave them (uncomparable.go).
+	uncomp := r.p.takeUncomparable(r.batch, br.uncomparable)
+	if len(uncomp) > 0 {
+		if err := r.requeue(ctx, uncomp, 0); err != nil {
 			return err
 		}
 	}
@@ -207,7 +227,7 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 	for _, f := range fields {
 		args = append(args, f)
 	}
-	n, err := ackScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight}, args...).Int()
+	n, err := ackScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight, r.keys.refusals}, args...).Int()
 	if err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
@@ -217,19 +237,32 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 	return nil
 }
 
-// requeue moves refused entries back to pending. See lua/fail.lua.
-func (r *shardRun) requeue(ctx context.Context, refused []refusal) error {
-	args := make([]any, 0, 2+2*len(refused))
-	args = append(args, r.token, ceiling(r.p.now()))
+// requeue moves refused entries back to pending and drops those refused
+// limit times (MaxRefusals; 0 never), each with a log line naming it. See
+// lua/fail.lua.
+func (r *shardRun) requeue(ctx context.Context, refused []refusal, limit int) error {
+	args := make([]any, 0, 3+2*len(refused))
+	args = append(args, r.token, ceiling(r.p.now()), limit)
+	byField := make(map[string]refusal, len(refused))
 	for _, f := range refused {
 		args = append(args, f.field, f.value)
+		byField[f.field] = f
 	}
-	n, err := failScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight, r.keys.pending}, args...).Int()
+	keys := []string{r.keys.lock, r.keys.inflight, r.keys.pending, r.keys.refusals}
+	reply, err := failScript.Run(ctx, r.p.cfg.Redis, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}
-	if n < 0 {
+	if n, _ := reply[0].(int64); n < 0 {
 		return errLockLost
+	}
+	for _, v := range reply[1:] {
+		field, _ := v.(string)
+		f := byField[field]
+		r.p.log.Error("lastseen: dropping a pending entry the database refused too often", "id", field, "value", f.value,
+			"refusals", r.p.cfg.MaxRefusals, "err", f.err)
+		r.dropped++
+		r.res.Dropped++
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -55,6 +56,8 @@ type Plugin struct {
 	obs       observers      // AddObserver (observe.go)
 	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
 	schema    schemaState    // tables found to fit the config; schema log limits (schema.go)
+
+	probes atomic.Uint64 // rotates the entry a refused batch is probed with (systemic.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 }
@@ -110,6 +113,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
 	if o := p.prefixTaken(db); o != nil {
 		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
+	}
+	if p.realClock && db.Config.NowFunc != nil { // one clock with the Expired scope (Config.Now)
+		p.cfg.Now = db.Config.NowFunc
+		p.now = p.cfg.Now
 	}
 	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {

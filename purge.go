@@ -21,6 +21,14 @@ type PurgeResult struct {
 	Cutoff   time.Time     // sessions expiring at or before this were purged (UTC)
 	Stopped  bool          // the run ended early: context ended, Close, or an error
 	Duration time.Duration // wall time
+
+	// Refused counts the expired sessions the database refused to delete
+	// on their own (a foreign key with ON DELETE RESTRICT, a trigger): the
+	// run deleted the rest of their batch and went on past them; the next
+	// run meets them again. FirstRefusal is the first one's error, naming
+	// its id (nil when Refused is 0).
+	Refused      int
+	FirstRefusal error
 }
 
 // PurgeExpiredSessions deletes the sessions that expired at or before the
@@ -39,8 +47,12 @@ type PurgeResult struct {
 // It holds the purge lock in Redis (bsm/redislock, key Prefix+":purge:lock",
 // time-to-live LockTTL, refreshed after each batch) for the whole run, so
 // only one instance purges at a time; when another instance holds it, it
-// returns ErrLocked at once. Other errors stop the run and name the batch
-// they happened in ("lastseen: purge batch 3: ..."). The run stops between
+// returns ErrLocked at once. A session the database refuses to delete on
+// its own (a RESTRICT foreign key, a trigger) is isolated by halving its
+// batch, the rest is deleted and the run goes on past it (PurgeResult.Refused,
+// FirstRefusal); a refusal no row can cause (read-only, permission denied)
+// stops the run with ErrSystemic. Other errors stop the run and name the
+// batch they happened in ("lastseen: purge batch 3: ..."). The run stops between
 // batches, never inside one: when ctx ends it returns ctx.Err(), when Close
 // is called it returns ErrClosed; the batch in progress commits first.
 // PurgeResult.Stopped reports every early end. Before db.Use it returns
@@ -60,7 +72,7 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 		return res, err
 	}
 	res, err := p.purgeLocked(ctx, db)
-	if err != nil && p.dialect.statementError(err) { // the table may be gone: the next purge checks it again
+	if schemaMayBeGone(err) { // the next purge checks the table again
 		p.schema.sessionsOK.Store(false)
 	}
 	observed(res, err)
@@ -95,6 +107,7 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 	res, err := p.purge(run, db, lock)
 	p.stats.purges.Add(1)
 	p.stats.sessionsDeleted.Add(int64(res.Deleted))
+	p.stats.purgeRefused.Add(int64(res.Refused))
 	if err != nil {
 		p.stats.purgeErrors.Add(1)
 	}
@@ -162,17 +175,19 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 	}
 	if len(ids) > 0 {
 		bctx, end := p.observePurgeBatch(ctx, batch)
-		n, retries, err := p.deleteBatch(bctx, db, p.purgeCondition(bctx, db, ids, res.Cutoff))
+		pp := &purgeParts{p: p, db: db, res: res}
+		n, err := pp.delete(bctx, ids)
+		if err != nil && !errors.Is(err, context.Cause(ctx)) {
+			n, err = pp.isolate(bctx, ids, err) // rows refused on their own are passed over
+		}
 		end(n, err)
-		res.Retries += retries
+		res.Deleted += n
 		if err != nil {
 			if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
 				return stop
 			}
 			return fmt.Errorf("lastseen: purge batch %d: %w", batch, err)
 		}
-		res.Deleted += n
-		res.Batches++
 	}
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
@@ -237,6 +252,9 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 	res, err := p.PurgeExpiredSessions(ctx)
 	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
 		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
+	if res.Refused > 0 {
+		attrs = append(attrs, "refused", res.Refused, "first_refusal", res.FirstRefusal.Error())
+	}
 	switch {
 	case err == nil && res.Deleted == 0:
 		p.log.Debug("lastseen: purge: nothing expired", attrs...)

@@ -13,6 +13,7 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	dropped, purgeRefused                                  atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
 	uncomparable                                           atomic.Int64 // uncomparable.go
@@ -50,7 +51,9 @@ type Stats struct {
 	// Known counts throttled touches that TouchKnown answered from the
 	// app's own last-seen value alone, without the local cache or Redis.
 	Known int64
-
+	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
+	Dropped      int64 // pending entries dropped after MaxRefusals refusals
+	PurgeRefused int64 // expired sessions the database refused to delete, per run
 	// Uncomparable counts entries a flush could not compare with their
 	// row's value (ErrUncomparable), kept in Redis for the next flush.
 	Uncomparable int64
@@ -67,7 +70,8 @@ func (p *Plugin) Stats() Stats {
 		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
-		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(), Uncomparable: c.uncomparable.Load(),
+		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
+		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Uncomparable: c.uncomparable.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()

@@ -79,6 +79,9 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 		ids.max = d.maxUnsigned
 	}
 	ids.maxLen = c.MaxIDLength
+	if ids.kind == idString {
+		ids.badText = d.badText
+	}
 	p.users = &userTarget{model: users, ids: ids}
 	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField", c.SessionEncoding, d, loc)
 	if err != nil {
@@ -116,6 +119,9 @@ type writeTarget struct {
 	codec           *timeCodec // the time column's encoding
 	intKey          bool       // the primary key's Go type is an integer kind
 	pkType, colType string     // PostgreSQL only, from the catalog
+	// pkCharset and pkCollation are a MySQL string key's character set and
+	// collation, from information_schema ("" when unknown).
+	pkCharset, pkCollation string
 }
 
 // writeTarget resolves table, columns and, on PostgreSQL, their SQL types,

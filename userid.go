@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -33,6 +34,9 @@ type idCodec struct {
 	// maxLen is the longest id in bytes once written as text
 	// (Config.MaxIDLength).
 	maxLen int
+	// badText reports why a string key cannot hold s (dialect.badText),
+	// nil for other kinds of key.
+	badText func(s string) string
 }
 
 var scannerType = reflect.TypeOf((*sql.Scanner)(nil)).Elem()
@@ -223,6 +227,11 @@ func (c idCodec) parse(s string) (any, error) {
 			return nil, err
 		}
 		return v.Elem().Interface(), nil
+	}
+	if c.badText != nil {
+		if why := c.badText(s); why != "" {
+			return nil, errors.New(why)
+		}
 	}
 	return s, nil
 }
