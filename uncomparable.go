@@ -28,9 +28,13 @@ func (p *Plugin) findUncomparable(db *gorm.DB, t *writeTarget, ids []any) ([]str
 	}
 	codec := p.users.ids
 	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
-	rows, err := db.Table("?", clause.Table{Name: t.table}).Select("?", pk).
+	q := db.Table("?", clause.Table{Name: t.table}).Select("?", pk).
 		Where(clause.IN{Column: pk, Values: ids}).
-		Where("? IS NOT NULL AND ? IS NULL", col, p.dialect.keyOf(t.codec.enc, col)).Rows()
+		Where("? IS NOT NULL AND ? IS NULL", col, p.dialect.keyOf(t.codec.enc, col))
+	if !t.intKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
+		q = q.Where(p.dialect.exactIn(pk, ids))
+	}
+	rows, err := q.Rows()
 	if err != nil {
 		return nil, err
 	}
