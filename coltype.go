@@ -147,6 +147,9 @@ func fieldEncoding(f *schema.Field, configured Encoding) (Encoding, string, erro
 			return EncodingUnixSeconds, "GORM tag autoUpdateTime", nil
 		case schema.UnixMillisecond:
 			return EncodingUnixMillis, "GORM tag autoUpdateTime:milli", nil
+		case schema.UnixNanosecond:
+			return 0, "", fmt.Errorf("GORM's autoUpdateTime:nano is not supported: an integer needs its unit" +
+				": set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`")
 		}
 		return 0, "", fmt.Errorf("an integer needs its unit: set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`")
 	}

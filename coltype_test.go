@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,12 +132,17 @@ func (k columnKind) read(t testing.TB, db *gorm.DB, id int64) string {
 func TestColumnTypesFlushForwardOnly(t *testing.T) {
 	for _, k := range columnKinds() {
 		t.Run(k.name, func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k) })
+			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, Update) })
+		})
+	}
+	for _, k := range columnKinds()[:2] { // Unix time in Upsert mode: the unknown id is inserted
+		t.Run(k.name+"/upsert", func(t *testing.T) {
+			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, Upsert) })
 		})
 	}
 }
 
-func checkColumnKind(t *testing.T, h *harness, k columnKind) {
+func checkColumnKind(t *testing.T, h *harness, k columnKind, mode WriteMode) {
 	ctx := context.Background()
 	must(t, h.db.AutoMigrate(k.model))
 	t1, t3 := mustTime("2026-03-01T09:00:00.250Z"), mustTime("2026-03-01T09:10:00.250Z")
@@ -148,6 +154,7 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind) {
 	cfg := h.config()
 	cfg.Model, cfg.Field = k.model, k.col
 	k.cfg(&cfg)
+	cfg.WriteMode = mode
 	p, db := h.plugin(cfg)
 	equal(t, "encoding", p.users.model.enc.enc, k.enc)
 
@@ -160,7 +167,12 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind) {
 	res, err := p.Flush(ctx)
 	must(t, err)
 	got := fmt.Sprintf("written %d stale %d unknown %d uncomparable %d", res.Written, res.Stale, res.Unknown, res.Uncomparable)
-	equal(t, "flush", got, "written 2 stale 1 unknown 1 uncomparable 0")
+	want := "written 2 stale 1 unknown 1 uncomparable 0"
+	if mode == Upsert {
+		want = "written 3 stale 1 unknown 0 uncomparable 0"
+		equal(t, "row 4 (inserted)", k.read(t, db, 4), k.stored(mustTime("2026-03-01T09:29:00Z")))
+	}
+	equal(t, "flush", got, want)
 	trunc := func(at time.Time) time.Time {
 		if k.inWhole {
 			return at.Truncate(time.Second)
@@ -175,9 +187,12 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind) {
 	db.Config.NowFunc = func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
 	var ids []int64
 	must(t, db.Table(k.table).Scopes(SeenWithin(9*time.Minute+59*time.Second+500*time.Millisecond)).Order("id").Pluck("id", &ids).Error)
-	want := "[1 2]"
+	want = "[1 2]"
 	if k.inWhole {
 		want = "[2]"
+	}
+	if mode == Upsert {
+		want = strings.TrimSuffix(want, "]") + " 4]"
 	}
 	equal(t, "SeenWithin(9m59.5s)", fmt.Sprint(ids), want)
 
