@@ -54,15 +54,15 @@ func (b *backlog) take() map[string]int64 {
 // replayBacklog writes the backlog of touches that could not reach Redis
 // into the pending hashes, one script call per shard. What it cannot write
 // goes back into the backlog.
-func (t *tracker) replayBacklog(ctx context.Context) (int, error) {
-	m := t.backlog.take()
+func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
+	m := b.backlog.take()
 	if len(m) == 0 {
 		return 0, nil
 	}
 	byShard := map[string][]any{}
-	top := ceiling(t.now())
+	top := ceiling(b.now())
 	for uid, ts := range m {
-		k := t.shard(uid).pending
+		k := b.shard(uid).pending
 		if byShard[k] == nil {
 			byShard[k] = []any{top}
 		}
@@ -71,9 +71,9 @@ func (t *tracker) replayBacklog(ctx context.Context) (int, error) {
 	written := 0
 	var errs []error
 	for key, args := range byShard {
-		if err := mergeScript.Run(ctx, t.rdb, []string{key}, args...).Err(); err != nil {
+		if err := mergeScript.Run(ctx, b.rdb, []string{key}, args...).Err(); err != nil {
 			for i := 1; i < len(args); i += 2 {
-				t.backlog.add(args[i].(string), args[i+1].(int64))
+				b.backlog.add(args[i].(string), args[i+1].(int64))
 			}
 			errs = append(errs, err)
 			continue

@@ -7,19 +7,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 )
 
 // FlushResult counts what one Flush did. Drained = Written + Unknown + Stale
 // + Rejected + Failed + Uncomparable.
 type FlushResult struct {
-	Drained  int           // entries taken from Redis (in-flight and pending)
+	Drained  int           // entries taken from the buffer (in-flight and pending)
 	Written  int           // rows whose last-seen column moved forward (or were inserted, Upsert)
 	Unknown  int           // ids with no row in the table, skipped (Update mode)
 	Stale    int           // rows whose column was already as new or newer
 	Rejected int           // entries with an id or timestamp that cannot be read, dropped
-	Failed   int           // entries the database refused on their own, kept in Redis for the next flush
+	Failed   int           // entries the database refused on their own, kept in the buffer for the next flush
 	Batches  int           // SQL statements that committed
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
@@ -62,9 +61,10 @@ func (r *FlushResult) add(o batchResult) {
 // writes each batch in one statement and removes it from Redis only after
 // the database committed it. Touches made meanwhile land in a new pending
 // hash for the next flush. Timestamps only move forward; in Update mode no
-// row is ever created.
+// row is ever created. Without Redis the same steps run on the in-process
+// buffer's maps, under in-process locks.
 //
-// On a database error the batch stays in Redis for the next flush; when the
+// On a database error the batch stays in the buffer for the next flush; when the
 // database is reachable but refuses a batch, the batch is split until the
 // refused entries are isolated, the rest is written and the refused entries
 // go back to pending (counted in Failed). It returns the counts and every
@@ -79,17 +79,18 @@ func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 }
 
 // flush is Flush without registering as a run: Close calls it after waiting
-// for the runs. It replays the backlog first, then flushes the active shards,
+// for the runs. It replays the Redis buffer's backlog first (buffer.replay),
+// then flushes the active shards,
 // FlushConcurrency at a time.
 func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
 	ctx, observed := p.observeFlush(ctx)
 	res := FlushResult{}
 	var errs []error
-	if _, err := p.tracker.replayBacklog(ctx); err != nil {
+	if err := p.tracker.buf.replay(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	active, err := p.activeShards(ctx)
+	active, err := p.tracker.buf.active(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	}
@@ -140,29 +141,6 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	}
 	observed(res, err)
 	return res, err
-}
-
-// activeShards returns the shards with a pending or in-flight hash, asking
-// Redis with one pipeline of EXISTS.
-func (p *Plugin) activeShards(ctx context.Context) ([]int, error) {
-	shards := p.tracker.shards
-	cmds := make([]*redis.IntCmd, len(shards))
-	_, err := p.cfg.Redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range shards {
-			cmds[i] = pipe.Exists(ctx, k.pending, k.inflight)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	var active []int
-	for i, c := range cmds {
-		if c.Val() > 0 {
-			active = append(active, i)
-		}
-	}
-	return active, nil
 }
 
 // flushJob is the scheduled flush: one structured log line per run, at

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/bsm/redislock"
 )
 
 // entry is one pending timestamp as stored in Redis and as bound for SQL.
@@ -24,8 +22,8 @@ type entry struct {
 type shardRun struct {
 	p     *Plugin
 	shard int
-	keys  shardKeys
-	token string      // the shard lock's token
+	keys  shardKeys   // the shard's Redis key names, for logs (the same names in memory)
+	lease shardLease  // the shard's lock and the buffer's operations under it
 	res   FlushResult // what this run did, merged into the flush's result
 
 	// The drain of one in-flight hash (reset by drain).
@@ -44,16 +42,15 @@ type shardRun struct {
 // flushShard takes shard n's lock, or counts the shard Skipped when another
 // instance holds it, and runs the shard's flush.
 func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
-	keys := p.tracker.shards[n]
-	lock, err := p.locker.Obtain(ctx, keys.lock, p.cfg.LockTTL, nil)
-	if errors.Is(err, redislock.ErrNotObtained) {
+	lease, err := p.tracker.buf.lockShard(ctx, n)
+	if errors.Is(err, errNotObtained) {
 		return FlushResult{Skipped: 1}, nil
 	}
 	if err != nil {
 		return FlushResult{}, fmt.Errorf("lock: %w", err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
-	r := &shardRun{p: p, shard: n, keys: keys, token: lock.Token(), res: FlushResult{Shards: 1}}
+	defer lease.release(ctx)
+	r := &shardRun{p: p, shard: n, keys: newShardKeys(p.cfg.Prefix, n), lease: lease, res: FlushResult{Shards: 1}}
 	err = r.run(ctx)
 	return r.res, err
 }
@@ -62,16 +59,14 @@ func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 // left by an earlier flush is drained first.
 func (r *shardRun) run(ctx context.Context) error {
 	for {
-		moved, err := swapScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.pending, r.keys.inflight}, r.token).Int()
+		moved, err := r.lease.swap(ctx)
 		if err != nil {
 			return fmt.Errorf("swap: %w", err)
 		}
 		switch moved {
-		case -1:
-			return errLockLost
 		case 0:
 			return nil
-		case -2: // an earlier flush left an in-flight hash: finish it first
+		case swapLeftOver: // an earlier flush left an in-flight hash: finish it first
 			if err := r.drain(ctx); err != nil {
 				return err
 			}
@@ -93,7 +88,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 	r.uncomparable, r.firstUncomp = 0, nil
 	var cursor uint64
 	for {
-		kv, next, err := r.p.cfg.Redis.HScan(ctx, r.keys.inflight, cursor, "", int64(bs)).Result()
+		kv, next, err := r.lease.scan(ctx, cursor, bs)
 		if err != nil {
 			return fmt.Errorf("hscan: %w", err)
 		}
@@ -222,17 +217,8 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 // ack removes fields from the in-flight hash and refreshes the lock; with
 // final it also unlinks the in-flight hash. See lua/ack.lua.
 func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
-	args := make([]any, 0, len(fields)+3)
-	args = append(args, r.token, r.p.cfg.LockTTL.Milliseconds(), map[bool]string{true: "1", false: "0"}[final])
-	for _, f := range fields {
-		args = append(args, f)
-	}
-	n, err := ackScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight, r.keys.refusals}, args...).Int()
-	if err != nil {
+	if err := r.lease.ack(ctx, fields, final); err != nil {
 		return fmt.Errorf("ack: %w", err)
-	}
-	if n < 0 {
-		return errLockLost
 	}
 	return nil
 }
@@ -241,23 +227,15 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 // limit times (MaxRefusals; 0 never), each with a log line naming it. See
 // lua/fail.lua.
 func (r *shardRun) requeue(ctx context.Context, refused []refusal, limit int) error {
-	args := make([]any, 0, 3+2*len(refused))
-	args = append(args, r.token, ceiling(r.p.now()), limit)
-	byField := make(map[string]refusal, len(refused))
-	for _, f := range refused {
-		args = append(args, f.field, f.value)
-		byField[f.field] = f
-	}
-	keys := []string{r.keys.lock, r.keys.inflight, r.keys.pending, r.keys.refusals}
-	reply, err := failScript.Run(ctx, r.p.cfg.Redis, keys, args...).Slice()
+	dropped, err := r.lease.requeue(ctx, refused, ceiling(r.p.now()), limit)
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}
-	if n, _ := reply[0].(int64); n < 0 {
-		return errLockLost
+	byField := make(map[string]refusal, len(refused))
+	for _, f := range refused {
+		byField[f.field] = f
 	}
-	for _, v := range reply[1:] {
-		field, _ := v.(string)
+	for _, field := range dropped {
 		f := byField[field]
 		r.p.log.Error("lastseen: dropping a pending entry the database refused too often", "id", field, "value", f.value,
 			"refusals", r.p.cfg.MaxRefusals, "err", f.err)

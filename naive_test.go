@@ -57,7 +57,7 @@ func TestNaiveColumnLocation(t *testing.T) {
 			if h.dialect == "sqlite" {
 				return "2026-03-01 " + at + "+00:00"
 			}
-			return mustTime("2026-03-01T"+at+"Z").In(berlin).Format("2006-01-02 15:04:05")
+			return mustTime("2026-03-01T" + at + "Z").In(berlin).Format("2006-01-02 15:04:05")
 		}
 		must(t, h.db.Exec("INSERT INTO naive_users (id, seen) VALUES (1, ?), (2, NULL), (3, ?)", seed("09:00:00"), seed("09:10:00")).Error)
 		must(t, h.db.Exec("INSERT INTO naive_sessions (id, expires_at) VALUES ('a', ?), ('b', ?)", seed("09:29:59"), seed("09:30:01")).Error)
@@ -77,7 +77,7 @@ func TestNaiveColumnLocation(t *testing.T) {
 		if wall := map[string]string{"postgres": "to_char(seen, 'YYYY-MM-DD HH24:MI:SS.US')",
 			"mysql": "DATE_FORMAT(seen, '%Y-%m-%d %H:%i:%s.%f')"}[h.dialect]; wall != "" {
 			var got []string
-			must(t, db.Raw("SELECT " + wall + " FROM naive_users ORDER BY id").Scan(&got).Error)
+			must(t, db.Raw("SELECT "+wall+" FROM naive_users ORDER BY id").Scan(&got).Error)
 			equal(t, "wall times", strings.Join(got, ", "),
 				"2026-03-01 10:20:00.750000, 2026-03-01 10:25:00.000000, 2026-03-01 10:10:00.000000")
 		}

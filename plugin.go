@@ -2,9 +2,11 @@
 // seen without turning the users table into a write hotspot, and purges
 // expired sessions in small batches.
 //
-// A request records "user X seen at T" in Redis at most once per user per
-// throttle window; a scheduled flush moves the pending timestamps into the
-// users table in bulk, one statement per batch, only forward in time.
+// A request records "user X seen at T" in a buffer at most once per user
+// per throttle window; a scheduled flush moves the pending timestamps into
+// the users table in bulk, one statement per batch, only forward in time.
+// The buffer is Redis, shared by every instance of the app, or, with
+// Config.Redis nil, in process for an app that runs as one instance.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	p := lastseen.New(lastseen.Config{Redis: rdb})
@@ -22,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bsm/redislock"
 	"gorm.io/gorm"
 )
 
@@ -46,8 +47,7 @@ type Plugin struct {
 	sessions *sessionTarget
 	dialect  *dialect
 
-	tracker   *tracker
-	locker    *redislock.Client
+	tracker   *tracker // the request path; tracker.buf is the buffer (openBuffer)
 	sched     *scheduler
 	runs      sync.WaitGroup  // flushes and purges running now; Close waits for them (startRun)
 	closing   context.Context // canceled by Close: running purges stop after their batch
@@ -92,15 +92,16 @@ func (p *Plugin) Config() Config { return p.cfg }
 
 // Initialize is called by db.Use. It validates the configuration against the
 // database's dialect and the models, and returns an error wrapping
-// ErrInvalidConfig that names the first problem: no Redis client, an
+// ErrInvalidConfig that names the first problem: an
 // unsupported dialect, a batch size over the dialect's bind-parameter limit,
 // a model GORM cannot parse or without exactly one primary key, a missing or
 // non-time last-seen or expiry field, a cron spec that does not parse. A
 // Redis that is configured but unreachable is logged, not an error: presence
 // is best effort. Unless DisableScheduler is set it starts the flush and
 // purge jobs (see schedulesPurge for which plugin purges when several share
-// a session table). It refuses a Prefix another lastseen plugin on db
-// already uses. Calling it again after it succeeded does nothing.
+// a session table). With Redis it refuses a Prefix another lastseen plugin
+// with Redis on db already uses (in-process buffers are each their own).
+// Calling it again after it succeeded does nothing.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -111,14 +112,15 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return err
 	}
 	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
-	if o := p.prefixTaken(db); o != nil {
-		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
-	}
-	if p.realClock && db.Config.NowFunc != nil { // one clock with the Expired scope (Config.Now)
+	if p.realClock && db.Config.NowFunc != nil {                                                          // one clock with the Expired scope (Config.Now)
 		p.cfg.Now = db.Config.NowFunc
 		p.now = p.cfg.Now
 	}
-	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
+	buf := p.openBuffer() // buffer_interface.go: the one choice between Redis and memory; after the clock is final
+	if o := p.prefixTaken(db, buf); o != nil {
+		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
+	}
+	t, err := newTracker(p.cfg, buf, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
@@ -128,13 +130,12 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 			return fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)
 		}
 	}
-	p.locker = redislock.New(p.cfg.Redis)
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
 	p.db = db.Session(&gorm.Session{NewDB: true})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := p.cfg.Redis.Ping(ctx).Err(); err != nil {
+	if err := buf.ping(ctx); err != nil {
 		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
 	}
 	cancel()
@@ -155,12 +156,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 }
 
 // validate fills p.dialect, p.users and p.sessions or returns the first
-// configuration problem: the Redis client, the dialect, the values
-// (checkConfig), then the models (resolveTargets).
+// configuration problem: the dialect, the values (checkConfig), then the
+// models (resolveTargets).
 func (p *Plugin) validate(db *gorm.DB) error {
-	if !hasRedis(p.cfg) {
-		return invalid("Config.Redis is required")
-	}
 	d, ok := dialects[db.Dialector.Name()]
 	if !ok {
 		return invalid("dialect %q is not supported (want postgres, mysql or sqlite)", db.Dialector.Name())
@@ -223,8 +221,10 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // runs a final flush so that every touch recorded before Close reaches the
 // database. It returns when that is done or ctx ends, with the final flush's
 // error or ctx's. Calling it again, also while the first call runs, returns
-// the first call's result once it is known. Touch keeps working after Close (into Redis); Flush
-// and PurgeExpiredSessions return ErrClosed.
+// the first call's result once it is known. Touch keeps working after
+// Close (into Redis; without Redis into the in-process buffer, which
+// nothing flushes any more, so those touches are lost); Flush and
+// PurgeExpiredSessions return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {

@@ -606,6 +606,7 @@ func TestPurgeNoRetry(t *testing.T) {
 func TestPurgeOneInstance(t *testing.T) {
 	const instances = 4
 	forEachEnv(t, func(t *testing.T, h *harness) {
+		h.needRedis(t, "instances share one Redis purge lock")
 		ctx := context.Background()
 		var (
 			ps      []*Plugin

@@ -2,32 +2,24 @@ package lastseen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"time"
 
 	"github.com/maypok86/otter/v2"
-	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
 )
 
 // tracker is the request path: it normalizes ids, answers from the local
-// throttle cache, runs touchScript under a time budget and a circuit
-// breaker, and keeps what it could not send in a bounded backlog.
+// throttle cache, and records the rest in the buffer (buffer_interface.go).
 type tracker struct {
-	rdb      redis.UniversalClient
-	shards   []shardKeys
+	buf      buffer
 	throttle time.Duration
-	timeout  time.Duration
 	ids      idCodec
 	now      func() time.Time
 	ticks    func() int64                  // nanoseconds on the clock of the local cache's deadlines
 	cache    *otter.Cache[cacheKey, int64] // value: deadline in ticks()
-	breaker  *gobreaker.CircuitBreaker[[]any]
-	backlog  backlog
 	stats    *counters
 	log      *slog.Logger
 	warn     rate.Sometimes
@@ -36,14 +28,12 @@ type tracker struct {
 // newTracker builds the request path. With realClock (Config.Now unset) the
 // local cache's deadlines run on the monotonic clock alone, one vDSO read
 // where time.Now makes two: it is most of the cost of a cached Touch.
-func newTracker(cfg Config, realClock bool, ids idCodec, log *slog.Logger, stats *counters) (*tracker, error) {
+func newTracker(cfg Config, buf buffer, realClock bool, ids idCodec, log *slog.Logger, stats *counters) (*tracker, error) {
 	t := &tracker{
-		rdb:      cfg.Redis,
+		buf:      buf,
 		throttle: cfg.Throttle,
-		timeout:  cfg.TouchTimeout,
 		ids:      ids,
 		now:      cfg.Now,
-		backlog:  backlog{max: cfg.BacklogSize, m: map[string]int64{}},
 		stats:    stats,
 		log:      log,
 		warn:     rate.Sometimes{Interval: 10 * time.Second},
@@ -53,9 +43,6 @@ func newTracker(cfg Config, realClock bool, ids idCodec, log *slog.Logger, stats
 		t.ticks = func() int64 { return int64(time.Since(epoch)) }
 	} else {
 		t.ticks = func() int64 { return cfg.Now().UnixNano() }
-	}
-	for n := range cfg.Shards {
-		t.shards = append(t.shards, newShardKeys(cfg.Prefix, n))
 	}
 	if cfg.LocalCacheSize > 0 {
 		// No otter expiry: the value is the entry's deadline on the plugin's
@@ -71,14 +58,6 @@ func newTracker(cfg Config, realClock bool, ids idCodec, log *slog.Logger, stats
 		}
 		t.cache = c
 	}
-	t.breaker = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
-		Name:    "lastseen-redis",
-		Timeout: cfg.BreakerCooldown,
-		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= 5
-		},
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
-	})
 	return t, nil
 }
 
@@ -86,6 +65,7 @@ func (t *tracker) close() {
 	if t.cache != nil {
 		t.cache.StopAllGoroutines()
 	}
+	t.buf.close()
 }
 
 // cacheKey identifies a user in the local cache without allocating: integer
@@ -152,11 +132,13 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // It returns recorded == true when this call opened a new throttle window
 // for the user and raised the pending timestamp (never lowering it), and
 // false when the user was already recorded inside the current window: then
-// the local cache answered without any I/O, or Redis did in one round trip.
+// the local cache answered without any I/O, or the buffer did (Redis in
+// one round trip; without Redis, the in-process buffer under a mutex).
 //
 // Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
-// than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime; and,
-// when Redis did not answer within TouchTimeout or the circuit breaker is
+// than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime;
+// and, with Config.Redis set, when Redis did not answer within
+// TouchTimeout or the circuit breaker is
 // open, an error wrapping the cause: the timestamp is then kept in the
 // in-process backlog (up to BacklogSize users) and written to Redis by the
 // next flush, so callers may ignore that error.
@@ -188,26 +170,10 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 		p.stats.invalid.Add(1)
 		return false, err
 	}
-	keys := t.shard(uid)
-	ts := micros(at)
-	hk, ha := presenceArgs(&p.cfg, keys, at, now) // presence.go: HyperLogLogs, same EVALSHA
-	reply, err := t.call(ctx, func(ctx context.Context) ([]any, error) {
-		return touchScript.Run(ctx, t.rdb, append([]string{keys.marker + uid, keys.pending}, hk...),
-			append([]any{uid, ts, t.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
-	})
+	recorded, ttl, err := t.buf.touch(ctx, uid, at, now)
 	if err != nil {
-		p.stats.redisErrors.Add(1)
-		if t.backlog.add(uid, ts) {
-			p.stats.backlogged.Add(1)
-		} else {
-			p.stats.backlogDropped.Add(1)
-		}
-		t.warn.Do(func() {
-			t.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", t.backlog.len())
-		})
 		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, err)
 	}
-	recorded, ttl := parseTouchReply(reply, t.throttle)
 	if quick && t.cache != nil && ttl > 0 {
 		t.cache.Set(qk, t.ticks()+int64(ttl))
 	}
@@ -231,41 +197,4 @@ func (t *tracker) cached(userID any) bool {
 	}
 	deadline, ok := t.cache.GetIfPresent(qk)
 	return ok && t.ticks() < deadline
-}
-
-func parseTouchReply(reply []any, window time.Duration) (recorded bool, ttl time.Duration) {
-	if len(reply) != 2 {
-		return false, 0
-	}
-	flag, _ := reply[0].(int64)
-	ms, _ := reply[1].(int64)
-	if ms > window.Milliseconds() {
-		ms = window.Milliseconds()
-	}
-	return flag == 1, time.Duration(ms) * time.Millisecond
-}
-
-// call runs fn against Redis through the circuit breaker, giving up after
-// the touch timeout even when the client itself would wait longer (go-redis
-// honours context deadlines on sockets only with ContextTimeoutEnabled).
-func (t *tracker) call(ctx context.Context, fn func(context.Context) ([]any, error)) ([]any, error) {
-	return t.breaker.Execute(func() ([]any, error) {
-		ctx, cancel := context.WithTimeout(ctx, t.timeout)
-		defer cancel()
-		type result struct {
-			v   []any
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			v, err := fn(ctx)
-			done <- result{v, err}
-		}()
-		select {
-		case r := <-done:
-			return r.v, r.err
-		case <-ctx.Done():
-			return nil, fmt.Errorf("redis did not answer within %v: %w", t.timeout, ctx.Err())
-		}
-	})
 }
