@@ -69,7 +69,12 @@ type timeCodec struct {
 	enc   Encoding // Time, UnixSeconds or UnixMillis
 	field *schema.Field
 	how   string // how the encoding was chosen, for messages
-	loc   *time.Location
+	// loc is Config.ColumnLocation: the location of a naive column's wall
+	// times. nil leaves them to the driver, as a query of the app's own
+	// does: pgx writes and reads PostgreSQL timestamp as UTC (the plugin
+	// binds UTC times), go-sql-driver/mysql uses its DSN's loc (UTC unless
+	// set).
+	loc *time.Location
 	// naiveSQL casts a wall-time literal to the dialect's naive timestamp
 	// type (nil: the dialect has none, SQLite).
 	naiveSQL func(wall string) clause.Expr
@@ -228,6 +233,10 @@ func (c *timeCodec) fromCount(n int64) time.Time {
 	return time.UnixMilli(n).UTC()
 }
 
+// wallTime reports whether values are written, compared and read as wall
+// times in loc: a naive column with ColumnLocation set.
+func (c *timeCodec) wallTime() bool { return c.loc != nil && c.naiveSQL != nil && c.naive.Load() }
+
 // wall is t's wall time in the column's location, for a naive column.
 func (c *timeCodec) wall(t time.Time) string {
 	return t.In(c.loc).Format("2006-01-02 15:04:05.999999")
@@ -235,12 +244,13 @@ func (c *timeCodec) wall(t time.Time) string {
 
 // value is t as the column stores it, for a bound parameter: an int64 for
 // an integer encoding, a cast wall-time literal for a naive timestamp
-// column, else t in UTC.
+// column with ColumnLocation, else t in UTC (which the driver writes in
+// its own location).
 func (c *timeCodec) value(t time.Time) any {
 	switch {
 	case c.integer():
 		return c.count(t)
-	case c.naive.Load() && c.naiveSQL != nil:
+	case c.wallTime():
 		return c.naiveSQL(c.wall(t))
 	}
 	return t.UTC()
@@ -265,7 +275,7 @@ func (c *timeCodec) text(t time.Time) string {
 	switch {
 	case c.integer():
 		return strconv.FormatInt(c.count(t), 10)
-	case c.naive.Load():
+	case c.wallTime():
 		return t.In(c.loc).Format("2006-01-02T15:04:05.999999")
 	}
 	return t.UTC().Format("2006-01-02T15:04:05.999999Z07:00")
@@ -299,7 +309,7 @@ func (c *timeCodec) decode(v any) (time.Time, bool, error) {
 		return time.Time{}, false, err
 	}
 	t := ct.Time
-	if c.naive.Load() {
+	if c.wallTime() {
 		t = time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), c.loc)
 	}
 	return t.UTC(), true, nil

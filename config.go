@@ -259,12 +259,16 @@ type Config struct {
 	SessionEncoding Encoding
 	// ColumnLocation is the time zone of the wall times in naive timestamp
 	// columns (PostgreSQL timestamp without time zone, MySQL/MariaDB
-	// DATETIME): the flush writes and the scopes compare the wall time in
-	// it, and reads take the column's wall time in it, whatever location
-	// the driver uses (MySQL's loc DSN parameter). Set it to the location
-	// the app reads these columns in (time.Local with loc=Local). Columns
-	// that hold instants (timestamptz, MySQL TIMESTAMP, SQLite text with an
-	// offset) and integer columns ignore it. Default nil: UTC.
+	// DATETIME): when set, the flush writes and the scopes compare the wall
+	// time in it (as a literal cast to the column's type), and reads take
+	// the column's wall time in it, whatever location the driver uses. Set
+	// it to the location the app's own reads assume (time.Local for an app
+	// on MySQL with loc=Local whose plugin handle has another loc, or for
+	// PostgreSQL timestamp columns written in local time). Columns that
+	// hold instants (timestamptz, MySQL TIMESTAMP, SQLite text with an
+	// offset) and integer columns ignore it. Default nil: the driver's
+	// location, which is UTC unless the DSN sets another (pgx writes and
+	// reads timestamp as UTC; go-sql-driver/mysql uses its loc parameter).
 	ColumnLocation *time.Location
 }
 

@@ -1,7 +1,6 @@
 package lastseen
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"reflect"
@@ -66,7 +65,7 @@ func timeField(s *schema.Schema, field, fieldOpt string, enc Encoding, d *dialec
 // primary key, time column) and the user ids' codec against dialect d.
 func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 	c := p.cfg
-	loc := cmp.Or(c.ColumnLocation, time.UTC)
+	loc := c.ColumnLocation // nil: the driver's location (coltype.go)
 	users, err := resolveModel(db, c.Model, c.Field, "Model", "Field", c.FieldEncoding, d, loc)
 	if err != nil {
 		return invalid("%v", err)
