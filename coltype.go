@@ -209,14 +209,6 @@ func probeValuer(base reflect.Type) (Encoding, string, error) {
 // integer reports an integer encoding.
 func (c *timeCodec) integer() bool { return c.enc != EncodingTime }
 
-// unit is the integer encoding's unit.
-func (c *timeCodec) unit() time.Duration {
-	if c.enc == EncodingUnixSeconds {
-		return time.Second
-	}
-	return time.Millisecond
-}
-
 // count is t as a whole number of the unit, truncated.
 func (c *timeCodec) count(t time.Time) int64 {
 	if c.enc == EncodingUnixSeconds {

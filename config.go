@@ -129,8 +129,9 @@ type Config struct {
 	// &User{}.
 	Model any
 	// Field names the tracked model's last-seen field, by Go field name or
-	// column name. It must be a time.Time or *time.Time. Default
-	// "LastSeenAt".
+	// column name: a time.Time, *time.Time, sql.NullTime, named time type,
+	// driver.Valuer over a time, or integer Unix time (FieldEncoding;
+	// coltype.go). Default "LastSeenAt".
 	Field string
 	// FlushSchedule is when the scheduler flushes, as robfig/cron specs
 	// (standard five fields or descriptors such as "@every 1m"), several
@@ -148,7 +149,8 @@ type Config struct {
 	// pointer to a struct with exactly one primary key. Default &Session{}.
 	SessionModel any
 	// ExpiresField names the expiry field of SessionModel, by Go field name
-	// or column name; a time.Time or *time.Time. Default "ExpiresAt".
+	// or column name; any type Field takes (SessionEncoding). Default
+	// "ExpiresAt".
 	ExpiresField string
 	// PurgeSchedule is when the scheduler purges expired sessions, robfig/cron
 	// specs separated by ";" (for example "@every 1h;0 3 * * *"). Default
@@ -223,8 +225,8 @@ type Config struct {
 	// ExpiredSessions and the purge use the rule. Default 0: off.
 	IdleTimeout time.Duration
 	// ActiveField names SessionModel's last-active field, by Go field name
-	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
-	// is positive. Default "LastActiveAt".
+	// or column name; any type Field takes (SessionEncoding). Read only when
+	// IdleTimeout is positive. Default "LastActiveAt".
 	ActiveField string
 	// Ids.
 
