@@ -129,8 +129,9 @@ type Config struct {
 	// &User{}.
 	Model any
 	// Field names the tracked model's last-seen field, by Go field name or
-	// column name. It must be a time.Time or *time.Time. Default
-	// "LastSeenAt".
+	// column name: a time.Time, *time.Time, sql.NullTime, named time type,
+	// driver.Valuer over a time, or integer Unix time (FieldEncoding;
+	// coltype.go). Default "LastSeenAt".
 	Field string
 	// FlushSchedule is when the scheduler flushes, as robfig/cron specs
 	// (standard five fields or descriptors such as "@every 1m"), several
@@ -148,7 +149,8 @@ type Config struct {
 	// pointer to a struct with exactly one primary key. Default &Session{}.
 	SessionModel any
 	// ExpiresField names the expiry field of SessionModel, by Go field name
-	// or column name; a time.Time or *time.Time. Default "ExpiresAt".
+	// or column name; any type Field takes (SessionEncoding). Default
+	// "ExpiresAt".
 	ExpiresField string
 	// PurgeSchedule is when the scheduler purges expired sessions, robfig/cron
 	// specs separated by ";" (for example "@every 1h;0 3 * * *"). Default
@@ -223,8 +225,8 @@ type Config struct {
 	// ExpiredSessions and the purge use the rule. Default 0: off.
 	IdleTimeout time.Duration
 	// ActiveField names SessionModel's last-active field, by Go field name
-	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
-	// is positive. Default "LastActiveAt".
+	// or column name; any type Field takes (SessionEncoding). Read only when
+	// IdleTimeout is positive. Default "LastActiveAt".
 	ActiveField string
 	// Ids.
 
@@ -247,6 +249,29 @@ type Config struct {
 	// (<prefix>:{N}:refusals), so it spans flushes and instances; a write
 	// of the entry clears it. Default 5; negative never drops.
 	MaxRefusals int
+
+	// Column types (coltype.go; README "Column types").
+
+	// FieldEncoding is how Field's column stores an instant: EncodingAuto
+	// (default: learned from the field's Go type and tags), EncodingTime,
+	// EncodingUnixSeconds or EncodingUnixMillis (an integer column).
+	FieldEncoding Encoding
+	// SessionEncoding is FieldEncoding for SessionModel's ExpiresField and
+	// ActiveField. Default EncodingAuto.
+	SessionEncoding Encoding
+	// ColumnLocation is the time zone of the wall times in naive timestamp
+	// columns (PostgreSQL timestamp without time zone, MySQL/MariaDB
+	// DATETIME): when set, the flush writes and the scopes compare the wall
+	// time in it (as a literal cast to the column's type), and reads take
+	// the column's wall time in it, whatever location the driver uses. Set
+	// it to the location the app's own reads assume (time.Local for an app
+	// on MySQL with loc=Local whose plugin handle has another loc, or for
+	// PostgreSQL timestamp columns written in local time). Columns that
+	// hold instants (timestamptz, MySQL TIMESTAMP, SQLite text with an
+	// offset) and integer columns ignore it. Default nil: the driver's
+	// location, which is UTC unless the DSN sets another (pgx writes and
+	// reads timestamp as UTC; go-sql-driver/mysql uses its loc parameter).
+	ColumnLocation *time.Location
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero

@@ -62,6 +62,14 @@ var (
 	// again at the next flush, and a hook that must tolerate one bad row does
 	// so itself.
 	ErrOnBatch = errors.New("lastseen: OnBatch failed")
+	// ErrUncomparable is returned (wrapped, with the count, the column, its
+	// encoding and the first id) by a flush in which the forward-only guard
+	// could not compare a row's value with the entry's timestamp: on SQLite,
+	// text in a Unix-time INTEGER column, or an integer in a timestamp
+	// column. Those entries are neither written nor Stale: they go back to
+	// pending for the next flush and count in FlushResult.Uncomparable and
+	// Stats.Uncomparable (see uncomparable.go).
+	ErrUncomparable = errors.New("lastseen: column value cannot be compared")
 )
 
 // Internal errors, never returned bare to callers.

@@ -16,6 +16,7 @@ type counters struct {
 	dropped, purgeRefused                                  atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
+	uncomparable                                           atomic.Int64 // uncomparable.go
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -53,6 +54,9 @@ type Stats struct {
 	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
 	Dropped      int64 // pending entries dropped after MaxRefusals refusals
 	PurgeRefused int64 // expired sessions the database refused to delete, per run
+	// Uncomparable counts entries a flush could not compare with their
+	// row's value (ErrUncomparable), kept in Redis for the next flush.
+	Uncomparable int64
 }
 
 // Stats returns the cumulative counters.
@@ -67,7 +71,7 @@ func (p *Plugin) Stats() Stats {
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
-		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(),
+		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Uncomparable: c.uncomparable.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()

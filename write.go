@@ -13,6 +13,7 @@ import (
 // batchResult counts one written batch.
 type batchResult struct {
 	written, unknown, stale, batches int
+	uncomparable                     []string // fields of entries the guard could not compare (uncomparable.go)
 }
 
 // refusal is an entry the database refused on its own, with its error.
@@ -100,6 +101,7 @@ func (a *batchResult) merge(b batchResult) {
 	a.unknown += b.unknown
 	a.stale += b.stale
 	a.batches += b.batches
+	a.uncomparable = append(a.uncomparable, b.uncomparable...)
 }
 
 // databaseUp tells a refused batch from an unreachable database with a
@@ -142,6 +144,23 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	for i, e := range batch {
 		ids[i], ts[i] = e.id, e.at
 	}
+	br, err := p.writeStatement(db, t, batch, ids, ts)
+	if err != nil || br.stale == 0 {
+		return br, err
+	}
+	// A row left unwritten may hold a value the guard cannot compare.
+	if u, err := p.findUncomparable(db, t, ids); err == nil && len(u) > 0 {
+		br.uncomparable, br.stale = u, br.stale-len(u)
+	} else if err != nil {
+		// The write committed; which rows were not comparable is unknown.
+		p.limited.log(p.log, slog.LevelWarn, "lastseen: cannot look for uncomparable column values", "err", err)
+	}
+	return br, nil
+}
+
+// writeStatement runs the batch's statement (withHook) and splits the rows
+// it did not write into Unknown and Stale.
+func (p *Plugin) writeStatement(db *gorm.DB, t *writeTarget, batch []entry, ids []any, ts []time.Time) (batchResult, error) {
 	n := len(batch)
 	if p.cfg.WriteMode == Upsert {
 		return p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
@@ -192,7 +211,7 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 	}
 	rows := make([]map[string]any, n)
 	for i := range ids {
-		rows[i] = map[string]any{t.pk: ids[i], t.col: ts[i]}
+		rows[i] = map[string]any{t.pk: ids[i], t.col: t.codec.value(ts[i])}
 	}
 	table := clause.Table{Name: t.table}
 	tx := db.Table("?", table).Clauses(clause.Insert{Table: table}, p.dialect.onConflict(t)).Create(&rows)
