@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+
+	"golang.org/x/time/rate"
 )
 
 // backlog keeps the newest timestamp per user for touches that could not
@@ -51,14 +54,82 @@ func (b *backlog) take() map[string]int64 {
 	return m
 }
 
+// Why a timestamp was dropped, as logged (dropLog).
+const (
+	dropFull     = "backlog full"                                  // a touch found the backlog full
+	dropReplay   = "backlog full when a failed replay put it back" // new touches refilled it meanwhile
+	dropClosed   = "redis unreachable after Close"                 // nothing flushes the backlog any more
+	dropAtClose  = "backlog not written to redis by Close"         // the final flush could not replay it
+	dropRejected = "unreadable pending entry"                      // see shardRun.take
+)
+
+// dropLog counts timestamps the plugin drops and logs them, at most one
+// line per 10s (rate.Sometimes) with the reason and the running total, so a
+// loss is never silent and never floods the log.
+type dropLog struct {
+	log     *slog.Logger
+	stats   *counters
+	every   rate.Sometimes // backlog drops
+	rejects rate.Sometimes // unreadable pending entries
+}
+
+// rejected logs an unreadable pending entry a flush drops; the flush counts
+// it in FlushResult.Rejected and Stats.Rejected.
+func (d *dropLog) rejected(key, field, value string) {
+	d.rejects.Do(func() {
+		d.log.Warn("lastseen: dropping unreadable pending entries", "reason", dropRejected, "key", key,
+			"field", truncate(field), "value", truncate(value), "rejected_total_before_this_flush", d.stats.rejected.Load())
+	})
+}
+
+// backlog counts n timestamps dropped from the backlog (BacklogDropped)
+// for reason, and logs it.
+func (d *dropLog) backlog(n int, reason string) {
+	if n <= 0 {
+		return
+	}
+	total := d.stats.backlogDropped.Add(int64(n))
+	d.every.Do(func() {
+		d.log.Warn("lastseen: dropped touches that never reached redis", "reason", reason, "dropped", n, "backlog_dropped_total", total)
+	})
+}
+
+// keep puts a touch that did not reach Redis into the backlog, counted in
+// Backlogged, or drops it, counted in BacklogDropped: when the backlog is
+// full, or after Close, when nothing will flush it.
+func (t *tracker) keep(uid string, ts int64) {
+	switch {
+	case t.closed.Load():
+		t.drops.backlog(1, dropClosed)
+	case t.backlog.add(uid, ts):
+		t.stats.backlogged.Add(1)
+	default:
+		t.drops.backlog(1, dropFull)
+	}
+}
+
+// putBack returns entries of a replay that failed to the backlog, newest
+// per user (touches made meanwhile may be newer), and counts in
+// BacklogDropped those that no longer fit.
+func (t *tracker) putBack(args []any) {
+	dropped := 0
+	for i := 1; i < len(args); i += 2 {
+		if !t.backlog.add(args[i].(string), args[i+1].(int64)) {
+			dropped++
+		}
+	}
+	t.drops.backlog(dropped, dropReplay)
+}
+
 // replayBacklog writes the backlog of touches that could not reach Redis
 // into the pending hashes, one script call per shard. What it cannot write
-// goes back into the backlog.
-func (t *tracker) replayBacklog(ctx context.Context) (int, error) {
+// goes back into the backlog (putBack).
+func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, error) {
 	m := t.backlog.take()
 	if len(m) == 0 {
 		return 0, nil
 	}
+	hooks.afterBacklogTake(len(m))
 	byShard := map[string][]any{}
 	top := ceiling(t.now())
 	for uid, ts := range m {
@@ -71,10 +142,11 @@ func (t *tracker) replayBacklog(ctx context.Context) (int, error) {
 	written := 0
 	var errs []error
 	for key, args := range byShard {
-		if err := mergeScript.Run(ctx, t.rdb, []string{key}, args...).Err(); err != nil {
-			for i := 1; i < len(args); i += 2 {
-				t.backlog.add(args[i].(string), args[i+1].(int64))
-			}
+		err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+			return mergeScript.Run(ctx, rdb, []string{key}, args...).Err()
+		})
+		if err != nil {
+			t.putBack(args)
 			errs = append(errs, err)
 			continue
 		}

@@ -75,7 +75,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
 	res := FlushResult{}
 	var errs []error
-	if _, err := p.tracker.replayBacklog(ctx); err != nil {
+	if _, err := p.tracker.replayBacklog(ctx, p.hooks); err != nil {
 		errs = append(errs, err)
 	}
 	active, err := p.activeShards(ctx)
@@ -120,11 +120,14 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 func (p *Plugin) activeShards(ctx context.Context) ([]int, error) {
 	shards := p.tracker.shards
 	cmds := make([]*redis.IntCmd, len(shards))
-	_, err := p.cfg.Redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range shards {
-			cmds[i] = pipe.Exists(ctx, k.pending, k.inflight)
-		}
-		return nil
+	err := p.rdb.do(ctx, func(ctx context.Context) error {
+		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range shards {
+				cmds[i] = pipe.Exists(ctx, k.pending, k.inflight)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -38,19 +38,27 @@ type shardRun struct {
 }
 
 // flushShard takes shard n's lock, or counts the shard Skipped when another
-// instance holds it, and runs the shard's flush.
+// instance holds it, and runs the shard's flush while a keeper refreshes the
+// lock (keepLock). When the lock is lost meanwhile, the run stops and
+// returns an error wrapping errLockLost.
 func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 	keys := p.tracker.shards[n]
-	lock, err := p.locker.Obtain(ctx, keys.lock, p.cfg.LockTTL, nil)
+	lock, err := p.obtainLock(ctx, keys.lock)
 	if errors.Is(err, redislock.ErrNotObtained) {
 		return FlushResult{Skipped: 1}, nil
 	}
 	if err != nil {
 		return FlushResult{}, fmt.Errorf("lock: %w", err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer p.releaseLock(ctx, lock)
+	run, stop := p.keepLock(ctx, lock, errLockLost)
 	r := &shardRun{p: p, shard: n, keys: keys, token: lock.Token(), res: FlushResult{Shards: 1}}
-	err = r.run(ctx)
+	err = r.run(run)
+	lost := errors.Is(context.Cause(run), errLockLost)
+	stop()
+	if lost && !errors.Is(err, errLockLost) {
+		err = fmt.Errorf("%w: %w", errLockLost, err)
+	}
 	return r.res, err
 }
 
@@ -58,7 +66,11 @@ func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 // left by an earlier flush is drained first.
 func (r *shardRun) run(ctx context.Context) error {
 	for {
-		moved, err := swapScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.pending, r.keys.inflight}, r.token).Int()
+		var moved int
+		err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
+			moved, err = swapScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.pending, r.keys.inflight}, r.token).Int()
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("swap: %w", err)
 		}
@@ -88,7 +100,12 @@ func (r *shardRun) drain(ctx context.Context) error {
 	r.batchNo, r.failed, r.firstRefusal = 0, 0, nil
 	var cursor uint64
 	for {
-		kv, next, err := r.p.cfg.Redis.HScan(ctx, r.keys.inflight, cursor, "", int64(bs)).Result()
+		var kv []string
+		var next uint64
+		err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
+			kv, next, err = r.p.rdb.HScan(ctx, r.keys.inflight, cursor, "", int64(bs)).Result()
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("hscan: %w", err)
 		}
@@ -129,7 +146,7 @@ func (r *shardRun) take(ctx context.Context, kv []string) error {
 		at, okTime := parseMicros(value, r.now)
 		if errID != nil || !okTime {
 			r.rejected = append(r.rejected, field)
-			r.p.log.Warn("lastseen: dropping unreadable pending entry", "key", r.keys.inflight, "field", truncate(field), "value", truncate(value))
+			r.p.tracker.drops.rejected(r.keys.inflight, field, value)
 			continue
 		}
 		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at})
@@ -189,7 +206,11 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 	for _, f := range fields {
 		args = append(args, f)
 	}
-	n, err := ackScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight}, args...).Int()
+	var n int
+	err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
+		n, err = ackScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.inflight}, args...).Int()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
@@ -206,7 +227,11 @@ func (r *shardRun) requeue(ctx context.Context, refused []refusal) error {
 	for _, f := range refused {
 		args = append(args, f.field, f.value)
 	}
-	n, err := failScript.Run(ctx, r.p.cfg.Redis, []string{r.keys.lock, r.keys.inflight, r.keys.pending}, args...).Int()
+	var n int
+	err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
+		n, err = failScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.inflight, r.keys.pending}, args...).Int()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}

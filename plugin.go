@@ -43,6 +43,7 @@ type Plugin struct {
 	sessions *sessionTarget
 	dialect  *dialect
 
+	rdb       *redisClient // every Redis call goes through it (redisclient.go)
 	tracker   *tracker
 	locker    *redislock.Client
 	sched     *scheduler
@@ -91,33 +92,39 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
-	t, err := newTracker(p.cfg, p.realClock, p.users.ids, p.log, &p.stats)
+	rdb := newRedisClient(p.cfg.Redis)
+	t, err := newTracker(p.cfg, rdb, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
+		rdb.close()
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	p.tracker = t
-	p.locker = redislock.New(p.cfg.Redis)
+	var sched *scheduler
+	if !p.cfg.DisableScheduler {
+		sched = newScheduler(p.log)
+		err := sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob)
+		if err == nil && !p.cfg.DisablePurge {
+			err = sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob)
+		}
+		if err != nil {
+			t.close()
+			rdb.close()
+			return err
+		}
+	}
+	p.rdb, p.tracker, p.sched = rdb, t, sched
+	p.locker = redislock.New(rdb.UniversalClient)
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
 	p.db = db.Session(&gorm.Session{NewDB: true})
+	p.log.Debug("lastseen: redis client", "client", rdb.kind)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := p.cfg.Redis.Ping(ctx).Err(); err != nil {
+	if err := rdb.do(ctx, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
 		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
 	}
 	cancel()
-
-	if !p.cfg.DisableScheduler {
-		p.sched = newScheduler(p.log)
-		if err := p.sched.add("flush", p.cfg.FlushSchedule, p.flushJob); err != nil {
-			return err
-		}
-		if !p.cfg.DisablePurge {
-			if err := p.sched.add("purge", p.cfg.PurgeSchedule, p.purgeJob); err != nil {
-				return err
-			}
-		}
-		p.sched.start()
+	if sched != nil {
+		sched.start()
 	}
 	return nil
 }
@@ -187,9 +194,15 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // by the app) and for running purges to finish their current batch, then
 // runs a final flush so that every touch recorded before Close reaches the
 // database. It returns when that is done or ctx ends, with the final flush's
-// error or ctx's. Calling it again, also while the first call runs, returns
-// the first call's result once it is known. Touch keeps working after Close (into Redis); Flush
-// and PurgeExpiredSessions return ErrClosed.
+// error or ctx's; the final flush gets FlushTimeout when ctx has no
+// deadline. Touches still in the in-process backlog after the final flush
+// (Redis unreachable) are dropped, counted in Stats.BacklogDropped and
+// logged. Then it closes the Redis client the plugin opened for itself, if
+// any (see Config.Redis). Calling it again, also while the first call runs,
+// returns the first call's result once it is known. Touch keeps working
+// after Close (into Redis; a touch that fails then is dropped, as nothing
+// flushes the backlog any more); Flush and PurgeExpiredSessions return
+// ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {
@@ -224,11 +237,24 @@ func (p *Plugin) Close(ctx context.Context) error {
 		}
 	}
 	if len(errs) == 0 {
-		if _, err := p.flush(ctx); err != nil {
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			fctx, cancel = context.WithTimeout(ctx, p.cfg.FlushTimeout)
+		}
+		if _, err := p.flush(fctx); err != nil {
 			errs = append(errs, err)
 		}
+		cancel()
 	}
+	p.tracker.closed.Store(true)
+	p.tracker.drops.backlog(len(p.tracker.backlog.take()), dropAtClose)
 	p.tracker.close()
+	if p.rdb.own { // touches, Pending and Status go on, on the app's client
+		p.tracker.rdb.Store(&redisClient{UniversalClient: p.cfg.Redis, kind: "the app's client after Close"})
+	}
+	if err := p.rdb.close(); err != nil {
+		errs = append(errs, fmt.Errorf("lastseen: close: redis client: %w", err))
+	}
 	err := errors.Join(errs...)
 	p.mu.Lock()
 	p.closeErr = err

@@ -36,7 +36,8 @@ type PurgeResult struct {
 // waiting 10ms, 40ms, 160ms, ... in between.
 //
 // It holds the purge lock in Redis (bsm/redislock, key Prefix+":purge:lock",
-// time-to-live LockTTL, refreshed after each batch) for the whole run, so
+// time-to-live LockTTL, refreshed every LockTTL/3 and after each batch;
+// the run stops when the lock is lost) for the whole run, so
 // only one instance purges at a time; when another instance holds it, it
 // returns ErrLocked at once. Other errors stop the run and name the batch
 // they happened in ("lastseen: purge batch 3: ..."). The run stops between
@@ -63,17 +64,20 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 func (p *Plugin) purgeLockKey() string { return p.cfg.Prefix + ":purge:lock" }
 
 func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
-	lock, err := p.locker.Obtain(ctx, p.purgeLockKey(), p.cfg.LockTTL, nil)
+	lock, err := p.obtainLock(ctx, p.purgeLockKey())
 	if errors.Is(err, redislock.ErrNotObtained) {
 		return PurgeResult{}, ErrLocked
 	}
 	if err != nil {
 		return PurgeResult{}, fmt.Errorf("lastseen: purge lock: %w", err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer p.releaseLock(ctx, lock)
 
-	// The run stops when ctx ends or Close is called, whichever comes first.
-	run, cancel := context.WithCancelCause(ctx)
+	// The run stops when ctx ends, Close is called or the lock is lost
+	// (keepLock), whichever comes first.
+	kept, stop := p.keepLock(ctx, lock, errPurgeLockLost)
+	defer stop()
+	run, cancel := context.WithCancelCause(kept)
 	defer cancel(nil)
 	defer context.AfterFunc(p.closing, func() { cancel(ErrClosed) })()
 
@@ -160,7 +164,7 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
-	if err := lock.Refresh(ctx, p.cfg.LockTTL, nil); err != nil {
+	if err := p.refreshLock(ctx, lock); err != nil {
 		switch stop := context.Cause(ctx); {
 		case stop != nil:
 			return stop

@@ -25,10 +25,13 @@ func (p *Plugin) Pending(ctx context.Context, userID any) (at time.Time, ok bool
 	}
 	keys := t.shard(uid)
 	var pending, inflight *redis.StringCmd
-	_, err = t.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pending = pipe.HGet(ctx, keys.pending, uid)
-		inflight = pipe.HGet(ctx, keys.inflight, uid)
-		return nil
+	err = t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			pending = pipe.HGet(ctx, keys.pending, uid)
+			inflight = pipe.HGet(ctx, keys.inflight, uid)
+			return nil
+		})
+		return err
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return time.Time{}, false, fmt.Errorf("lastseen: pending user %s: %w", uid, err)

@@ -10,6 +10,7 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	canceled                                               atomic.Int64
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -20,8 +21,8 @@ type Stats struct {
 	CacheHits      int64 // throttled touches the local cache answered alone
 	Invalid        int64 // touches refused for their id or time
 	RedisErrors    int64 // touches Redis did not answer in time, or breaker open
-	Backlogged     int64 // of those, kept in the in-process backlog
-	BacklogDropped int64 // of those, dropped because the backlog was full
+	Backlogged     int64 // touches kept in the in-process backlog (of RedisErrors + Canceled)
+	BacklogDropped int64 // touches that never reached Redis and were dropped; see Canceled's comment
 	Backlog        int64 // users in the backlog now
 
 	Flushes      int64 // flush runs
@@ -37,6 +38,18 @@ type Stats struct {
 	PurgeErrors     int64 // purge runs that returned an error
 	PurgeSkipped    int64 // scheduled purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
+
+	// Canceled counts touches whose caller's context had ended (deadline
+	// passed, or canceled, as when an HTTP client disconnects) before Redis
+	// answered. They are kept in the backlog like RedisErrors but are not
+	// Redis failures: the circuit breaker does not count them.
+	// Backlogged + BacklogDropped counts every touch of RedisErrors and
+	// Canceled once, and BacklogDropped also counts, each logged with its
+	// reason at most once per 10s: a new user when the backlog is full; an
+	// entry of a failed replay that no longer fits because new touches
+	// refilled the backlog meanwhile; a touch that fails after Close; and
+	// what is left in the backlog when Close's final flush could not write it.
+	Canceled int64
 }
 
 // Stats returns the cumulative counters.
@@ -50,7 +63,7 @@ func (p *Plugin) Stats() Stats {
 		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
-		SessionsDeleted: c.sessionsDeleted.Load(),
+		SessionsDeleted: c.sessionsDeleted.Load(), Canceled: c.canceled.Load(),
 	}
 	if p.tracker != nil {
 		s.Backlog = int64(p.tracker.backlog.len())

@@ -79,12 +79,15 @@ func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(t.shards)), Backlog: t.backlog.len()}
 	pending := make([]*redis.IntCmd, len(t.shards))
 	inflight := make([]*redis.IntCmd, len(t.shards))
-	_, err := p.cfg.Redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range t.shards {
-			pending[i] = pipe.HLen(ctx, k.pending)
-			inflight[i] = pipe.HLen(ctx, k.inflight)
-		}
-		return nil
+	err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range t.shards {
+				pending[i] = pipe.HLen(ctx, k.pending)
+				inflight[i] = pipe.HLen(ctx, k.inflight)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return Status{}, fmt.Errorf("lastseen: status: hlen: %w", err)
@@ -120,7 +123,12 @@ func (p *Plugin) scanOldest(ctx context.Context, key string, now time.Time, s *S
 	var unreadable map[string]struct{}
 	var cursor uint64
 	for {
-		kv, next, err := p.cfg.Redis.HScan(ctx, key, cursor, "", int64(p.cfg.BatchSize)).Result()
+		var kv []string
+		var next uint64
+		err := p.tracker.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+			kv, next, err = rdb.HScan(ctx, key, cursor, "", int64(p.cfg.BatchSize)).Result()
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("hscan %s: %w", key, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/maypok86/otter/v2"
@@ -17,7 +18,7 @@ import (
 // throttle cache, runs touchScript under a time budget and a circuit
 // breaker, and keeps what it could not send in a bounded backlog.
 type tracker struct {
-	rdb      redis.UniversalClient
+	rdb      atomic.Pointer[redisClient] // the plugin's client; after Close the app's (Plugin.Close)
 	shards   []shardKeys
 	throttle time.Duration
 	timeout  time.Duration
@@ -30,14 +31,15 @@ type tracker struct {
 	stats    *counters
 	log      *slog.Logger
 	warn     rate.Sometimes
+	drops    dropLog     // counts and logs every timestamp dropped (backlog.go)
+	closed   atomic.Bool // Close ran: nothing will flush the backlog any more
 }
 
 // newTracker builds the request path. With realClock (Config.Now unset) the
 // local cache's deadlines run on the monotonic clock alone, one vDSO read
 // where time.Now makes two: it is most of the cost of a cached Touch.
-func newTracker(cfg Config, realClock bool, ids idCodec, log *slog.Logger, stats *counters) (*tracker, error) {
+func newTracker(cfg Config, rdb *redisClient, realClock bool, ids idCodec, log *slog.Logger, stats *counters) (*tracker, error) {
 	t := &tracker{
-		rdb:      cfg.Redis,
 		throttle: cfg.Throttle,
 		timeout:  cfg.TouchTimeout,
 		ids:      ids,
@@ -46,7 +48,10 @@ func newTracker(cfg Config, realClock bool, ids idCodec, log *slog.Logger, stats
 		stats:    stats,
 		log:      log,
 		warn:     rate.Sometimes{Interval: 10 * time.Second},
+		drops: dropLog{log: log, stats: stats,
+			every: rate.Sometimes{Interval: 10 * time.Second}, rejects: rate.Sometimes{Interval: 10 * time.Second}},
 	}
+	t.rdb.Store(rdb)
 	if realClock {
 		epoch := time.Now()
 		t.ticks = func() int64 { return int64(time.Since(epoch)) }
@@ -76,7 +81,8 @@ func newTracker(cfg Config, realClock bool, ids idCodec, log *slog.Logger, stats
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.ConsecutiveFailures >= 5
 		},
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		// The caller's own deadline or cancellation says nothing about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, errCallerEnded) },
 	})
 	return t, nil
 }
@@ -151,10 +157,11 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 //
 // Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
 // than 128 bytes or not of the primary key's type; ErrInvalidTime; and,
-// when Redis did not answer within TouchTimeout or the circuit breaker is
-// open, an error wrapping the cause: the timestamp is then kept in the
-// in-process backlog (up to BacklogSize users) and written to Redis by the
-// next flush, so callers may ignore that error.
+// when Redis did not answer within TouchTimeout, the circuit breaker is
+// open, or ctx ended first (an error wrapping ctx's, which the breaker does
+// not count as a Redis failure), an error wrapping the cause: the timestamp
+// is then kept in the in-process backlog (up to BacklogSize users) and
+// written to Redis by the next flush, so callers may ignore that error.
 func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorded bool, err error) {
 	return p.touch(ctx, userID, at, p.now())
 }
@@ -185,19 +192,19 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 	}
 	keys := t.shard(uid)
 	ts := micros(at)
-	reply, err := t.call(ctx, func(ctx context.Context) ([]any, error) {
-		return touchScript.Run(ctx, t.rdb, []string{keys.marker + uid, keys.pending}, uid, ts, t.throttle.Milliseconds(), ceiling(now)).Slice()
+	reply, err := t.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
+		return touchScript.Run(ctx, rdb, []string{keys.marker + uid, keys.pending}, uid, ts, t.throttle.Milliseconds(), ceiling(now)).Slice()
 	})
 	if err != nil {
-		p.stats.redisErrors.Add(1)
-		if t.backlog.add(uid, ts) {
-			p.stats.backlogged.Add(1)
+		if errors.Is(err, errCallerEnded) {
+			p.stats.canceled.Add(1)
 		} else {
-			p.stats.backlogDropped.Add(1)
+			p.stats.redisErrors.Add(1)
+			t.warn.Do(func() {
+				t.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", t.backlog.len())
+			})
 		}
-		t.warn.Do(func() {
-			t.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", t.backlog.len())
-		})
+		t.keep(uid, ts)
 		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, err)
 	}
 	recorded, ttl := parseTouchReply(reply, t.throttle)
@@ -239,26 +246,45 @@ func parseTouchReply(reply []any, window time.Duration) (recorded bool, ttl time
 }
 
 // call runs fn against Redis through the circuit breaker, giving up after
-// the touch timeout even when the client itself would wait longer (go-redis
-// honours context deadlines on sockets only with ContextTimeoutEnabled).
-func (t *tracker) call(ctx context.Context, fn func(context.Context) ([]any, error)) ([]any, error) {
+// the touch timeout. On a client that enforces context deadlines (see
+// redisClient) it runs on the caller's goroutine; otherwise on one of its
+// own. When the caller's ctx has ended, before the call or during it, the
+// error wraps errCallerEnded and ctx's error, and the breaker does not count
+// it: the caller gave up, Redis did not fail.
+func (t *tracker) call(ctx context.Context, fn func(context.Context, *redisClient) ([]any, error)) ([]any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCallerEnded, err)
+	}
 	return t.breaker.Execute(func() ([]any, error) {
-		ctx, cancel := context.WithTimeout(ctx, t.timeout)
+		tctx, cancel := context.WithTimeout(ctx, t.timeout)
 		defer cancel()
-		type result struct {
-			v   []any
-			err error
+		var v []any
+		err := t.redis(tctx, func(ctx context.Context, rdb *redisClient) (err error) {
+			v, err = fn(ctx, rdb)
+			return err
+		})
+		switch {
+		case err == nil:
+			return v, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: %w", errCallerEnded, err)
+		case tctx.Err() != nil:
+			return nil, fmt.Errorf("redis did not answer within %v: %w", t.timeout, err)
 		}
-		done := make(chan result, 1)
-		go func() {
-			v, err := fn(ctx)
-			done <- result{v, err}
-		}()
-		select {
-		case r := <-done:
-			return r.v, r.err
-		case <-ctx.Done():
-			return nil, fmt.Errorf("redis did not answer within %v: %w", t.timeout, ctx.Err())
-		}
+		return nil, err
 	})
+}
+
+// redis runs fn, one Redis call or pipeline, on the tracker's client,
+// bounded by ctx (redisClient.do). When Close swapped the plugin's own
+// client for the app's while fn ran, fn fails with redis.ErrClosed and runs
+// once more on the app's client.
+func (t *tracker) redis(ctx context.Context, fn func(context.Context, *redisClient) error) error {
+	for {
+		c := t.rdb.Load()
+		err := c.do(ctx, func(ctx context.Context) error { return fn(ctx, c) })
+		if err == nil || !errors.Is(err, redis.ErrClosed) || t.rdb.Load() == c {
+			return err
+		}
+	}
 }

@@ -3,9 +3,9 @@ package lastseen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
-	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -39,10 +39,25 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	return p.isolateRefused(ctx, batch)
 }
 
-// statementError reports an error no single entry can cause; see
-// dialect.statementError.
+// statement returns ctx bounded by StatementTimeout, for one SQL statement
+// of a flush, and a check that wraps a statement's error with
+// errStatementTimeout when that bound (not ctx) ended it.
+func (p *Plugin) statement(ctx context.Context) (context.Context, context.CancelFunc, func(error) error) {
+	sctx, cancel := context.WithTimeoutCause(ctx, p.cfg.StatementTimeout, errStatementTimeout)
+	check := func(err error) error {
+		if err != nil && ctx.Err() == nil && context.Cause(sctx) == errStatementTimeout {
+			return fmt.Errorf("timed out after %v (%w): %w", p.cfg.StatementTimeout, errStatementTimeout, err)
+		}
+		return err
+	}
+	return sctx, cancel, check
+}
+
+// statementError reports an error no single entry can cause (a missing
+// table, a statement that ran past StatementTimeout; see also
+// dialect.statementError).
 func (p *Plugin) statementError(err error) bool {
-	return errors.Is(err, errNoTable) || p.dialect.statementError(err)
+	return errors.Is(err, errNoTable) || errors.Is(err, errStatementTimeout) || p.dialect.statementError(err)
 }
 
 // isolateRefused writes a batch the reachable database failed once: whole,
@@ -78,7 +93,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 // databaseUp tells a refused batch from an unreachable database with a
 // SELECT 1 through the same GORM handle the writes use.
 func (p *Plugin) databaseUp(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, min(5*time.Second, p.cfg.StatementTimeout))
 	defer cancel()
 	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
 }
@@ -102,29 +117,35 @@ func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchRes
 	return br, err
 }
 
-// writeOnce runs the batch's one statement and counts the result.
+// writeOnce runs the batch's statement and counts the result; each
+// statement (the column-type lookup, the write, the row count) gets
+// StatementTimeout.
 func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
-	t, err := p.writeTarget(ctx)
+	tctx, cancel, check := p.statement(ctx)
+	t, err := p.writeTarget(tctx)
+	cancel()
 	if err != nil {
-		return batchResult{}, err
+		return batchResult{}, check(err)
 	}
-	db := p.db.WithContext(ctx)
 	ids := make([]any, len(batch))
 	ts := make([]time.Time, len(batch))
 	for i, e := range batch {
 		ids[i], ts[i] = e.id, e.at
 	}
-	n := len(batch)
 	if p.cfg.WriteMode == Upsert {
-		return p.upsert(db, t, ids, ts)
+		br, err := p.upsert(ctx, t, ids, ts)
+		return br, err
 	}
-	tx := db.Exec("?", p.dialect.update(t, ids, ts))
+	sctx, cancel, check := p.statement(ctx)
+	tx := p.db.WithContext(sctx).Exec("?", p.dialect.update(t, ids, ts))
+	cancel()
 	if tx.Error != nil {
-		return batchResult{}, tx.Error
+		return batchResult{}, check(tx.Error)
 	}
+	n := len(batch)
 	br := batchResult{written: int(tx.RowsAffected), batches: 1}
 	if br.written < n {
-		existing, err := p.countExisting(db, t, ids)
+		existing, err := p.countExisting(ctx, t, ids)
 		if err != nil {
 			// The write committed; only the split of the rest is unknown.
 			br.stale = n - br.written
@@ -136,25 +157,35 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	return br, nil
 }
 
-func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, error) {
+// countExisting counts the ids that have a row, in one statement bounded by
+// StatementTimeout.
+func (p *Plugin) countExisting(ctx context.Context, t *writeTarget, ids []any) (int, error) {
+	sctx, cancel, check := p.statement(ctx)
+	defer cancel()
+	db := p.db.WithContext(sctx)
 	var existing int64
 	if p.dialect.count != nil {
 		err := db.Raw("?", p.dialect.count(t, ids)).Scan(&existing).Error
-		return int(existing), err
+		return int(existing), check(err)
 	}
 	err := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: clause.Column{Name: t.pk}, Values: ids}).Count(&existing).Error
-	return int(existing), err
+	return int(existing), check(err)
 }
 
-func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) (batchResult, error) {
+// upsert writes the batch with INSERT ... ON CONFLICT (or ON DUPLICATE
+// KEY) UPDATE, each statement bounded by StatementTimeout.
+func (p *Plugin) upsert(ctx context.Context, t *writeTarget, ids []any, ts []time.Time) (batchResult, error) {
 	n := len(ids)
 	existing := 0
 	if p.dialect.upsertDoubleCounts {
 		var err error
-		if existing, err = p.countExisting(db, t, ids); err != nil {
+		if existing, err = p.countExisting(ctx, t, ids); err != nil {
 			return batchResult{}, err
 		}
 	}
+	sctx, cancel, check := p.statement(ctx)
+	defer cancel()
+	db := p.db.WithContext(sctx)
 	rows := make([]map[string]any, n)
 	for i := range ids {
 		rows[i] = map[string]any{t.pk: ids[i], t.col: ts[i]}
@@ -162,7 +193,7 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 	table := clause.Table{Name: t.table}
 	tx := db.Table("?", table).Clauses(clause.Insert{Table: table}, p.dialect.onConflict(t)).Create(&rows)
 	if tx.Error != nil {
-		return batchResult{}, tx.Error
+		return batchResult{}, check(tx.Error)
 	}
 	affected := int(tx.RowsAffected)
 	written := affected
