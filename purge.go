@@ -69,6 +69,8 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 		return PurgeResult{}, ErrLocked
 	}
 	if err != nil {
+		p.stats.purges.Add(1)
+		p.stats.purgeErrors.Add(1)
 		return PurgeResult{}, fmt.Errorf("lastseen: purge lock: %w", err)
 	}
 	defer p.releaseLock(ctx, lock)
