@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -64,19 +65,26 @@ const (
 )
 
 // dropLog counts timestamps the plugin drops and logs them, at most one
-// line per 10s (rate.Sometimes) with the reason and the running total, so a
-// loss is never silent and never floods the log.
+// line per reason per 10s (rate.Sometimes) with the reason and the running
+// total, so a loss is never silent and never floods the log.
 type dropLog struct {
-	log     *slog.Logger
-	stats   *counters
-	every   rate.Sometimes // backlog drops
-	rejects rate.Sometimes // unreadable pending entries
+	log   *slog.Logger
+	stats *counters
+	every map[string]*rate.Sometimes // by reason, every reason above
+}
+
+func newDropLog(log *slog.Logger, stats *counters) dropLog {
+	d := dropLog{log: log, stats: stats, every: map[string]*rate.Sometimes{}}
+	for _, reason := range []string{dropFull, dropReplay, dropClosed, dropAtClose, dropRejected} {
+		d.every[reason] = &rate.Sometimes{Interval: 10 * time.Second}
+	}
+	return d
 }
 
 // rejected logs an unreadable pending entry a flush drops; the flush counts
 // it in FlushResult.Rejected and Stats.Rejected.
 func (d *dropLog) rejected(key, field, value string) {
-	d.rejects.Do(func() {
+	d.every[dropRejected].Do(func() {
 		d.log.Warn("lastseen: dropping unreadable pending entries", "reason", dropRejected, "key", key,
 			"field", truncate(field), "value", truncate(value), "rejected_total_before_this_flush", d.stats.rejected.Load())
 	})
@@ -89,7 +97,7 @@ func (d *dropLog) backlog(n int, reason string) {
 		return
 	}
 	total := d.stats.backlogDropped.Add(int64(n))
-	d.every.Do(func() {
+	d.every[reason].Do(func() {
 		d.log.Warn("lastseen: dropped touches that never reached redis", "reason", reason, "dropped", n, "backlog_dropped_total", total)
 	})
 }
@@ -109,16 +117,15 @@ func (t *tracker) keep(uid string, ts int64) {
 }
 
 // putBack returns entries of a replay that failed to the backlog, newest
-// per user (touches made meanwhile may be newer), and counts in
-// BacklogDropped those that no longer fit.
-func (t *tracker) putBack(args []any) {
-	dropped := 0
+// per user (touches made meanwhile may be newer), and returns how many no
+// longer fit.
+func (t *tracker) putBack(args []any) (dropped int) {
 	for i := 1; i < len(args); i += 2 {
 		if !t.backlog.add(args[i].(string), args[i+1].(int64)) {
 			dropped++
 		}
 	}
-	t.drops.backlog(dropped, dropReplay)
+	return dropped
 }
 
 // replayBacklog writes the backlog of touches that could not reach Redis
@@ -139,19 +146,20 @@ func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, er
 		}
 		byShard[k] = append(byShard[k], uid, ts)
 	}
-	written := 0
+	written, dropped := 0, 0
 	var errs []error
 	for key, args := range byShard {
 		err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
 			return mergeScript.Run(ctx, rdb, []string{key}, args...).Err()
 		})
 		if err != nil {
-			t.putBack(args)
+			dropped += t.putBack(args)
 			errs = append(errs, err)
 			continue
 		}
 		written += (len(args) - 1) / 2
 	}
+	t.drops.backlog(dropped, dropReplay) // counted in BacklogDropped, logged
 	if err := errors.Join(errs...); err != nil {
 		return written, fmt.Errorf("lastseen: replay backlog: %w", err)
 	}

@@ -48,8 +48,7 @@ func newTracker(cfg Config, rdb *redisClient, realClock bool, ids idCodec, log *
 		stats:    stats,
 		log:      log,
 		warn:     rate.Sometimes{Interval: 10 * time.Second},
-		drops: dropLog{log: log, stats: stats,
-			every: rate.Sometimes{Interval: 10 * time.Second}, rejects: rate.Sometimes{Interval: 10 * time.Second}},
+		drops:    newDropLog(log, stats),
 	}
 	t.rdb.Store(rdb)
 	if realClock {
