@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // backlog keeps the newest timestamp per user for touches that could not
@@ -55,51 +52,34 @@ func (b *backlog) take() map[string]int64 {
 	return m
 }
 
-// Why a timestamp was dropped, as logged (dropLog).
+// Why a touch that never reached Redis was dropped, as logged (dropLog).
 const (
-	dropFull     = "backlog full"                                  // a touch found the backlog full
-	dropReplay   = "backlog full when a failed replay put it back" // new touches refilled it meanwhile
-	dropClosed   = "redis unreachable after Close"                 // nothing flushes the backlog any more
-	dropAtClose  = "backlog not written to redis by Close"         // the final flush could not replay it
-	dropRejected = "unreadable pending entry"                      // see shardRun.take
+	dropFull    = "backlog full"                                  // a touch found the backlog full
+	dropReplay  = "backlog full when a failed replay put it back" // new touches refilled it meanwhile
+	dropClosed  = "redis unreachable after Close"                 // nothing flushes the backlog any more
+	dropAtClose = "backlog not written to redis by Close"         // the final flush could not replay it
 )
 
-// dropLog counts timestamps the plugin drops and logs them, at most one
-// line per reason per 10s (rate.Sometimes) with the reason and the running
-// total, so a loss is never silent and never floods the log.
+// dropLog counts touches that never reached Redis and were dropped, in
+// BacklogDropped, and logs them through a rateLimitedLog (logs.go): at
+// most one line per reason per 10s, with the number dropped, the running
+// total and the lines held back, so a loss is never silent and never
+// floods the log. (Unreadable entries a flush drops are counted in
+// Rejected and logged by the flush.)
 type dropLog struct {
-	log   *slog.Logger
-	stats *counters
-	every map[string]*rate.Sometimes // by reason, every reason above
+	log     *slog.Logger
+	stats   *counters
+	limited rateLimitedLog
 }
 
-func newDropLog(log *slog.Logger, stats *counters) dropLog {
-	d := dropLog{log: log, stats: stats, every: map[string]*rate.Sometimes{}}
-	for _, reason := range []string{dropFull, dropReplay, dropClosed, dropAtClose, dropRejected} {
-		d.every[reason] = &rate.Sometimes{Interval: 10 * time.Second}
-	}
-	return d
-}
-
-// rejected logs an unreadable pending entry a flush drops; the flush counts
-// it in FlushResult.Rejected and Stats.Rejected.
-func (d *dropLog) rejected(key, field, value string) {
-	d.every[dropRejected].Do(func() {
-		d.log.Warn("lastseen: dropping unreadable pending entries", "reason", dropRejected, "key", key,
-			"field", truncate(field), "value", truncate(value), "rejected_total_before_this_flush", d.stats.rejected.Load())
-	})
-}
-
-// backlog counts n timestamps dropped from the backlog (BacklogDropped)
-// for reason, and logs it.
+// backlog counts n touches dropped for reason and logs it.
 func (d *dropLog) backlog(n int, reason string) {
 	if n <= 0 {
 		return
 	}
 	total := d.stats.backlogDropped.Add(int64(n))
-	d.every[reason].Do(func() {
-		d.log.Warn("lastseen: dropped touches that never reached redis", "reason", reason, "dropped", n, "backlog_dropped_total", total)
-	})
+	d.limited.log(d.log, slog.LevelWarn, "lastseen: dropped touches that never reached redis: "+reason,
+		"dropped", n, "backlog_dropped_total", total)
 }
 
 // keep puts a touch that did not reach Redis into the backlog, counted in

@@ -2,10 +2,10 @@ package lastseen
 
 import (
 	_ "embed"
-	"hash/fnv"
 	"strconv"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,13 +21,15 @@ const MaxClockSkew = time.Hour
 //	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
 //	<prefix>:{N}:lock          redislock lock of the shard's flusher
 //	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
+//
+// internal/keys names them (the CLI and the benchmark use it too).
 type shardKeys struct {
 	pending, inflight, lock, marker string
 }
 
 func newShardKeys(prefix string, n int) shardKeys {
-	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
-	return shardKeys{pending: tag + "pending", inflight: tag + "inflight", lock: tag + "lock", marker: tag + "seen:"}
+	k := keys.ForShard(prefix, n)
+	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker}
 }
 
 // The buffer's Lua scripts, one per file in lua/, each starting with a
@@ -62,9 +64,7 @@ var (
 )
 
 func (t *tracker) shard(uid string) shardKeys {
-	h := fnv.New32a()
-	h.Write([]byte(uid))
-	return t.shards[h.Sum32()%uint32(len(t.shards))]
+	return t.shards[keys.ShardOf(uid, len(t.shards))]
 }
 
 // micros converts a time to the stored form: Unix microseconds, UTC.

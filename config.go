@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
 )
 
 // WriteMode selects the SQL a flush uses to write timestamps.
@@ -48,7 +49,7 @@ const (
 	DefaultTouchTimeout      = 20 * time.Millisecond
 	DefaultBatchSize         = 1000
 	DefaultFlushConcurrency  = 2
-	DefaultLastSeenField     = "LastSeenAt"
+	DefaultField             = "LastSeenAt"
 	DefaultFlushSchedule     = "@every 1m"
 	DefaultLockTTL           = 30 * time.Second
 	DefaultMaxRetries        = 3
@@ -62,6 +63,7 @@ const (
 	DefaultFlushTimeout      = 5 * time.Minute
 	DefaultPurgeTimeout      = 30 * time.Minute
 	DefaultStatementTimeout  = 20 * time.Second
+	DefaultActiveField       = "LastActiveAt"
 )
 
 // Config configures the plugin. The zero value of every field but Redis means
@@ -109,13 +111,15 @@ type Config struct {
 	FlushConcurrency int
 	// WriteMode is Update (default) or Upsert.
 	WriteMode WriteMode
-	// UserModel is the app's user model, a pointer to a struct GORM can
-	// parse with exactly one primary key. Default &User{}.
-	UserModel any
-	// LastSeenField names the last-seen field of UserModel, by Go field name
-	// or column name. It must be a time.Time or *time.Time. Default
+	// Model is the tracked model: the app's users, sessions, API tokens or
+	// devices, a pointer to a struct GORM can parse with exactly one primary
+	// key; the ids given to Touch are its primary key values. Default
+	// &User{}.
+	Model any
+	// Field names the tracked model's last-seen field, by Go field name or
+	// column name. It must be a time.Time or *time.Time. Default
 	// "LastSeenAt".
-	LastSeenField string
+	Field string
 	// FlushSchedule is when the scheduler flushes, as robfig/cron specs
 	// (standard five fields or descriptors such as "@every 1m"), several
 	// separated by ";". Default "@every 1m".
@@ -181,6 +185,28 @@ type Config struct {
 	// outlives a shard lock that stopped being refreshed. Default 20s, or
 	// two thirds of LockTTL when that is shorter.
 	StatementTimeout time.Duration
+
+	// Derived columns (onbatch.go).
+
+	// OnBatch, when set, runs inside the transaction of each batch's write,
+	// after the one bulk statement, with the batch's entries (Seen: primary
+	// key value, new timestamp). Its statements commit or roll back with
+	// that write; an error rolls the whole batch back and keeps it in Redis
+	// (the flush returns it wrapped in ErrOnBatch). Default nil: no
+	// transaction, the write is one statement.
+	OnBatch func(tx *gorm.DB, batch []Seen) error
+
+	// Sessions that expire by inactivity (idle.go).
+
+	// IdleTimeout, when positive, also expires a session that was idle that
+	// long: its ActiveField is at or before now - IdleTimeout. A NULL
+	// ActiveField never counts as idle. The Expired scope,
+	// ExpiredSessions and the purge use the rule. Default 0: off.
+	IdleTimeout time.Duration
+	// ActiveField names SessionModel's last-active field, by Go field name
+	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
+	// is positive. Default "LastActiveAt".
+	ActiveField string
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
@@ -204,12 +230,13 @@ func withDefaults(cfg Config) Config {
 	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, min(DefaultStatementTimeout, cfg.LockTTL*2/3))
 	cfg.FlushTimeout = cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout)
 	cfg.PurgeTimeout = cmp.Or(cfg.PurgeTimeout, DefaultPurgeTimeout)
-	cfg.LastSeenField = cmp.Or(cfg.LastSeenField, DefaultLastSeenField)
+	cfg.Field = cmp.Or(cfg.Field, DefaultField)
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
-	if cfg.UserModel == nil {
-		cfg.UserModel = &User{}
+	cfg.ActiveField = cmp.Or(cfg.ActiveField, DefaultActiveField)
+	if cfg.Model == nil {
+		cfg.Model = &User{}
 	}
 	if cfg.SessionModel == nil {
 		cfg.SessionModel = &Session{}
@@ -232,7 +259,7 @@ func invalid(format string, args ...any) error {
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
 func checkConfig(c Config, d *dialect) error {
-	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge} {
+	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle} {
 		if err := check(c, d); err != nil {
 			return err
 		}

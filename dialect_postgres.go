@@ -1,13 +1,13 @@
 package lastseen
 
 import (
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -40,19 +40,19 @@ func postgresStatementError(err error) bool {
 	return false
 }
 
-// postgresUpdate sends the batch as two arrays and joins them with unnest,
-// so the statement has two parameters whatever the batch size:
+// postgresUpdate sends the batch as two arrays, each one bound parameter in
+// PostgreSQL's array input syntax (pgArray), and joins them with unnest, so
+// the statement has two parameters whatever the batch size:
 //
 //	UPDATE "users" AS t SET "last_seen_at" = v.ts
 //	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
 //	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
 func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
-	text := pgText(ids)
 	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.pkType + "[], CAST(? AS " + t.colType + "[])) AS v(id, ts)" +
 		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
 	col := clause.Column{Name: t.col}
 	return clause.Expr{SQL: sql, Vars: []any{
-		clause.Table{Name: t.table}, col, pgArray(text), pgArray(ts),
+		clause.Table{Name: t.table}, col, pgIDs(ids), pgTimes(ts),
 		clause.Column{Name: t.pk}, col, col,
 	}}
 }
@@ -64,19 +64,56 @@ func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 //	SELECT count(*) FROM "users" AS t WHERE t."id" = ANY(CAST($1 AS text[])::bigint[])
 func postgresCount(t *writeTarget, ids []any) clause.Expr {
 	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(CAST(? AS text[])::" + t.pkType + "[])",
-		Vars: []any{clause.Table{Name: t.table}, clause.Column{Name: t.pk}, pgArray(pgText(ids))}}
+		Vars: []any{clause.Table{Name: t.table}, clause.Column{Name: t.pk}, pgIDs(ids)}}
 }
 
-func pgText(ids []any) []string {
-	text := make([]string, len(ids))
-	for i, id := range ids {
-		text[i] = fmt.Sprint(id)
+// pgArray is one bound parameter holding a one-dimensional array in
+// PostgreSQL's array input syntax: every element double-quoted, with '"' and
+// '\\' escaped by a backslash (PostgreSQL manual, "Array Value Input"). It is
+// a driver.Valuer returning text, so the statement casts it (CAST(? AS
+// text[])) and the library needs no driver package: GORM would expand a Go
+// slice into a list of parameters instead.
+type pgArray []string
+
+// Value implements driver.Valuer.
+func (a pgArray) Value() (driver.Value, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, e := range a {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, r := range e {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		b.WriteByte('"')
 	}
-	return text
+	b.WriteByte('}')
+	return b.String(), nil
 }
 
-func pgArray[T any](v []T) pgtype.Array[T] {
-	return pgtype.Array[T]{Elements: v, Dims: []pgtype.ArrayDimension{{Length: int32(len(v)), LowerBound: 1}}, Valid: true}
+// pgIDs writes ids as their decimal or string form (a UUID as its String).
+func pgIDs(ids []any) pgArray {
+	a := make(pgArray, len(ids))
+	for i, id := range ids {
+		a[i] = fmt.Sprint(id)
+	}
+	return a
+}
+
+// pgTimes writes times in UTC with microseconds and a "Z" offset, which
+// timestamptz reads as that instant and timestamp (without time zone) reads
+// as the UTC wall time, as the library treats naive columns.
+func pgTimes(ts []time.Time) pgArray {
+	a := make(pgArray, len(ts))
+	for i, t := range ts {
+		a[i] = t.UTC().Format("2006-01-02T15:04:05.999999Z07:00")
+	}
+	return a
 }
 
 // postgresColumnTypes reads the primary key's and the time column's types

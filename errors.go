@@ -27,6 +27,15 @@ var (
 	// batches was written; the refused entries went back to pending for the
 	// next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
+	// ErrOnBatch wraps the error Config.OnBatch returned (errors.Is finds both
+	// it and the hook's own error). The batch's transaction rolled back, the
+	// batch's last-seen values included, and its entries stay in Redis (the
+	// in-flight hash) for the next flush; they are not counted in
+	// FlushResult.Failed. A hook failure is never split to isolate an entry,
+	// as a refusal of the bulk statement is: the hook runs for the whole batch
+	// again at the next flush, and a hook that must tolerate one bad row does
+	// so itself.
+	ErrOnBatch = errors.New("lastseen: OnBatch failed")
 )
 
 // Internal errors, never returned bare to callers.

@@ -13,9 +13,11 @@ import (
 )
 
 // ExpiredSessions reports what a purge started now would delete: the number
-// of session rows (soft-deleted ones included) whose expiry is at or before
-// the plugin's clock, and the earliest of those expiries in UTC (the zero
-// time when count is 0). It reads only; the CLI's `purge --dry-run` and
+// of session rows (soft-deleted ones included) expired at the plugin's
+// clock (expiry at or before it, or idle past IdleTimeout; a session whose
+// newer activity is still buffered is counted, though the purge keeps it),
+// and the earliest expiry column value among them in UTC (the zero time
+// when count is 0). It reads only; the CLI's `purge --dry-run` and
 // `status` print it. It returns ErrNotInitialized before db.Use and
 // ErrClosed after Close.
 func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.Time, err error) {
@@ -24,7 +26,7 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 		return 0, time.Time{}, err
 	}
 	m := p.sessions.model
-	expired := expiredAt(db, m.time.DBName, p.now())
+	expired := p.expired(db, p.now()) // idle.go
 	q := func() *gorm.DB {
 		return fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).Where(expired)
 	}

@@ -872,6 +872,8 @@ func TestDatabaseRefusesOneRow(t *testing.T) {
 		equal(t, "written", res.Written, 9)
 		equal(t, "failed", res.Failed, 1)
 		equal(t, "drained", res.Drained, 10)
+		equal(t, "stats failed", p.Stats().Failed, 1)
+		equal(t, "stats last flush (the flush failed)", p.Stats().LastFlush, time.Time{})
 		expect := map[int]string{}
 		for id, at := range want {
 			expect[id] = at

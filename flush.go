@@ -73,6 +73,7 @@ func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 // FlushConcurrency at a time.
 func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
+	ctx, observed := p.observeFlush(ctx)
 	res := FlushResult{}
 	var errs []error
 	if _, err := p.tracker.replayBacklog(ctx, p.hooks); err != nil {
@@ -89,7 +90,9 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	g.SetLimit(p.cfg.FlushConcurrency)
 	for _, n := range active {
 		g.Go(func() error {
-			r, err := p.flushShard(ctx, n)
+			sctx, end := p.observeFlushShard(ctx, n)
+			r, err := p.flushShard(sctx, n)
+			end(r, err)
 			mu.Lock()
 			defer mu.Unlock()
 			res.merge(r)
@@ -108,10 +111,14 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.stale.Add(int64(res.Stale))
 	p.stats.rejected.Add(int64(res.Rejected))
 	p.stats.flushSkipped.Add(int64(res.Skipped))
+	p.stats.failed.Add(int64(res.Failed))
 	err = errors.Join(errs...)
 	if err != nil {
 		p.stats.flushErrors.Add(1)
+	} else {
+		p.stats.lastFlush.Store(p.now().UnixNano())
 	}
+	observed(res, err)
 	return res, err
 }
 
@@ -141,7 +148,8 @@ func (p *Plugin) activeShards(ctx context.Context) ([]int, error) {
 	return active, nil
 }
 
-// flushJob is the scheduled flush: one structured log line per run.
+// flushJob is the scheduled flush: one structured log line per run, at
+// Debug when it found nothing to write.
 func (p *Plugin) flushJob(ctx context.Context) {
 	res, err := p.flush(ctx)
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
@@ -149,6 +157,10 @@ func (p *Plugin) flushJob(ctx context.Context) {
 		"skipped", res.Skipped, "duration", res.Duration}
 	if err != nil {
 		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
+		return
+	}
+	if res.Drained == 0 {
+		p.log.Debug("lastseen: flush: nothing pending", attrs...)
 		return
 	}
 	p.log.Info("lastseen: flush", attrs...)

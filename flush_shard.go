@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -146,7 +147,7 @@ func (r *shardRun) take(ctx context.Context, kv []string) error {
 		at, okTime := parseMicros(value, r.now)
 		if errID != nil || !okTime {
 			r.rejected = append(r.rejected, field)
-			r.p.tracker.drops.rejected(r.keys.inflight, field, value)
+			r.p.limited.log(r.p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "key", r.keys.inflight, "field", truncate(field), "value", truncate(value))
 			continue
 		}
 		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at})

@@ -421,7 +421,7 @@ func TestFlushUpdateMode(t *testing.T) {
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Shards = 1
-		cfg.UserModel = &mailUser{}
+		cfg.Model = &mailUser{}
 		p, db := h.plugin(cfg)
 		must(t, db.Migrator().CreateTable(&mailUser{}))
 		must(t, db.Create(&[]mailUser{

@@ -3,7 +3,6 @@ module github.com/lastseen/lastseen
 go 1.26.0
 
 require (
-	github.com/alecthomas/kong v1.17.0
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/bsm/redislock v0.9.4
 	github.com/glebarez/sqlite v1.11.0

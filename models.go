@@ -2,8 +2,8 @@ package lastseen
 
 import "time"
 
-// User is the default UserModel: a presence table of its own, table "users".
-// Apps normally pass their own user model in Config.UserModel instead.
+// User is the default Model: a presence table of its own, table "users".
+// Apps normally pass their own user model in Config.Model instead.
 type User struct {
 	ID         uint64     `gorm:"primaryKey"` // the user's id, as given to Touch
 	LastSeenAt *time.Time `gorm:"index"`      // last seen, UTC; NULL until the first flush
@@ -16,8 +16,20 @@ type Session struct {
 	UserID    uint64    `gorm:"index;not null"`     // the user the session belongs to
 	ExpiresAt time.Time `gorm:"index;not null"`     // the session is expired at and after this instant
 	CreatedAt time.Time // set by GORM on create
+	// LastActiveAt is the session's last activity, UTC; NULL until the app
+	// sets it or a plugin tracking the sessions (Model: &Session{}, Field:
+	// "LastActiveAt") flushes one. The idle rule (Config.IdleTimeout) reads it.
+	LastActiveAt *time.Time `gorm:"index"`
 }
 
-// Expired reports whether the session has expired at now: an expiry equal
-// to now counts as expired, as in the Expired scope.
-func (s Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) }
+// Expired reports whether the session has expired at now, by the rule of
+// the Expired scope and the purge: its expiry is at or before now (an
+// expiry equal to now counts as expired), or, with idle > 0
+// (Config.IdleTimeout), its LastActiveAt is at or before now - idle. A nil
+// LastActiveAt is never idle. idle 0 checks the expiry alone.
+func (s Session) Expired(now time.Time, idle time.Duration) bool {
+	if !now.Before(s.ExpiresAt) {
+		return true
+	}
+	return idle > 0 && s.LastActiveAt != nil && !now.Add(-idle).Before(*s.LastActiveAt)
+}

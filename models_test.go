@@ -79,7 +79,7 @@ func (plainTSUser) TableName() string { return "plain_ts_users" }
 type modelCase struct {
 	name           string
 	model          any
-	field          string // LastSeenField
+	field          string // Field
 	table, pk, col string
 	ddl            map[string]string // CREATE TABLE per dialect; nil: AutoMigrate
 	seed           string            // INSERT of the existing row, its id bound as ?
@@ -212,8 +212,8 @@ func TestAppModels(t *testing.T) {
 				ctx := context.Background()
 				cfg := h.config()
 				cfg.Prefix = fmt.Sprintf("%s:m%d", h.prefix, i) // markers of one case do not throttle the next
-				cfg.UserModel = c.model
-				cfg.LastSeenField = c.field
+				cfg.Model = c.model
+				cfg.Field = c.field
 				cfg.Throttle = time.Minute
 				cfg.Shards = 1
 				p, db := h.plugin(cfg)
@@ -331,19 +331,19 @@ func TestInitializeValidation(t *testing.T) {
 		{"too many shards", func(c *Config) { c.Shards = 1025 }, "lastseen: invalid config: Shards is 1025, want 1 to 1024"},
 		{"throttle under 1ms", func(c *Config) { c.Throttle = 500 * time.Microsecond }, "lastseen: invalid config: Throttle is 500µs, want at least 1ms"},
 		{"write mode", func(c *Config) { c.WriteMode = 7 }, "lastseen: invalid config: WriteMode WriteMode(7) is not Update or Upsert"},
-		{"model not a struct", func(c *Config) { c.UserModel = 42 }, "lastseen: invalid config: UserModel int: unsupported data type: 42"},
-		{"composite key", func(c *Config) { c.UserModel = &compositeUser{} },
-			"lastseen: invalid config: UserModel compositeUser has 2 primary key fields [TenantID UserID], want exactly one"},
-		{"no key", func(c *Config) { c.UserModel = &noKeyUser{} },
-			"lastseen: invalid config: UserModel noKeyUser has 0 primary key fields [], want exactly one"},
-		{"float key", func(c *Config) { c.UserModel = &floatUser{} },
-			"lastseen: invalid config: UserModel floatUser: primary key ID is a float64; want an integer, a string or a sql.Scanner such as a UUID type"},
-		{"missing field", func(c *Config) { c.LastSeenField = "SeenAt" },
-			`lastseen: invalid config: LastSeenField "SeenAt": User has no such field or column`},
-		{"not a time", func(c *Config) { c.UserModel = &stringTimeUser{} },
-			`lastseen: invalid config: LastSeenField "LastSeenAt": stringTimeUser.LastSeenAt is a string, want time.Time or *time.Time`},
-		{"not a time, by column", func(c *Config) { c.LastSeenField = "id" },
-			`lastseen: invalid config: LastSeenField "id": User.ID is a uint64, want time.Time or *time.Time`},
+		{"model not a struct", func(c *Config) { c.Model = 42 }, "lastseen: invalid config: Model int: unsupported data type: 42"},
+		{"composite key", func(c *Config) { c.Model = &compositeUser{} },
+			"lastseen: invalid config: Model compositeUser has 2 primary key fields [TenantID UserID], want exactly one"},
+		{"no key", func(c *Config) { c.Model = &noKeyUser{} },
+			"lastseen: invalid config: Model noKeyUser has 0 primary key fields [], want exactly one"},
+		{"float key", func(c *Config) { c.Model = &floatUser{} },
+			"lastseen: invalid config: Model floatUser: primary key ID is a float64; want an integer, a string or a sql.Scanner such as a UUID type"},
+		{"missing field", func(c *Config) { c.Field = "SeenAt" },
+			`lastseen: invalid config: Field "SeenAt": User has no such field or column`},
+		{"not a time", func(c *Config) { c.Model = &stringTimeUser{} },
+			`lastseen: invalid config: Field "LastSeenAt": stringTimeUser.LastSeenAt is a string, want time.Time or *time.Time`},
+		{"not a time, by column", func(c *Config) { c.Field = "id" },
+			`lastseen: invalid config: Field "id": User.ID is a uint64, want time.Time or *time.Time`},
 	} {
 		cfg := h.config()
 		c.edit(&cfg)
@@ -363,7 +363,7 @@ func TestInitializeValidation(t *testing.T) {
 		field string
 	}{{&User{}, "LastSeenAt"}, {&User{}, "last_seen_at"}, {&appAccount{}, "seen"}, {&intPKUser{}, "LastSeenAt"}} {
 		cfg := h.config()
-		cfg.UserModel, cfg.LastSeenField = c.model, c.field
+		cfg.Model, cfg.Field = c.model, c.field
 		p := New(cfg)
 		must(t, h.openDB().Use(p))
 		must(t, p.Close(context.Background()))
@@ -374,14 +374,14 @@ func TestInitializeValidation(t *testing.T) {
 func TestNewDefaults(t *testing.T) {
 	p := New(Config{})
 	c := p.Config()
-	equal(t, "Name", p.Name(), "lastseen")
+	equal(t, "Name", p.Name(), "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
 	equal(t, "Prefix", c.Prefix, "lastseen")
 	equal(t, "Shards", c.Shards, 16)
 	equal(t, "Throttle", c.Throttle, 5*time.Minute)
 	equal(t, "BatchSize", c.BatchSize, 1000)
 	equal(t, "WriteMode", c.WriteMode, Update)
-	equal(t, "UserModel", fmt.Sprintf("%T", c.UserModel), "*lastseen.User")
-	equal(t, "LastSeenField", c.LastSeenField, "LastSeenAt")
+	equal(t, "Model", fmt.Sprintf("%T", c.Model), "*lastseen.User")
+	equal(t, "Field", c.Field, "LastSeenAt")
 	equal(t, "FlushSchedule", c.FlushSchedule, "@every 1m")
 	equal(t, "DisableScheduler", c.DisableScheduler, false)
 	equal(t, "Logger set", c.Logger != nil, true)

@@ -29,6 +29,7 @@ import (
 // stop it with Close. All methods are safe for concurrent use.
 type Plugin struct {
 	cfg       Config
+	name      string // Name(): pluginName(Model, Field)
 	log       *slog.Logger
 	now       func() time.Time
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
@@ -51,6 +52,8 @@ type Plugin struct {
 	closing   context.Context // canceled by Close: running purges stop after their batch
 	closeRuns context.CancelFunc
 	stats     counters
+	obs       observers      // AddObserver (observe.go)
+	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 }
@@ -62,14 +65,23 @@ var _ gorm.Plugin = (*Plugin)(nil)
 func New(cfg Config) *Plugin {
 	realClock := cfg.Now == nil
 	cfg = withDefaults(cfg)
-	p := &Plugin{cfg: cfg, log: cfg.Logger.With("plugin", "lastseen"), now: cfg.Now, realClock: realClock}
+	name := pluginName(cfg.Model, cfg.Field)
+	p := &Plugin{cfg: cfg, name: name, log: cfg.Logger.With("plugin", "lastseen", "tracks", name[len(namePrefix):]),
+		now: cfg.Now, realClock: realClock}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
 	p.closeDone = make(chan struct{})
 	return p
 }
 
-// Name returns "lastseen", the name GORM registers the plugin under.
-func (p *Plugin) Name() string { return "lastseen" }
+// Name returns the name GORM registers the plugin under, one per tracked
+// model and field: "lastseen:" + the Model's Go type (package path and type
+// name) + "." + Field as given, for example
+// "lastseen:github.com/lastseen/lastseen.User.LastSeenAt". db.Use calls it
+// before Initialize, so it is computed by New from the Config alone. Several
+// plugins, one per tracked model, register on one *gorm.DB without conflict;
+// a second plugin for the same Model and Field makes db.Use return GORM's
+// gorm.ErrRegistered.
+func (p *Plugin) Name() string { return p.name }
 
 // Config returns the configuration with defaults filled in.
 func (p *Plugin) Config() Config { return p.cfg }
@@ -82,7 +94,9 @@ func (p *Plugin) Config() Config { return p.cfg }
 // non-time last-seen or expiry field, a cron spec that does not parse. A
 // Redis that is configured but unreachable is logged, not an error: presence
 // is best effort. Unless DisableScheduler is set it starts the flush and
-// purge jobs. Calling it again after it succeeded does nothing.
+// purge jobs (see schedulesPurge for which plugin purges when several share
+// a session table). It refuses a Prefix another lastseen plugin on db
+// already uses. Calling it again after it succeeded does nothing.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -91,6 +105,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	}
 	if err := p.validate(db); err != nil {
 		return err
+	}
+	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
+	if o := p.prefixTaken(db); o != nil {
+		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
 	}
 	rdb := newRedisClient(p.cfg.Redis)
 	t, err := newTracker(p.cfg, rdb, p.realClock, p.users.ids, p.log, &p.stats)

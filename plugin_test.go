@@ -82,8 +82,8 @@ func TestCase001RequiredColumnsAndDeletedUsers(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.UserModel = &Account{}
-		cfg.LastSeenField = "seen_at" // by column name
+		cfg.Model = &Account{}
+		cfg.Field = "seen_at" // by column name
 		p, db := h.plugin(cfg)
 		must(t, db.Migrator().CreateTable(&Account{}))
 		now := mustTime("2026-03-01T09:00:00Z")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -51,7 +52,10 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 		return PurgeResult{}, err
 	}
 	defer done()
-	return p.purgeLocked(ctx, db)
+	ctx, observed := p.observePurge(ctx)
+	res, err := p.purgeLocked(ctx, db)
+	observed(res, err)
+	return res, err
 }
 
 // fresh returns a handle on db's connection pool and callbacks whose next
@@ -61,11 +65,12 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
 }
 
-func (p *Plugin) purgeLockKey() string { return p.cfg.Prefix + ":purge:lock" }
+func (p *Plugin) purgeLockKey() string { return keys.PurgeLock(p.cfg.Prefix) }
 
 func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
 	lock, err := p.obtainLock(ctx, p.purgeLockKey())
 	if errors.Is(err, redislock.ErrNotObtained) {
+		p.stats.purgeSkipped.Add(1)
 		return PurgeResult{}, ErrLocked
 	}
 	if err != nil {
@@ -99,7 +104,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 	m := p.sessions.model
 	res := PurgeResult{Cutoff: p.now().UTC()}
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	expired := expiredAt(db, m.time.DBName, res.Cutoff)
+	expired := p.expired(db, res.Cutoff) // idle.go
 	dest := reflect.New(reflect.SliceOf(m.typ))
 	ids := make([]any, 0, p.cfg.PurgeBatchSize)
 
@@ -121,7 +126,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 				ids = append(ids, v)
 			}
 		}
-		if fail = p.purgeBatch(ctx, db, lock, &res, batch, ids, expired); fail != nil {
+		if fail = p.purgeBatch(ctx, db, lock, &res, batch, ids); fail != nil {
 			return fail
 		}
 		timer.Reset(p.cfg.PurgeBatchTimeout)
@@ -147,12 +152,14 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 
 // purgeBatch deletes one batch of ids, then refreshes the lock and pauses.
 // It returns ctx's cause when the run must stop.
-func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lock, res *PurgeResult, batch int, ids []any, expired clause.Expr) error {
+func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lock, res *PurgeResult, batch int, ids []any) error {
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
 	if len(ids) > 0 {
-		n, retries, err := p.deleteBatch(ctx, db, ids, expired)
+		bctx, end := p.observePurgeBatch(ctx, batch)
+		n, retries, err := p.deleteBatch(bctx, db, p.purgeCondition(bctx, db, ids, res.Cutoff))
+		end(n, err)
 		res.Retries += retries
 		if err != nil {
 			if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
@@ -186,20 +193,20 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 	return context.Cause(ctx)
 }
 
-// deleteBatch deletes one batch in its own transaction under the batch
-// timeout, retrying deadlocks and serialization failures. The transaction
-// ignores ctx ending (a batch is never cut short); the waits between
-// attempts do not, and then return ctx's cause.
-func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expired clause.Expr) (n, retries int, err error) {
+// deleteBatch deletes one batch, the rows matching cond (purgeCondition),
+// in its own transaction under the batch timeout, retrying deadlocks and
+// serialization failures. The transaction ignores ctx ending (a batch is
+// never cut short); the waits between attempts do not, and then return
+// ctx's cause.
+func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, cond clause.Expression) (n, retries int, err error) {
 	m := p.sessions.model
-	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
 	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.retryable(err) }
 	retries, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
 		defer cancel()
 		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) error {
 			r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().
-				Where(clause.IN{Column: pk, Values: ids}).Where(expired).
+				Where(cond).
 				Delete(reflect.New(m.typ).Interface())
 			n = int(r.RowsAffected)
 			return r.Error
@@ -216,17 +223,23 @@ func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, expire
 }
 
 // purgeJob is the scheduled purge: it skips the tick when another instance
-// holds the lock, and logs one structured line per run.
+// holds the lock, and logs one structured line per run, at Debug when it
+// deleted nothing or was skipped.
 func (p *Plugin) purgeJob(ctx context.Context) {
+	if !p.schedulesPurge() {
+		p.log.Debug("lastseen: purge left to another plugin of the same session table")
+		return
+	}
 	res, err := p.PurgeExpiredSessions(ctx)
-	attrs := []any{"deleted", res.Deleted, "batches", res.Batches, "retries", res.Retries,
-		"cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
+	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
+		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
 	switch {
+	case err == nil && res.Deleted == 0:
+		p.log.Debug("lastseen: purge: nothing expired", attrs...)
 	case err == nil:
 		p.log.Info("lastseen: purge", attrs...)
 	case errors.Is(err, ErrLocked):
-		p.stats.purgeSkipped.Add(1)
-		p.log.Info("lastseen: purge skipped: another instance holds the lock", attrs...)
+		p.log.Debug("lastseen: purge skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
 		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
 	default:

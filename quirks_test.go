@@ -28,7 +28,7 @@ func TestQuotedTableName(t *testing.T) {
 				ctx := context.Background()
 				h.prefix = randomName("ls")
 				cfg := h.config()
-				cfg.UserModel, cfg.LastSeenField, cfg.WriteMode = &spacedUser{}, "LastSeen", mode
+				cfg.Model, cfg.Field, cfg.WriteMode = &spacedUser{}, "LastSeen", mode
 				p, db := h.plugin(cfg)
 				must(t, db.Migrator().DropTable(&spacedUser{}))
 				must(t, db.Migrator().CreateTable(&spacedUser{}))
@@ -73,7 +73,7 @@ func TestPostgresKeyCasts(t *testing.T) {
 	at := mustTime("2026-03-01T10:00:00Z")
 
 	cfg := h.config()
-	cfg.UserModel = &narrowString{}
+	cfg.Model = &narrowString{}
 	p, db := h.plugin(cfg)
 	must(t, db.Migrator().CreateTable(&narrowString{}))
 	must(t, db.Create(&narrowString{ID: "aaaaaaaa"}).Error)
@@ -87,7 +87,7 @@ func TestPostgresKeyCasts(t *testing.T) {
 
 	h.prefix = randomName("ls")
 	cfg = h.config()
-	cfg.UserModel = &narrowInt{}
+	cfg.Model = &narrowInt{}
 	q, db2 := h.plugin(cfg)
 	must(t, db2.Migrator().CreateTable(&narrowInt{}))
 	must(t, db2.Create(&narrowInt{ID: 7}).Error)
@@ -119,7 +119,7 @@ func TestStatementErrorKeepsBatch(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.UserModel = &Member{}
+		cfg.Model = &Member{}
 		p, db := h.plugin(cfg)
 		must(t, db.Table("members").Migrator().CreateTable(&memberWithoutColumn{}))
 		must(t, db.Exec("INSERT INTO members (id) VALUES (1), (2), (3)").Error)

@@ -16,8 +16,10 @@ const (
 
 // SeenWithin is a scope that keeps the rows seen in the last d: the
 // last-seen column, qualified with the current table, is at or after
-// NowFunc() - d. It uses the plugin's configured column when the plugin is
-// registered on db, else "last_seen_at". Rows never seen (NULL) are left out.
+// NowFunc() - d. It uses the Field column of the lastseen plugin registered
+// on db that tracks the statement's own table (db.Table, else the Model's
+// or the destination's table; the least Name() when several track it), else
+// "last_seen_at". Rows never seen (NULL) are left out.
 // The value in the database lags the truth by up to the throttle window plus
 // the flush interval; use Plugin.LastSeen for one user's freshest value.
 //
@@ -25,7 +27,7 @@ const (
 func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB {
 		col := defaultLastSeenColumn
-		if p := pluginOf(db); p != nil {
+		if p := trackerOf(db, statementTable(db)); p != nil { // registry.go
 			col = p.users.model.time.DBName
 		}
 		cutoff := db.NowFunc().UTC().Add(-d)
@@ -36,8 +38,12 @@ func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
 // Expired is a scope that keeps the expired sessions: the expiry column,
 // qualified with the current table, is at or before db's NowFunc() (an
 // expiry equal to now counts as expired, as in Session.Expired). It uses
-// the plugin's configured ExpiresField column when the plugin is registered
-// on db, else "expires_at". The comparison is by instant on every dialect:
+// the rule of the lastseen plugin registered on db whose SessionModel has
+// the statement's own table (db.Table, else the Model's or the
+// destination's table; the plugin that also tracks that table first, else
+// the least Name()): its ExpiresField column and, with IdleTimeout, its
+// idle rule (ActiveField at or before now - IdleTimeout; see idle.go). With
+// no such plugin it uses "expires_at" alone. The comparison is by instant on every dialect:
 // PostgreSQL timestamptz, timestamp (read as UTC), MySQL/MariaDB DATETIME
 // under the connection's loc, SQLite text with any UTC offset. GORM's
 // soft-delete filter applies as to any query; add Unscoped() to see
@@ -49,22 +55,19 @@ func Expired(db *gorm.DB) *gorm.DB {
 	return ExpiredAt(db.NowFunc())(db)
 }
 
-// ExpiredAt is Expired with a fixed cutoff: it keeps the sessions whose
-// expiry is at or before t (any location; compared as an instant).
+// ExpiredAt is Expired with a fixed cutoff: it keeps the sessions expired
+// at t by the same rule (expiry at or before t, or, with the plugin's
+// IdleTimeout, last active at or before t - IdleTimeout; any location,
+// compared as instants).
 //
 //	db.Scopes(lastseen.ExpiredAt(cutoff)).Find(&sessions)
 func ExpiredAt(t time.Time) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB {
-		col := defaultExpiresColumn
-		if p := pluginOf(db); p != nil {
-			col = p.sessions.model.time.DBName
+		if ps := sessionPluginsOf(db, statementTable(db)); len(ps) > 0 { // registry.go
+			return db.Where(ps[0].expired(db, t))
 		}
-		return db.Where(expiredAt(db, col, t))
+		return db.Where(expiryRule(db, defaultExpiresColumn, "", 0, t))
 	}
-}
-
-func expiredAt(db *gorm.DB, col string, t time.Time) clause.Expr {
-	return compareTime(db, clause.Column{Table: clause.CurrentTable, Name: col}, "<=", t.UTC())
 }
 
 // compareTime compares a time column with a time the way db's dialect
@@ -83,16 +86,4 @@ func sortTime(db *gorm.DB, col clause.Column) clause.Expr {
 		return d.sortKey(col)
 	}
 	return plainKey(col)
-}
-
-// pluginOf returns the initialized lastseen plugin registered on db, if any.
-func pluginOf(db *gorm.DB) *Plugin {
-	if db.Config == nil || db.Config.Plugins == nil {
-		return nil
-	}
-	p, ok := db.Config.Plugins["lastseen"].(*Plugin)
-	if !ok || p.users == nil || p.sessions == nil {
-		return nil
-	}
-	return p
 }

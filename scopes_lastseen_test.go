@@ -23,8 +23,8 @@ func (appNote) TableName() string { return "app_notes" }
 func TestSeenWithin(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		cfg := h.config()
-		cfg.UserModel = &appAccount{}
-		cfg.LastSeenField = "Seen"
+		cfg.Model = &appAccount{}
+		cfg.Field = "Seen"
 		_, db := h.plugin(cfg)
 		must(t, db.AutoMigrate(&appAccount{}, &appNote{}))
 		jst := time.FixedZone("JST", 9*3600)

@@ -284,7 +284,7 @@ func expiredTimeZonesChild(t *testing.T, zone string) {
 					if !at.Time.Equal(instants[id]) {
 						t.Errorf("row %s reads back as %s, want %s", id, at.Time.Format(time.RFC3339), instants[id].Format(time.RFC3339))
 					}
-					if (Session{ExpiresAt: at.Time}).Expired(cutoff) {
+					if (Session{ExpiresAt: at.Time}).Expired(cutoff, 0) {
 						expired = append(expired, id)
 					}
 				}

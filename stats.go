@@ -1,6 +1,9 @@
 package lastseen
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // counters are the cumulative figures behind Stats.
 type counters struct {
@@ -10,6 +13,7 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	canceled                                               atomic.Int64
 }
 
@@ -34,9 +38,12 @@ type Stats struct {
 	Stale        int64 // entries not newer than the column
 	Rejected     int64 // entries with an unreadable id or timestamp, dropped
 
+	Failed    int64     // entries the database refused on their own, back in pending for the next flush
+	LastFlush time.Time // end of the last flush run that returned no error, on the plugin's clock (UTC); zero before one
+
 	Purges          int64 // purge runs
 	PurgeErrors     int64 // purge runs that returned an error
-	PurgeSkipped    int64 // scheduled purges skipped: another instance held the lock
+	PurgeSkipped    int64 // purges (scheduled or called) skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
 
 	// Canceled counts touches whose caller's context had ended (deadline
@@ -61,9 +68,12 @@ func (p *Plugin) Stats() Stats {
 		Backlogged: c.backlogged.Load(), BacklogDropped: c.backlogDropped.Load(),
 		Flushes: c.flushes.Load(), FlushErrors: c.flushErrors.Load(), FlushSkipped: c.flushSkipped.Load(),
 		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
-		Stale: c.stale.Load(), Rejected: c.rejected.Load(),
+		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(), Canceled: c.canceled.Load(),
+	}
+	if ns := c.lastFlush.Load(); ns != 0 {
+		s.LastFlush = time.Unix(0, ns).UTC()
 	}
 	if p.tracker != nil {
 		s.Backlog = int64(p.tracker.backlog.len())

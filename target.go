@@ -38,6 +38,16 @@ func resolveModel(db *gorm.DB, m any, field, modelOpt, fieldOpt string) (*model,
 		}
 		return nil, fmt.Errorf("%s %s has %d primary key fields %v, want exactly one", modelOpt, s.Name, len(s.PrimaryFields), names)
 	}
+	f, err := timeField(s, field, fieldOpt)
+	if err != nil {
+		return nil, err
+	}
+	return &model{schema: s, typ: s.ModelType, table: s.Table, pk: s.PrimaryFields[0], time: f}, nil
+}
+
+// timeField looks field up in s, by Go field name or column name, and
+// checks that it is a time.Time or *time.Time column.
+func timeField(s *schema.Schema, field, fieldOpt string) (*schema.Field, error) {
 	f := s.LookUpField(field)
 	if f == nil || f.DBName == "" {
 		return nil, fmt.Errorf("%s %q: %s has no such field or column", fieldOpt, field, s.Name)
@@ -49,20 +59,20 @@ func resolveModel(db *gorm.DB, m any, field, modelOpt, fieldOpt string) (*model,
 	if ft != timeType {
 		return nil, fmt.Errorf("%s %q: %s.%s is a %s, want time.Time or *time.Time", fieldOpt, field, s.Name, f.Name, f.FieldType)
 	}
-	return &model{schema: s, typ: s.ModelType, table: s.Table, pk: s.PrimaryFields[0], time: f}, nil
+	return f, nil
 }
 
 // resolveTargets resolves the user and session models against db (table,
 // primary key, time column) and the user ids' codec against dialect d.
 func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 	c := p.cfg
-	users, err := resolveModel(db, c.UserModel, c.LastSeenField, "UserModel", "LastSeenField")
+	users, err := resolveModel(db, c.Model, c.Field, "Model", "Field")
 	if err != nil {
 		return invalid("%v", err)
 	}
 	ids, err := newIDCodec(users.pk)
 	if err != nil {
-		return invalid("UserModel %s: %v", users.schema.Name, err)
+		return invalid("Model %s: %v", users.schema.Name, err)
 	}
 	if ids.kind == idUnsigned {
 		ids.max = d.maxUnsigned
@@ -73,6 +83,11 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 		return invalid("%v", err)
 	}
 	p.sessions = &sessionTarget{model: sessions}
+	if c.IdleTimeout > 0 { // idle.go
+		if p.sessions.active, err = timeField(sessions.schema, c.ActiveField, "ActiveField"); err != nil {
+			return invalid("%v", err)
+		}
+	}
 	return nil
 }
 
@@ -87,7 +102,8 @@ type userTarget struct {
 
 // sessionTarget is the resolved session model.
 type sessionTarget struct {
-	model *model
+	model  *model
+	active *schema.Field // the last-active field; nil unless IdleTimeout > 0
 }
 
 // writeTarget names the table and columns a flush writes, with the SQL types

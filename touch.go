@@ -48,7 +48,7 @@ func newTracker(cfg Config, rdb *redisClient, realClock bool, ids idCodec, log *
 		stats:    stats,
 		log:      log,
 		warn:     rate.Sometimes{Interval: 10 * time.Second},
-		drops:    newDropLog(log, stats),
+		drops:    dropLog{log: log, stats: stats},
 	}
 	t.rdb.Store(rdb)
 	if realClock {

@@ -488,7 +488,7 @@ func TestTouchUserIDs(t *testing.T) {
 		p := plugins[name]
 		if p == nil {
 			cfg := h.config()
-			cfg.UserModel = c.model
+			cfg.Model = c.model
 			cfg.Shards = 1
 			p, _ = h.plugin(cfg)
 			plugins[name] = p
@@ -538,7 +538,7 @@ func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 	ctx := context.Background()
 
 	cfg := h.config()
-	cfg.UserModel = &signedUser{}
+	cfg.Model = &signedUser{}
 	signed, _ := h.plugin(cfg)
 	ok, err := signed.Touch(ctx, int64(-1))
 	must(t, err)

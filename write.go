@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -40,8 +42,9 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 }
 
 // statement returns ctx bounded by StatementTimeout, for one SQL statement
-// of a flush, and a check that wraps a statement's error with
-// errStatementTimeout when that bound (not ctx) ended it.
+// of a flush (or the transaction of a write and OnBatch), and a check that
+// wraps a statement's error with errStatementTimeout when that bound (not
+// ctx) ended it.
 func (p *Plugin) statement(ctx context.Context) (context.Context, context.CancelFunc, func(error) error) {
 	sctx, cancel := context.WithTimeoutCause(ctx, p.cfg.StatementTimeout, errStatementTimeout)
 	check := func(err error) error {
@@ -53,11 +56,12 @@ func (p *Plugin) statement(ctx context.Context) (context.Context, context.Cancel
 	return sctx, cancel, check
 }
 
-// statementError reports an error no single entry can cause (a missing
-// table, a statement that ran past StatementTimeout; see also
-// dialect.statementError).
+// statementError reports an error no single entry can cause (see
+// dialect.statementError), or one treated so: an OnBatch failure is never
+// split (ErrOnBatch), nor is a statement that ran past StatementTimeout.
 func (p *Plugin) statementError(err error) bool {
-	return errors.Is(err, errNoTable) || errors.Is(err, errStatementTimeout) || p.dialect.statementError(err)
+	return errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) ||
+		p.dialect.statementError(err)
 }
 
 // isolateRefused writes a batch the reachable database failed once: whole,
@@ -71,7 +75,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 		return batchResult{}, nil, err
 	}
 	if len(batch) == 1 {
-		p.log.Error("lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
+		p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
 		return batchResult{}, []refusal{{batch[0], err}}, nil
 	}
 	half := len(batch) / 2
@@ -117,8 +121,9 @@ func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchRes
 	return br, err
 }
 
-// writeOnce runs the batch's statement and counts the result; each
-// statement (the column-type lookup, the write, the row count) gets
+// writeOnce runs the batch's one statement, with Config.OnBatch in the same
+// transaction when set (withHook), and counts the result. The column-type
+// lookup, the write (with OnBatch) and the row count each get
 // StatementTimeout.
 func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
 	tctx, cancel, check := p.statement(ctx)
@@ -127,25 +132,30 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	if err != nil {
 		return batchResult{}, check(err)
 	}
+	sctx, cancel, check := p.statement(ctx)
+	defer cancel()
+	db := p.db.WithContext(sctx)
 	ids := make([]any, len(batch))
 	ts := make([]time.Time, len(batch))
 	for i, e := range batch {
 		ids[i], ts[i] = e.id, e.at
 	}
-	if p.cfg.WriteMode == Upsert {
-		br, err := p.upsert(ctx, t, ids, ts)
-		return br, err
-	}
-	sctx, cancel, check := p.statement(ctx)
-	tx := p.db.WithContext(sctx).Exec("?", p.dialect.update(t, ids, ts))
-	cancel()
-	if tx.Error != nil {
-		return batchResult{}, check(tx.Error)
-	}
 	n := len(batch)
-	br := batchResult{written: int(tx.RowsAffected), batches: 1}
+	if p.cfg.WriteMode == Upsert {
+		br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
+		return br, check(err)
+	}
+	br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) {
+		tx = tx.Exec("?", p.dialect.update(t, ids, ts))
+		return batchResult{written: int(tx.RowsAffected), batches: 1}, tx.Error
+	})
+	if err != nil {
+		return batchResult{}, check(err)
+	}
 	if br.written < n {
-		existing, err := p.countExisting(ctx, t, ids)
+		cctx, cancel, _ := p.statement(ctx)
+		defer cancel()
+		existing, err := p.countExisting(p.db.WithContext(cctx), t, ids)
 		if err != nil {
 			// The write committed; only the split of the rest is unknown.
 			br.stale = n - br.written
@@ -157,35 +167,25 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	return br, nil
 }
 
-// countExisting counts the ids that have a row, in one statement bounded by
-// StatementTimeout.
-func (p *Plugin) countExisting(ctx context.Context, t *writeTarget, ids []any) (int, error) {
-	sctx, cancel, check := p.statement(ctx)
-	defer cancel()
-	db := p.db.WithContext(sctx)
+func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, error) {
 	var existing int64
 	if p.dialect.count != nil {
 		err := db.Raw("?", p.dialect.count(t, ids)).Scan(&existing).Error
-		return int(existing), check(err)
+		return int(existing), err
 	}
 	err := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: clause.Column{Name: t.pk}, Values: ids}).Count(&existing).Error
-	return int(existing), check(err)
+	return int(existing), err
 }
 
-// upsert writes the batch with INSERT ... ON CONFLICT (or ON DUPLICATE
-// KEY) UPDATE, each statement bounded by StatementTimeout.
-func (p *Plugin) upsert(ctx context.Context, t *writeTarget, ids []any, ts []time.Time) (batchResult, error) {
+func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) (batchResult, error) {
 	n := len(ids)
 	existing := 0
 	if p.dialect.upsertDoubleCounts {
 		var err error
-		if existing, err = p.countExisting(ctx, t, ids); err != nil {
+		if existing, err = p.countExisting(db, t, ids); err != nil {
 			return batchResult{}, err
 		}
 	}
-	sctx, cancel, check := p.statement(ctx)
-	defer cancel()
-	db := p.db.WithContext(sctx)
 	rows := make([]map[string]any, n)
 	for i := range ids {
 		rows[i] = map[string]any{t.pk: ids[i], t.col: ts[i]}
@@ -193,7 +193,7 @@ func (p *Plugin) upsert(ctx context.Context, t *writeTarget, ids []any, ts []tim
 	table := clause.Table{Name: t.table}
 	tx := db.Table("?", table).Clauses(clause.Insert{Table: table}, p.dialect.onConflict(t)).Create(&rows)
 	if tx.Error != nil {
-		return batchResult{}, check(tx.Error)
+		return batchResult{}, tx.Error
 	}
 	affected := int(tx.RowsAffected)
 	written := affected

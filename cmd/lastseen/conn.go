@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
 
 	"github.com/glebarez/sqlite"
 	"github.com/redis/go-redis/v9"
@@ -26,6 +30,37 @@ type connFlags struct {
 	SQLite       string   `name:"sqlite" help:"SQLite database file." xor:"db" placeholder:"PATH" group:"Connection"`
 	Redis        string   `help:"Redis address host:port, or a redis:// or rediss:// URL (password, database number)." xor:"redis" placeholder:"ADDR" group:"Connection"`
 	RedisCluster []string `help:"Redis Cluster seed addresses, comma separated." xor:"redis" placeholder:"ADDRS" sep:"," group:"Connection"`
+}
+
+// The usage errors of a missing connection flag.
+var (
+	errNoDB    = runenv.Usagef("lastseen: no database: give one of --postgres, --mysql or --sqlite")
+	errNoRedis = runenv.Usagef("lastseen: no redis: give --redis or --redis-cluster")
+)
+
+// checkExisting refuses what the operator commands must not do: run
+// without a database or a Redis, or open a --sqlite path that does not
+// exist (SQLite would create an empty database there, and the commands
+// would then report an empty app).
+func (c *connFlags) checkExisting() error {
+	switch {
+	case !c.hasDB():
+		return errNoDB
+	case !c.hasRedis():
+		return errNoRedis
+	case c.SQLite == "":
+		return nil
+	}
+	fi, err := os.Stat(c.SQLite)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return runenv.Usagef("lastseen: --sqlite %s: no such file (status, flush and purge open an existing database only)", c.SQLite)
+	case err != nil:
+		return fmt.Errorf("lastseen: --sqlite: %w", err)
+	case fi.IsDir():
+		return runenv.Usagef("lastseen: --sqlite %s: a directory, not a database file", c.SQLite)
+	}
+	return nil
 }
 
 // hasDB reports whether a database flag was given.
@@ -52,10 +87,9 @@ func (c *connFlags) redisName() string {
 	switch {
 	case len(c.RedisCluster) > 0:
 		return "redis cluster " + strings.Join(c.RedisCluster, ",")
-	case strings.Contains(c.Redis, "://"):
-		if opt, err := redis.ParseURL(c.Redis); err == nil {
-			return "redis " + opt.Addr
-		}
+	}
+	if opt, err := runenv.RedisOptions(c.Redis); err == nil {
+		return "redis " + opt.Addr
 	}
 	return "redis " + c.Redis
 }
@@ -72,7 +106,7 @@ func (c *connFlags) openDB(ctx context.Context, namer schema.Namer) (*gorm.DB, e
 	case c.SQLite != "":
 		d = sqlite.Open(c.SQLite + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 	default:
-		return nil, errors.New("lastseen: no database: give one of --postgres, --mysql or --sqlite")
+		return nil, errNoDB
 	}
 	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard, NamingStrategy: namer})
 	if err != nil {
@@ -99,16 +133,14 @@ func (c *connFlags) openRedis(ctx context.Context) (redis.UniversalClient, error
 	switch {
 	case len(c.RedisCluster) > 0:
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisCluster})
-	case strings.Contains(c.Redis, "://"):
-		opt, err := redis.ParseURL(c.Redis)
+	case c.Redis != "":
+		opt, err := runenv.RedisOptions(c.Redis)
 		if err != nil {
-			return nil, fmt.Errorf("lastseen: --redis: %w", err)
+			return nil, err
 		}
 		rdb = redis.NewClient(opt)
-	case c.Redis != "":
-		rdb = redis.NewClient(&redis.Options{Addr: c.Redis})
 	default:
-		return nil, errors.New("lastseen: no redis: give --redis or --redis-cluster")
+		return nil, errNoRedis
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

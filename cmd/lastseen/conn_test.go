@@ -3,51 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
+	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/alecthomas/kong"
 	"github.com/alicebob/miniredis/v2"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
-
-// The same environment variables as the library's tests: unset, the tests
-// that need a server skip; with LASTSEEN_REQUIRE_SERVICES=1 that skip is a
-// failure.
-const (
-	envPostgres = "LASTSEEN_POSTGRES_DSN"
-	envMySQL    = "LASTSEEN_MYSQL_DSN"
-	envRedis    = "LASTSEEN_REDIS_ADDR"
-	envRequire  = "LASTSEEN_REQUIRE_SERVICES"
-)
-
-func needService(t testing.TB, env string) string {
-	t.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if os.Getenv(envRequire) != "" {
-			t.Fatalf("%s is not set but %s is: this test must run", env, envRequire)
-		}
-		t.Skipf("%s not set", env)
-	}
-	return v
-}
-
-func randomName(prefix string) string {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
 
 func mustTime(s string) time.Time {
 	t, err := time.Parse(time.RFC3339Nano, s)
@@ -57,18 +27,14 @@ func mustTime(s string) time.Time {
 	return t.UTC()
 }
 
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var (
+	must  = testenv.Must
+	needs = testenv.Need
+)
 
 func equal[T comparable](t testing.TB, what string, got, want T) {
 	t.Helper()
-	if got != want {
-		t.Errorf("%s = %v, want %v", what, got, want)
-	}
+	testenv.Equal(t, what, got, want)
 }
 
 // testDB is an isolated database of one dialect, as the CLI's flags and as
@@ -101,10 +67,10 @@ func sqliteDB(t testing.TB) testDB {
 }
 
 func postgresDB(t testing.TB) testDB {
-	dsn := needService(t, envPostgres)
+	dsn := needs(t, testenv.Postgres)
 	admin, err := gorm.Open(postgres.Open(dsn), quiet())
 	must(t, err)
-	schema := randomName("cli_")
+	schema := runenv.RandomName("cli_")
 	must(t, admin.Exec("CREATE SCHEMA "+schema).Error)
 	t.Cleanup(func() {
 		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
@@ -120,10 +86,10 @@ func postgresDB(t testing.TB) testDB {
 }
 
 func mysqlDB(t testing.TB) testDB {
-	dsn := needService(t, envMySQL)
+	dsn := needs(t, testenv.MySQL)
 	admin, err := gorm.Open(mysql.Open(dsn), quiet())
 	must(t, err)
-	name := randomName("lastseen_cli_")
+	name := runenv.RandomName("lastseen_cli_")
 	must(t, admin.Exec("CREATE DATABASE "+name).Error)
 	t.Cleanup(func() {
 		admin.Exec("DROP DATABASE " + name)
@@ -157,42 +123,26 @@ func testRedis(t testing.TB) (*miniredis.Miniredis, redis.UniversalClient) {
 	return mr, c
 }
 
-// fixedClock is a settable clock for the commands and the app's plugin.
-type fixedClock struct {
-	mu sync.Mutex
-	t  time.Time
+// runExit runs the CLI as main does, with now as the operator commands'
+// clock, and returns what it printed and its exit code.
+func runExit(t testing.TB, now func() time.Time, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	var c cli
+	c.Status.now, c.Flush.now, c.Purge.now = now, now, now
+	code = run(&c, args, &out, &errOut)
+	return out.String(), errOut.String(), code
 }
 
-func (c *fixedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fixedClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-// runCLI parses args with the real command line and runs the command,
-// with its output in the returned buffer and now as its clock.
+// runCLI runs the CLI and returns its output, and its stderr as an error
+// when it exits non-zero.
 func runCLI(t testing.TB, now func() time.Time, args ...string) (string, error) {
 	t.Helper()
-	var out bytes.Buffer
-	var c cli
-	c.Status.out, c.Status.now = &out, now
-	c.Flush.out, c.Flush.now = &out, now
-	c.Purge.out, c.Purge.now = &out, now
-	c.Demo.out = &out
-	parser, err := kong.New(&c, kong.Name("lastseen"), kong.Exit(func(code int) { t.Fatalf("kong exit %d", code) }))
-	must(t, err)
-	kctx, err := parser.Parse(args)
-	if err != nil {
-		return "", err
+	out, errOut, code := runExit(t, now, args...)
+	if code != 0 {
+		return out, errors.New(strings.TrimSuffix(errOut, "\n"))
 	}
-	err = kctx.Run()
-	return out.String(), err
+	return out, nil
 }
 
 // lines splits output into lines without the final newline.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/testenv"
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,13 +29,8 @@ type demoModel struct {
 	last                              map[int64]time.Time
 }
 
-// shardOf is the plugin's shard of a user id: FNV-1a of the decimal id,
-// modulo the 16 default shards (every instance must agree on it).
-func shardOf(id int64) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(strconv.FormatInt(id, 10)))
-	return h.Sum32() % 16
-}
+// shardOf is the plugin's shard of a user id with the 16 default shards.
+func shardOf(id int64) int { return keys.ShardOf(strconv.FormatInt(id, 10), lastseen.DefaultShards) }
 
 // simulate computes the model for the demo's fast mode: a flush before
 // the first request at or after each flush boundary, and one at Close.
@@ -43,7 +40,7 @@ func simulate(work []demoRequest, start time.Time, throttle, every time.Duration
 	flush := func() {
 		m.flushes++
 		m.rows += len(dirty)
-		shards := map[uint32]bool{}
+		shards := map[int]bool{}
 		for id := range dirty {
 			shards[shardOf(id)] = true
 		}
@@ -256,10 +253,10 @@ func TestDemoDialects(t *testing.T) {
 // every touch either recorded or throttled, and no key left behind.
 func TestDemoRealRedis(t *testing.T) {
 	for _, kind := range []struct{ name, env, flag string }{
-		{"redis", envRedis, "redis"}, {"cluster", "LASTSEEN_REDIS_CLUSTER", "cluster"},
+		{"redis", testenv.Redis, "redis"}, {"cluster", testenv.RedisCluster, "cluster"},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
-			addr := needService(t, kind.env)
+			addr := needs(t, kind.env)
 			conn := connFlags{Redis: addr}
 			var rdb redis.UniversalClient = redis.NewClient(&redis.Options{Addr: addr})
 			if kind.flag == "cluster" {

@@ -1,43 +1,138 @@
 // Command lastseen runs the lastseen demo, operator commands and the
-// benchmark.
+// benchmark. From a checkout of the repository (this directory is a module
+// of its own):
 //
-//	go run ./cmd/lastseen demo                  # no services needed
-//	go run ./cmd/lastseen status --postgres DSN --redis ADDR
-//	go run ./cmd/lastseen flush  --postgres DSN --redis ADDR
-//	go run ./cmd/lastseen purge  --postgres DSN --redis ADDR [--dry-run]
-//	go run ./cmd/lastseen bench  --postgres DSN --redis ADDR
+//	go -C cmd/lastseen run . demo                  # no services needed
+//	go -C cmd/lastseen run . status --postgres DSN --redis ADDR
+//	go -C cmd/lastseen run . flush  --postgres DSN --redis ADDR
+//	go -C cmd/lastseen run . purge  --postgres DSN --redis ADDR [--dry-run]
+//	go -C cmd/lastseen run . bench  --postgres DSN --redis ADDR
+//
+// Exit status: 0 success, 1 the command failed (its error on stderr), 2 the
+// command line is wrong (one line naming the problem and a hint on stderr;
+// nothing was opened).
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"github.com/alecthomas/kong"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/bench"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
 )
 
-// cli is the command line: global connection flags and one command each.
+// Exit codes, as the README states them.
+const (
+	exitOK     = 0 // the command did what it was asked
+	exitFailed = 1 // the command ran and failed: a connection, a check, a held lock, refused entries
+	exitUsage  = 2 // the command line is wrong; nothing was opened
+)
+
+// cli is the command line: one command each, with its flags.
 type cli struct {
 	Demo   demoCmd   `cmd:"" help:"Run a realistic workload through the HTTP middleware and print a summary (SQLite and in-process Redis unless --postgres/--redis are given)."`
 	Status statusCmd `cmd:"" help:"Print pending users per shard, the oldest pending age and the expired sessions."`
 	Flush  flushCmd  `cmd:"" help:"Flush pending timestamps into the database now."`
 	Purge  purgeCmd  `cmd:"" help:"Delete expired sessions now."`
-	Bench  benchCmd  `cmd:"" help:"Benchmark lastseen against writing last_seen_at on every request."`
+	Bench  bench.Cmd `cmd:"" help:"Benchmark lastseen against writing last_seen_at on every request."`
 }
 
 func main() {
-	var c cli
-	ctx := kong.Parse(&c,
+	os.Exit(run(&cli{}, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitRequest carries kong's exit (after --help) out of the parser.
+type exitRequest struct{ code int }
+
+// run parses args into c, runs the chosen command and returns the exit
+// code. Output goes to stdout, errors and warnings to stderr, unless a
+// test set a command's writers already.
+func run(c *cli, args []string, stdout, stderr io.Writer) (code int) {
+	c.setWriters(stdout, stderr)
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(exitRequest)
+			if !ok {
+				panic(r)
+			}
+			code = e.code
+		}
+	}()
+	parser, err := newParser(c, kong.Writers(stdout, stderr), kong.Exit(func(code int) { panic(exitRequest{code}) }))
+	if err != nil {
+		fmt.Fprintf(stderr, "lastseen: %v\n", err)
+		return exitFailed
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		var perr *kong.ParseError
+		command := ""
+		if errors.As(err, &perr) && perr.Context != nil {
+			command = perr.Context.Command()
+		}
+		usage(stderr, err, command)
+		return exitUsage
+	}
+	if err := kctx.Run(); err != nil {
+		var uerr *runenv.UsageError
+		if errors.As(err, &uerr) {
+			usage(stderr, err, kctx.Command())
+			return exitUsage
+		}
+		fmt.Fprintln(stderr, prefixed(err))
+		return exitFailed
+	}
+	return exitOK
+}
+
+// newParser builds the command line with the defaults taken from the
+// library (flagVars).
+func newParser(c *cli, opts ...kong.Option) (*kong.Kong, error) {
+	return kong.New(c, append([]kong.Option{
 		kong.Name("lastseen"),
 		kong.Description("Last-seen tracking and session housekeeping for GORM apps."),
-		kong.UsageOnError(),
-	)
-	if err := ctx.Run(); err != nil {
-		msg := err.Error() // the commands' errors start with "lastseen:" already
-		if !strings.HasPrefix(msg, "lastseen:") {
-			msg = "lastseen: " + msg
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		os.Exit(1)
+		flagVars(),
+	}, opts...)...)
+}
+
+// usage writes the one-line problem and a hint naming the help to read.
+func usage(w io.Writer, err error, command string) {
+	fmt.Fprintln(w, prefixed(err))
+	name, _, _ := strings.Cut(command, " ")
+	if name == "" {
+		fmt.Fprintln(w, `run "lastseen --help" for the commands`)
+		return
 	}
+	fmt.Fprintf(w, "run \"lastseen %s --help\" for its flags\n", name)
+}
+
+// prefixed returns the error's message starting with "lastseen:" (the
+// commands' own errors do already; kong's do not).
+func prefixed(err error) string {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "lastseen:") {
+		msg = "lastseen: " + msg
+	}
+	return msg
+}
+
+// setWriters points every command's output at stdout and its warnings at
+// stderr, keeping writers a test set.
+func (c *cli) setWriters(stdout, stderr io.Writer) {
+	for _, w := range []struct{ out, err *io.Writer }{
+		{&c.Demo.out, &c.Demo.errOut}, {&c.Status.out, &c.Status.errOut},
+		{&c.Flush.out, &c.Flush.errOut}, {&c.Purge.out, &c.Purge.errOut},
+	} {
+		if *w.out == nil {
+			*w.out = stdout
+		}
+		if *w.err == nil {
+			*w.err = stderr
+		}
+	}
+	c.Bench.SetWriters(stdout, stderr)
 }

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
+	"maps"
+	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/lastseen/lastseen"
@@ -23,19 +22,19 @@ import (
 // Shards must be the app's Config values, or the commands look at other
 // Redis keys.
 type targetFlags struct {
-	Prefix          string `default:"lastseen" help:"Redis key prefix (the app's Config.Prefix)." group:"App"`
-	Shards          int    `default:"16" help:"Number of pending shards (the app's Config.Shards)." group:"App"`
-	UsersTable      string `default:"users" help:"Users table (may be schema-qualified, e.g. app.users)." group:"App"`
-	UserIDColumn    string `default:"id" help:"Primary key column of the users table." group:"App"`
-	UserIDType      string `default:"int" enum:"int,string" help:"Kind of the user primary key: int (any integer type) or string (text, UUID)." group:"App"`
-	LastSeenColumn  string `default:"last_seen_at" help:"Last-seen column of the users table." group:"App"`
+	Prefix          string `default:"${default_prefix}" help:"Redis key prefix (the app's Config.Prefix)." group:"App"`
+	Shards          int    `default:"${default_shards}" help:"Number of pending shards (the app's Config.Shards)." group:"App"`
+	UsersTable      string `default:"${default_users_table}" help:"Users table (may be schema-qualified, e.g. app.users)." group:"App"`
+	UserIDColumn    string `default:"${default_user_id_column}" help:"Primary key column of the users table." group:"App"`
+	UserIDType      string `default:"${default_user_id_type}" enum:"int,string" help:"Kind of the user primary key: int (any integer type) or string (text, UUID)." group:"App"`
+	LastSeenColumn  string `default:"${default_last_seen_column}" help:"Last-seen column of the users table." group:"App"`
 	WriteMode       string `default:"update" enum:"update,upsert" help:"Write mode (the app's Config.WriteMode): update or upsert." group:"App"`
-	BatchSize       int    `default:"1000" help:"Users per SQL statement in a flush." group:"App"`
-	SessionsTable   string `default:"sessions" help:"Sessions table." group:"App"`
-	SessionIDColumn string `default:"id" help:"Primary key column of the sessions table." group:"App"`
-	SessionIDType   string `default:"string" enum:"int,string" help:"Kind of the session primary key: int or string." group:"App"`
-	ExpiresColumn   string `default:"expires_at" help:"Expiry column of the sessions table." group:"App"`
-	PurgeBatchSize  int    `default:"1000" help:"Sessions deleted per transaction." group:"App"`
+	BatchSize       int    `default:"${default_batch_size}" help:"Users per SQL statement in a flush." group:"App"`
+	SessionsTable   string `default:"${default_sessions_table}" help:"Sessions table." group:"App"`
+	SessionIDColumn string `default:"${default_session_id_column}" help:"Primary key column of the sessions table." group:"App"`
+	SessionIDType   string `default:"${default_session_id_type}" enum:"int,string" help:"Kind of the session primary key: int or string." group:"App"`
+	ExpiresColumn   string `default:"${default_expires_column}" help:"Expiry column of the sessions table." group:"App"`
+	PurgeBatchSize  int    `default:"${default_purge_batch_size}" help:"Sessions deleted per transaction." group:"App"`
 }
 
 // userRow and sessionRow are the models the operator commands hand to the
@@ -81,20 +80,19 @@ type opsEnv struct {
 	db  *gorm.DB
 	rdb redis.UniversalClient
 	f   *targetFlags
+
+	errOut io.Writer // warnings
 }
 
 // openOps connects and registers a plugin without scheduler or local cache.
 // The commands never call Plugin.Close, whose final flush would change what
 // status and purge report; close releases the connections instead.
-func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() time.Time) (*opsEnv, error) {
+func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() time.Time, errOut io.Writer) (*opsEnv, error) {
 	if now == nil {
 		now = time.Now
 	}
-	if !conn.hasDB() {
-		return nil, errors.New("lastseen: no database: give one of --postgres, --mysql or --sqlite")
-	}
-	if !conn.hasRedis() {
-		return nil, errors.New("lastseen: no redis: give --redis or --redis-cluster")
+	if err := conn.checkExisting(); err != nil {
+		return nil, err
 	}
 	rdb, err := conn.openRedis(ctx)
 	if err != nil {
@@ -116,11 +114,11 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() ti
 		LocalCacheSize:   -1,
 		BatchSize:        f.BatchSize,
 		WriteMode:        mode,
-		UserModel:        f.userModel(),
+		Model:            f.userModel(),
 		SessionModel:     f.sessionModel(),
 		PurgeBatchSize:   f.PurgeBatchSize,
 		DisableScheduler: true,
-		Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:           slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Now:              now,
 	})
 	if err := db.Use(p); err != nil {
@@ -128,7 +126,7 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() ti
 		rdb.Close()
 		return nil, err
 	}
-	return &opsEnv{p: p, db: db, rdb: rdb, f: f}, nil
+	return &opsEnv{p: p, db: db, rdb: rdb, f: f, errOut: errOut}, nil
 }
 
 func (e *opsEnv) close() {
@@ -137,181 +135,48 @@ func (e *opsEnv) close() {
 }
 
 // checkTable returns a clear error when model's table or one of its
-// columns is missing: the flags name them, so a typo should say which.
-func (e *opsEnv) checkTable(model any, table string, columns map[string]string) error {
+// columns is missing, or when the primary key column's type is not the
+// kind idFlag says: the flags name them, so a mistake should say which.
+func (e *opsEnv) checkTable(model any, table, tableFlag string, columns map[string]string, idColumn, idFlag, idKind string) error {
 	m := e.db.Migrator()
 	if !m.HasTable(model) {
-		return fmt.Errorf("lastseen: table %q not found (set --%s)", table, tableFlag(table, e.f))
+		return fmt.Errorf("lastseen: table %q not found (set --%s)", table, tableFlag)
 	}
-	for field, flag := range columns {
+	for _, field := range slices.Sorted(maps.Keys(columns)) {
 		if !m.HasColumn(model, field) {
-			return fmt.Errorf("lastseen: table %q has no column %q (set --%s)", table, e.f.namer().columns[field], flag)
+			return fmt.Errorf("lastseen: table %q has no column %q (set --%s)", table, e.f.namer().columns[field], columns[field])
+		}
+	}
+	types, err := m.ColumnTypes(model)
+	if err != nil {
+		return fmt.Errorf("lastseen: read the columns of %q: %w", table, err)
+	}
+	for _, ct := range types {
+		if ct.Name() != idColumn {
+			continue
+		}
+		dbType := ct.DatabaseTypeName()
+		upper := strings.ToUpper(dbType)
+		want := "string"
+		if strings.Contains(upper, "INT") || strings.Contains(upper, "SERIAL") {
+			want = "int"
+		}
+		if want != idKind {
+			return fmt.Errorf("lastseen: column %q of table %q is %s, not --%s %s (set --%s %s)",
+				idColumn, table, dbType, idFlag, idKind, idFlag, want)
 		}
 	}
 	return nil
-}
-
-func tableFlag(table string, f *targetFlags) string {
-	if table == f.UsersTable {
-		return "users-table"
-	}
-	return "sessions-table"
 }
 
 func (e *opsEnv) checkUsers() error {
-	return e.checkTable(e.f.userModel(), e.f.UsersTable,
-		map[string]string{"UserID": "user-id-column", "LastSeenAt": "last-seen-column"})
+	return e.checkTable(e.f.userModel(), e.f.UsersTable, "users-table",
+		map[string]string{"UserID": "user-id-column", "LastSeenAt": "last-seen-column"},
+		e.f.UserIDColumn, "user-id-type", e.f.UserIDType)
 }
 
 func (e *opsEnv) checkSessions() error {
-	return e.checkTable(e.f.sessionModel(), e.f.SessionsTable,
-		map[string]string{"SessionID": "session-id-column", "ExpiresAt": "expires-column"})
-}
-
-// statusCmd prints the Redis buffer per shard and the expired sessions.
-type statusCmd struct {
-	connFlags   `embed:""`
-	targetFlags `embed:""`
-
-	out io.Writer        // default os.Stdout; tests set it
-	now func() time.Time // default time.Now; tests set it
-}
-
-func (c *statusCmd) Run() error {
-	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now)
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	st, err := e.p.Status(ctx)
-	if err != nil {
-		return err
-	}
-	out := writerOr(c.out)
-	fmt.Fprintf(out, "redis buffer (prefix %q, %d shards) at %s\n", c.Prefix, c.Shards, st.At.Format(time.RFC3339))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "shard\tpending\tin-flight\toldest")
-	for _, s := range st.Shards {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\n", s.Shard, s.Pending, s.InFlight, when(s.Oldest, st.At))
-	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%s\n", st.Pending, st.InFlight, when(st.Oldest, st.At))
-	tw.Flush()
-	if st.Unreadable > 0 {
-		fmt.Fprintf(out, "unreadable entries: %d (the next flush drops them as rejected)\n", st.Unreadable)
-	}
-	if err := e.checkSessions(); err != nil {
-		fmt.Fprintf(out, "expired sessions: not counted: %s\n", strings.TrimPrefix(err.Error(), "lastseen: "))
-		return nil
-	}
-	n, oldest, err := e.p.ExpiredSessions(ctx)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		fmt.Fprintf(out, "expired sessions in %q: 0\n", c.SessionsTable)
-		return nil
-	}
-	fmt.Fprintf(out, "expired sessions in %q: %d, oldest expiry %s\n", c.SessionsTable, n, when(oldest, st.At))
-	return nil
-}
-
-// flushCmd runs one flush and prints its FlushResult.
-type flushCmd struct {
-	connFlags   `embed:""`
-	targetFlags `embed:""`
-
-	out io.Writer
-	now func() time.Time
-}
-
-func (c *flushCmd) Run() error {
-	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now)
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	if err := e.checkUsers(); err != nil {
-		return err
-	}
-	res, err := e.p.Flush(ctx)
-	tw := tabwriter.NewWriter(writerOr(c.out), 0, 0, 2, ' ', 0)
-	for _, row := range []struct {
-		name string
-		v    any
-	}{
-		{"drained", res.Drained}, {"written", res.Written}, {"unknown", res.Unknown}, {"stale", res.Stale},
-		{"rejected", res.Rejected}, {"failed", res.Failed}, {"batches", res.Batches}, {"shards", res.Shards},
-		{"skipped", res.Skipped}, {"duration", res.Duration.Round(time.Microsecond)},
-	} {
-		fmt.Fprintf(tw, "%s\t%v\n", row.name, row.v)
-	}
-	tw.Flush()
-	return err
-}
-
-// purgeCmd deletes expired sessions now, or with --dry-run counts them.
-type purgeCmd struct {
-	connFlags   `embed:""`
-	targetFlags `embed:""`
-	DryRun      bool `help:"Only count the expired sessions and print the oldest expiry; delete nothing."`
-
-	out io.Writer
-	now func() time.Time
-}
-
-func (c *purgeCmd) Run() error {
-	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now)
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	if err := e.checkSessions(); err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(writerOr(c.out), 0, 0, 2, ' ', 0)
-	defer tw.Flush()
-	if c.DryRun {
-		cutoff := e.p.Config().Now().UTC()
-		n, oldest, err := e.p.ExpiredSessions(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(tw, "dry run\tnothing deleted\n")
-		fmt.Fprintf(tw, "cutoff\t%s\n", cutoff.Format(time.RFC3339))
-		fmt.Fprintf(tw, "expired\t%d\n", n)
-		fmt.Fprintf(tw, "oldest\t%s\n", when(oldest, cutoff))
-		return nil
-	}
-	res, err := e.p.PurgeExpiredSessions(ctx)
-	if errors.Is(err, lastseen.ErrLocked) {
-		return fmt.Errorf("%w: a purge is running elsewhere; nothing deleted", err)
-	}
-	fmt.Fprintf(tw, "deleted\t%d\n", res.Deleted)
-	fmt.Fprintf(tw, "batches\t%d\n", res.Batches)
-	fmt.Fprintf(tw, "cutoff\t%s\n", res.Cutoff.Format(time.RFC3339))
-	fmt.Fprintf(tw, "stopped\t%v\n", res.Stopped)
-	fmt.Fprintf(tw, "duration\t%v\n", res.Duration.Round(time.Microsecond))
-	return err
-}
-
-func writerOr(w io.Writer) io.Writer {
-	if w == nil {
-		return os.Stdout
-	}
-	return w
-}
-
-// when formats a timestamp and its age against now, or "-" for none.
-func when(t, now time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	age := now.Sub(t).Round(time.Second)
-	if age < 0 {
-		return fmt.Sprintf("%s (%v ahead of the clock)", t.UTC().Format(time.RFC3339), -age)
-	}
-	return fmt.Sprintf("%s (%v ago)", t.UTC().Format(time.RFC3339), age)
+	return e.checkTable(e.f.sessionModel(), e.f.SessionsTable, "sessions-table",
+		map[string]string{"SessionID": "session-id-column", "ExpiresAt": "expires-column"},
+		e.f.SessionIDColumn, "session-id-type", e.f.SessionIDType)
 }

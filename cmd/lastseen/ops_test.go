@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/testenv"
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -31,7 +34,7 @@ var opsRedisKinds = []struct {
 		return opsRedis{name: "miniredis", flags: []string{"--redis", mr.Addr()}, rdb: rdb}
 	}},
 	{"redis", func(t testing.TB) opsRedis {
-		addr := needService(t, envRedis)
+		addr := needs(t, testenv.Redis)
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { rdb.Close() })
 		return opsRedis{name: "redis", flags: []string{"--redis", addr}, rdb: rdb}
@@ -45,8 +48,8 @@ func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d testDB, r opsRedis, pre
 			t.Run(o.name+"/"+rk.name, func(t *testing.T) {
 				r := rk.open(t)
 				d := o.open(t)
-				prefix := randomName("cli")
-				t.Cleanup(func() { _ = deleteKeys(context.Background(), r.rdb, prefix+":*") })
+				prefix := runenv.RandomName("cli")
+				t.Cleanup(func() { _ = runenv.DeleteKeys(context.Background(), r.rdb, keys.All(prefix)) })
 				fn(t, d, r, prefix)
 			})
 		}
@@ -100,7 +103,7 @@ func splitDuration(t testing.TB, out string) string {
 func TestOpsDefaultModels(t *testing.T) {
 	forEachOpsEnv(t, func(t *testing.T, d testDB, r opsRedis, prefix string) {
 		ctx := context.Background()
-		clock := &fixedClock{t: mustTime("2026-03-01T09:30:00Z")}
+		clock := runenv.NewClock(mustTime("2026-03-01T09:30:00Z"))
 		app := d.open(t, quiet())
 		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 		must(t, app.Create(&[]lastseen.User{{ID: 1}, {ID: 2}, {ID: 9}, {ID: 10}, {ID: 11}}).Error)
@@ -224,7 +227,7 @@ func (appSession) TableName() string { return "app_sessions" }
 func TestOpsAppModels(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d testDB) {
 		ctx := context.Background()
-		clock := &fixedClock{t: mustTime("2026-03-01T12:00:00Z")}
+		clock := runenv.NewClock(mustTime("2026-03-01T12:00:00Z"))
 		mr, rdb := testRedis(t)
 		app := d.open(t, quiet())
 		must(t, app.AutoMigrate(&account{}, &appSession{}))
@@ -241,7 +244,7 @@ func TestOpsAppModels(t *testing.T) {
 		must(t, app.Delete(&sessions[3]).Error) // soft-deleted, live
 
 		p := lastseen.New(lastseen.Config{Redis: rdb, Now: clock.Now, DisableScheduler: true, Logger: discard,
-			UserModel: &account{}, LastSeenField: "SeenAt", SessionModel: &appSession{}, ExpiresField: "ValidUntil",
+			Model: &account{}, Field: "SeenAt", SessionModel: &appSession{}, ExpiresField: "ValidUntil",
 			TouchTimeout: 2 * time.Second})
 		must(t, app.Use(p))
 		_, err := p.TouchAt(ctx, "6f1c0d9e-0000-4000-8000-000000000002", mustTime("2026-03-01T11:58:00Z"))
@@ -317,10 +320,6 @@ func TestOpsErrors(t *testing.T) {
 			`lastseen: table "sessions" not found (set --sessions-table)`},
 		{append([]string{"flush", "--redis", mr.Addr(), "--batch-size", "40000"}, d.flags...),
 			"lastseen: invalid config: BatchSize 40000 exceeds the sqlite limit"},
-		{append([]string{"status", "--redis", mr.Addr(), "--postgres", "host=x"}, d.flags...),
-			"--postgres and --sqlite can't be used together"},
-		{append([]string{"flush", "--redis", mr.Addr(), "--user-id-type", "uuid"}, d.flags...),
-			`--user-id-type must be one of "int","string" but got "uuid"`},
 	} {
 		_, err := runCLI(t, now, c.args...)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
@@ -343,7 +342,7 @@ func TestPurgeLocked(t *testing.T) {
 	app := d.open(t, quiet())
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
-	must(t, mr.Set("lastseen:purge:lock", "held-by-another-instance"))
+	must(t, mr.Set(keys.PurgeLock(lastseen.DefaultPrefix), "held-by-another-instance"))
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
 	_, err := runCLI(t, now, append([]string{"purge", "--redis", mr.Addr()}, d.flags...)...)
 	equal(t, "error", fmt.Sprint(err), "lastseen: another instance holds the lock: a purge is running elsewhere; nothing deleted")

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,24 +15,24 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// benchStream is the request stream every variant replays: request i is
+// stream is the request stream every variant replays: request i is
 // from user ids[i] (1..users). boxed holds the same ids as any, boxed once
 // up front, as a middleware's userID function hands them to Touch.
-type benchStream struct {
+type stream struct {
 	ids      []uint64
 	boxed    []any
 	distinct int
 }
 
-// newBenchStream draws n requests from a Zipf(s, v=1) distribution over
+// newStream draws n requests from a Zipf(s, v=1) distribution over
 // users ranks with a fixed seed (math/rand/v2 PCG), and maps ranks to ids
 // through a seeded permutation so that popular users are spread over the
 // table instead of sitting on its first page.
-func newBenchStream(users, n int, s float64, seed uint64) benchStream {
+func newStream(users, n int, s float64, seed uint64) stream {
 	r := rand.New(rand.NewPCG(seed, 0x5eed_1a57_5eed_1a57))
 	perm := r.Perm(users)
 	z := rand.NewZipf(r, s, 1, uint64(users-1))
-	st := benchStream{ids: make([]uint64, n), boxed: make([]any, n)}
+	st := stream{ids: make([]uint64, n), boxed: make([]any, n)}
 	seen := make([]bool, users+1)
 	for i := range n {
 		id := uint64(perm[z.Uint64()]) + 1
@@ -45,17 +45,17 @@ func newBenchStream(users, n int, s float64, seed uint64) benchStream {
 	return st
 }
 
-// benchDesign is one way of tracking last-seen: track is the call a request
+// design is one way of tracking last-seen: track is the call a request
 // makes, flush the final drain into the database (rows written, or 0 for a
 // design without one).
-type benchDesign interface {
+type design interface {
 	track(ctx context.Context, i int) error
 	flush(ctx context.Context) (int64, error)
 	close(ctx context.Context)
 }
 
-// benchVariant is one row of the request benchmark's table.
-type benchVariant struct {
+// variant is one row of the request benchmark's table.
+type variant struct {
 	Name           string        `json:"name"`
 	Table          string        `json:"table"`
 	Requests       int           `json:"requests"`
@@ -98,25 +98,25 @@ type benchVariant struct {
 	Library      *lastseen.Stats `json:"library_stats,omitempty"`
 }
 
-// benchRequests is the request benchmark's result.
-type benchRequests struct {
-	Users     int            `json:"users"`
-	Requests  int            `json:"requests"`
-	Distinct  int            `json:"distinct_users"`
-	Zipf      float64        `json:"zipf_s"`
-	Workers   int            `json:"workers"`
-	Seed      uint64         `json:"seed"`
-	Throttle  string         `json:"throttle"`
-	Timeout   string         `json:"touch_timeout"`
-	Variants  []benchVariant `json:"variants"`
-	Generated time.Duration  `json:"stream_generation_ns"`
+// requestsResult is the request benchmark's result.
+type requestsResult struct {
+	Users     int           `json:"users"`
+	Requests  int           `json:"requests"`
+	Distinct  int           `json:"distinct_users"`
+	Zipf      float64       `json:"zipf_s"`
+	Workers   int           `json:"workers"`
+	Seed      uint64        `json:"seed"`
+	Throttle  string        `json:"throttle"`
+	Timeout   string        `json:"touch_timeout"`
+	Variants  []variant     `json:"variants"`
+	Generated time.Duration `json:"stream_generation_ns"`
 }
 
-func (e *benchEnv) runRequests(ctx context.Context) (*benchRequests, error) {
+func (e *env) runRequests(ctx context.Context) (*requestsResult, error) {
 	c := e.cmd
 	t0 := time.Now()
-	st := newBenchStream(c.Users, c.Requests, c.Zipf, c.Seed)
-	res := &benchRequests{Users: c.Users, Requests: c.Requests, Distinct: st.distinct, Zipf: c.Zipf, Workers: c.Workers,
+	st := newStream(c.Users, c.Requests, c.Zipf, c.Seed)
+	res := &requestsResult{Users: c.Users, Requests: c.Requests, Distinct: st.distinct, Zipf: c.Zipf, Workers: c.Workers,
 		Seed: c.Seed, Throttle: c.Throttle.String(), Timeout: lastseen.DefaultTouchTimeout.String() + " (library default)",
 		Generated: time.Since(t0)}
 	if c.TouchTimeout > 0 {
@@ -127,19 +127,19 @@ func (e *benchEnv) runRequests(ctx context.Context) (*benchRequests, error) {
 
 	variants := []struct {
 		name, tablePrefix string
-		open              func(db *gorm.DB, table string) (benchDesign, error)
+		open              func(db *gorm.DB, table string) (design, error)
 	}{
-		{"per-request", "per_request_", func(db *gorm.DB, table string) (benchDesign, error) {
-			return &benchPerRequest{db: db, table: table, ids: st.ids}, nil
+		{"per-request", "per_request_", func(db *gorm.DB, table string) (design, error) {
+			return &perRequest{db: db, table: table, ids: st.ids}, nil
 		}},
-		{"seed", "seed_", func(db *gorm.DB, table string) (benchDesign, error) {
+		{"seed", "seed_", func(db *gorm.DB, table string) (design, error) {
 			p := e.prefix + "-seed"
-			return &benchSeed{rdb: e.rdb, db: db, marker: p + ":seen:", pending: p + ":pending", throttle: c.Throttle, ids: st.ids}, nil
+			return &seedDesign{rdb: e.rdb, db: db, marker: p + ":seen:", pending: p + ":pending", throttle: c.Throttle, ids: st.ids}, nil
 		}},
-		{"lastseen", "lastseen_", func(db *gorm.DB, _ string) (benchDesign, error) {
+		{"lastseen", "lastseen_", func(db *gorm.DB, _ string) (design, error) {
 			return e.openLastseen(db, e.prefix+"-lastseen", -1, st.boxed)
 		}},
-		{"lastseen+local", "local_", func(db *gorm.DB, _ string) (benchDesign, error) {
+		{"lastseen+local", "local_", func(db *gorm.DB, _ string) (design, error) {
 			return e.openLastseen(db, e.prefix+"-local", 0, st.boxed)
 		}},
 	}
@@ -153,15 +153,15 @@ func (e *benchEnv) runRequests(ctx context.Context) (*benchRequests, error) {
 	base := res.Variants[0]
 	for i := range res.Variants {
 		v := &res.Variants[i]
-		v.RowsRatio = benchRatio(float64(v.RowsWritten), float64(base.RowsWritten))
-		v.WALRatio = benchRatio(float64(v.WALBytes), float64(base.WALBytes))
-		v.OwnWALRatio = benchRatio(float64(v.OwnWALBytes), float64(base.OwnWALBytes))
-		v.P50Ratio = benchRatio(float64(v.P50), float64(base.P50))
+		v.RowsRatio = ratio(float64(v.RowsWritten), float64(base.RowsWritten))
+		v.WALRatio = ratio(float64(v.WALBytes), float64(base.WALBytes))
+		v.OwnWALRatio = ratio(float64(v.OwnWALBytes), float64(base.OwnWALBytes))
+		v.P50Ratio = ratio(float64(v.P50), float64(base.P50))
 	}
 	return res, nil
 }
 
-func benchRatio(a, b float64) float64 {
+func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
 	}
@@ -170,10 +170,10 @@ func benchRatio(a, b float64) float64 {
 
 // runVariant prepares the variant's own users table, replays the stream
 // with the workers, runs the final flush, and measures both phases.
-func (e *benchEnv) runVariant(ctx context.Context, name, tablePrefix string, st benchStream,
-	open func(db *gorm.DB, table string) (benchDesign, error)) (benchVariant, error) {
+func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st stream,
+	open func(db *gorm.DB, table string) (design, error)) (variant, error) {
 	c := e.cmd
-	v := benchVariant{Name: name, Requests: len(st.ids)}
+	v := variant{Name: name, Requests: len(st.ids)}
 	db, pool, err := e.openPool(ctx, tablePrefix, c.Workers+2)
 	if err != nil {
 		return v, err
@@ -213,7 +213,7 @@ func (e *benchEnv) runVariant(ctx context.Context, name, tablePrefix string, st 
 	cmds0, trips0 := e.count.cmds.Load(), e.count.trips.Load()
 
 	c.progress("%s: %d requests into %s", name, len(st.ids), v.Table)
-	lat, errs, first, wall := benchReplay(ctx, d, len(st.ids), c.Workers)
+	lat, errs, first, wall := replay(ctx, d, len(st.ids), c.Workers)
 	if ctx.Err() != nil {
 		return v, ctx.Err()
 	}
@@ -222,7 +222,7 @@ func (e *benchEnv) runVariant(ctx context.Context, name, tablePrefix string, st 
 		v.FirstError = first.Error()
 	}
 	v.RequestsPerSec = float64(len(st.ids)) / wall.Seconds()
-	v.P50, v.P99, v.Max = benchPercentile(lat, 50), benchPercentile(lat, 99), lat[len(lat)-1]
+	v.P50, v.P99, v.Max = percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1]
 	cs1, err := e.commandStats(ctx)
 	if err != nil {
 		return v, err
@@ -233,7 +233,7 @@ func (e *benchEnv) runVariant(ctx context.Context, name, tablePrefix string, st 
 	if err != nil {
 		return v, fmt.Errorf("lastseen: bench: %s: flush: %w", name, err)
 	}
-	if _, ok := d.(*benchPerRequest); !ok {
+	if _, ok := d.(*perRequest); !ok {
 		v.FlushWall = time.Since(f0)
 		v.FlushRowsPerSec = float64(v.FlushRows) / v.FlushWall.Seconds()
 	}
@@ -243,8 +243,8 @@ func (e *benchEnv) runVariant(ctx context.Context, name, tablePrefix string, st 
 		return v, err
 	}
 	v.ClientCommands, v.ClientRoundTrips = e.count.cmds.Load()-cmds0, e.count.trips.Load()-trips0
-	v.RedisCommandsRequests, _ = benchCommandDelta(cs0, cs1)
-	v.RedisCommands, v.RedisPerCommand = benchCommandDelta(cs0, cs2)
+	v.RedisCommandsRequests, _ = commandDelta(cs0, cs1)
+	v.RedisCommands, v.RedisPerCommand = commandDelta(cs0, cs2)
 	v.RedisPerRequest = float64(v.RedisCommands) / float64(len(st.ids))
 	v.ClientPerRequest = float64(v.ClientCommands) / float64(len(st.ids))
 
@@ -269,23 +269,23 @@ func (e *benchEnv) runVariant(ctx context.Context, name, tablePrefix string, st 
 	if err != nil {
 		c.progress("%s: no WAL attribution: %v", name, err)
 	}
-	if ls, ok := d.(*benchLastseen); ok {
+	if ls, ok := d.(*lastseenDesign); ok {
 		s := ls.p.Stats()
 		v.Library = &s
 	}
-	v.UsersUpdated, v.Check, err = e.checkVariant(ctx, db, v, st, start)
+	v.UsersUpdated, v.Check, err = e.checkVariant(ctx, db, d, v, st, start)
 	if err != nil {
 		return v, err
 	}
 	c.progress("%s: %.0f req/s, p50 %v, %d rows, %s WAL, check %s", name, v.RequestsPerSec, v.P50, v.RowsWritten,
-		benchBytes(v.WALBytes), v.Check)
+		fmtBytes(v.WALBytes), v.Check)
 	return v, nil
 }
 
 // createUsers creates "<prefix>users" from lastseen.User (id bigint primary
 // key, last_seen_at timestamptz with an index: the library's default model)
 // with users rows seen at seenAt, vacuumed and analyzed.
-func (e *benchEnv) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time) (string, error) {
+func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time) (string, error) {
 	db = db.WithContext(ctx)
 	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
 		return "", fmt.Errorf("lastseen: bench: create users table: %w", err)
@@ -307,7 +307,7 @@ func (e *benchEnv) createUsers(ctx context.Context, db *gorm.DB, users int, seen
 }
 
 // warmRedis opens the Redis pool's connections before the measurement.
-func (e *benchEnv) warmRedis(ctx context.Context, n int) error {
+func (e *env) warmRedis(ctx context.Context, n int) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for range n {
@@ -327,10 +327,10 @@ func (e *benchEnv) warmRedis(ctx context.Context, n int) error {
 	return nil
 }
 
-// benchReplay runs requests 0..n-1 through d.track from workers goroutines
+// replay runs requests 0..n-1 through d.track from workers goroutines
 // (each takes the next request) and returns the sorted latencies of the
 // tracking calls, the error count and first error, and the wall time.
-func benchReplay(ctx context.Context, d benchDesign, n, workers int) ([]time.Duration, int64, error, time.Duration) {
+func replay(ctx context.Context, d design, n, workers int) ([]time.Duration, int64, error, time.Duration) {
 	var next, errs atomic.Int64
 	var firstOnce sync.Once
 	var first error
@@ -359,12 +359,12 @@ func benchReplay(ctx context.Context, d benchDesign, n, workers int) ([]time.Dur
 		}()
 	}
 	wg.Wait()
-	return benchSortedDurations(parts), errs.Load(), first, time.Since(start)
+	return sortedDurations(parts), errs.Load(), first, time.Since(start)
 }
 
 // checkVariant checks the database after the flush: every user of the
 // stream, and no other, was moved to a time at or after the run's start.
-func (e *benchEnv) checkVariant(ctx context.Context, db *gorm.DB, v benchVariant, st benchStream, start time.Time) (int64, string, error) {
+func (e *env) checkVariant(ctx context.Context, db *gorm.DB, d design, v variant, st stream, start time.Time) (int64, string, error) {
 	var updated int64
 	err := db.WithContext(ctx).Table(v.Table).Where(clause.Gte{Column: clause.Column{Name: "last_seen_at"}, Value: start}).Count(&updated).Error
 	if err != nil {
@@ -381,17 +381,13 @@ func (e *benchEnv) checkVariant(ctx context.Context, db *gorm.DB, v benchVariant
 	if v.RowsWritten != want {
 		problems = append(problems, fmt.Sprintf("%d rows written, want %d", v.RowsWritten, want))
 	}
-	if ls, ok := e.variantPrefix(v.Name); ok {
-		left, err := benchCountKeys(ctx, e.plain, ls+":*:pending")
+	if ls, ok := d.(*lastseenDesign); ok {
+		buf, err := ls.p.Status(ctx)
 		if err != nil {
-			return 0, "", err
+			return 0, "", fmt.Errorf("lastseen: bench: status: %w", err)
 		}
-		inflight, err := benchCountKeys(ctx, e.plain, ls+":*:inflight")
-		if err != nil {
-			return 0, "", err
-		}
-		if left+inflight != 0 {
-			problems = append(problems, fmt.Sprintf("%d pending/in-flight hashes left in Redis", left+inflight))
+		if buf.Pending+buf.InFlight != 0 {
+			problems = append(problems, fmt.Sprintf("%d pending and %d in-flight entries left in Redis", buf.Pending, buf.InFlight))
 		}
 	}
 	if len(problems) == 0 {
@@ -400,36 +396,26 @@ func (e *benchEnv) checkVariant(ctx context.Context, db *gorm.DB, v benchVariant
 	return updated, fmt.Sprint(problems), nil
 }
 
-func (e *benchEnv) variantPrefix(name string) (string, bool) {
-	switch name {
-	case "lastseen":
-		return e.prefix + "-lastseen", true
-	case "lastseen+local":
-		return e.prefix + "-local", true
-	}
-	return "", false
-}
-
-// benchPerRequest is the design users start with: one UPDATE per request.
-type benchPerRequest struct {
+// perRequest is the design users start with: one UPDATE per request.
+type perRequest struct {
 	db    *gorm.DB
 	table string
 	ids   []uint64
 }
 
-func (b *benchPerRequest) track(ctx context.Context, i int) error {
+func (b *perRequest) track(ctx context.Context, i int) error {
 	return b.db.WithContext(ctx).Exec("UPDATE ? SET ? = ? WHERE ? = ?", clause.Table{Name: b.table},
 		clause.Column{Name: "last_seen_at"}, time.Now(), clause.Column{Name: "id"}, b.ids[i]).Error
 }
 
-func (b *benchPerRequest) flush(context.Context) (int64, error) { return 0, nil }
-func (b *benchPerRequest) close(context.Context)                {}
+func (b *perRequest) flush(context.Context) (int64, error) { return 0, nil }
+func (b *perRequest) close(context.Context)                {}
 
-// benchSeed is the design the library descends from, as is: SET marker NX
+// seedDesign is the design the library descends from, as is: SET marker NX
 // EX, then HSET when the marker was new (two commands); the drain is
 // HGETALL then DEL, written with INSERT ... ON CONFLICT (id) DO UPDATE in
 // batches of 1,000.
-type benchSeed struct {
+type seedDesign struct {
 	rdb             *redis.Client
 	db              *gorm.DB
 	marker, pending string
@@ -437,7 +423,7 @@ type benchSeed struct {
 	ids             []uint64
 }
 
-func (b *benchSeed) track(ctx context.Context, i int) error {
+func (b *seedDesign) track(ctx context.Context, i int) error {
 	id := strconv.FormatUint(b.ids[i], 10)
 	ok, err := b.rdb.SetNX(ctx, b.marker+id, 1, b.throttle).Result()
 	if err != nil || !ok {
@@ -446,7 +432,7 @@ func (b *benchSeed) track(ctx context.Context, i int) error {
 	return b.rdb.HSet(ctx, b.pending, id, time.Now().UnixMicro()).Err()
 }
 
-func (b *benchSeed) flush(ctx context.Context) (int64, error) {
+func (b *seedDesign) flush(ctx context.Context) (int64, error) {
 	m, err := b.rdb.HGetAll(ctx, b.pending).Result()
 	if err != nil {
 		return 0, err
@@ -474,18 +460,18 @@ func (b *benchSeed) flush(ctx context.Context) (int64, error) {
 	return tx.RowsAffected, tx.Error
 }
 
-func (b *benchSeed) close(context.Context) {}
+func (b *seedDesign) close(context.Context) {}
 
-// benchLastseen is the library through its public API: Touch on the
+// lastseenDesign is the library through its public API: Touch on the
 // request path, Flush at the end.
-type benchLastseen struct {
+type lastseenDesign struct {
 	p     *lastseen.Plugin
 	boxed []any
 }
 
 // openLastseen registers a plugin on db: the given prefix and local cache
 // size (-1 off, 0 the default), the run's throttle window, no scheduler.
-func (e *benchEnv) openLastseen(db *gorm.DB, prefix string, localCache int, boxed []any) (*benchLastseen, error) {
+func (e *env) openLastseen(db *gorm.DB, prefix string, localCache int, boxed []any) (*lastseenDesign, error) {
 	p := lastseen.New(lastseen.Config{
 		Redis:            e.rdb,
 		Prefix:           prefix,
@@ -493,22 +479,22 @@ func (e *benchEnv) openLastseen(db *gorm.DB, prefix string, localCache int, boxe
 		LocalCacheSize:   localCache,
 		TouchTimeout:     e.cmd.TouchTimeout,
 		DisableScheduler: true,
-		Logger:           e.benchLogger(),
+		Logger:           e.pluginLogger(),
 	})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
-	return &benchLastseen{p: p, boxed: boxed}, nil
+	return &lastseenDesign{p: p, boxed: boxed}, nil
 }
 
-func (b *benchLastseen) track(ctx context.Context, i int) error {
+func (b *lastseenDesign) track(ctx context.Context, i int) error {
 	_, err := b.p.Touch(ctx, b.boxed[i])
 	return err
 }
 
-func (b *benchLastseen) flush(ctx context.Context) (int64, error) {
+func (b *lastseenDesign) flush(ctx context.Context) (int64, error) {
 	res, err := b.p.Flush(ctx)
 	return int64(res.Written), err
 }
 
-func (b *benchLastseen) close(ctx context.Context) { _ = b.p.Close(ctx) }
+func (b *lastseenDesign) close(ctx context.Context) { _ = b.p.Close(ctx) }

@@ -1,9 +1,8 @@
-package main
+package bench
 
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -12,43 +11,44 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
-// benchFlush is the flush-at-scale result: the library's Flush of Users
+// flushResult is the flush-at-scale result: the library's Flush of Users
 // pending users into a table of Users rows, against the database's own
 // limit measured in the same run.
-type benchFlush struct {
+type flushResult struct {
 	Users          int                  `json:"users"`
 	Shards         int                  `json:"shards"`
 	BatchSize      int                  `json:"batch_size"`
 	FillWall       time.Duration        `json:"redis_fill_ns"`
-	Raw            benchFlushSide       `json:"raw"`       // before the library's flush
-	RawAfter       benchFlushSide       `json:"raw_after"` // after it, on a third table
+	Raw            flushSide            `json:"raw"`       // before the library's flush
+	RawAfter       flushSide            `json:"raw_after"` // after it, on a third table
 	RawRowsPerSec  float64              `json:"raw_limit_rows_per_sec"`
-	Lib            benchFlushSide       `json:"lastseen"`
+	Lib            flushSide            `json:"lastseen"`
 	Ratio          float64              `json:"lastseen_vs_raw"`
-	Redis          benchRedisTime       `json:"lastseen_redis"`
-	Heap           benchHeapResult      `json:"lastseen_heap"`
+	Redis          redisTime            `json:"lastseen_redis"`
+	Heap           heapResult           `json:"lastseen_heap"`
 	Result         lastseen.FlushResult `json:"lastseen_flush_result"`
 	CheckpointNote string               `json:"checkpoint_error,omitempty"`
 	Check          string               `json:"check"`
 }
 
-// benchFlushSide is one way of writing the timestamps.
-type benchFlushSide struct {
+// flushSide is one way of writing the timestamps.
+type flushSide struct {
 	Table      string        `json:"table"`
 	Wall       time.Duration `json:"wall_ns"`
 	Rows       int64         `json:"rows"`
 	RowsPerSec float64       `json:"rows_per_sec"`
-	SQL        benchSQLStats `json:"sql"`
+	SQL        sqlStats      `json:"sql"`
 }
 
-// benchFlushTime is user id's pending timestamp: within 5 minutes after
+// flushTime is user id's pending timestamp: within 5 minutes after
 // base, spread by a hash of seed and id, so that it can be recomputed
 // instead of kept in memory.
-func benchFlushTime(base time.Time, seed, id uint64) time.Time {
+func flushTime(base time.Time, seed, id uint64) time.Time {
 	x := seed ^ id*0x9e3779b97f4a7c15 // splitmix64
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
@@ -56,18 +56,10 @@ func benchFlushTime(base time.Time, seed, id uint64) time.Time {
 	return base.Add(time.Duration(x%300_000_000) * time.Microsecond)
 }
 
-// benchShard is the library's shard of a user id (buffer.go: FNV-1a 32 of
-// the id's text, modulo the shard count).
-func benchShard(uid string, shards int) int {
-	h := fnv.New32a()
-	h.Write([]byte(uid))
-	return int(h.Sum32() % uint32(shards))
-}
-
-func (e *benchEnv) runFlush(ctx context.Context) (*benchFlush, error) {
+func (e *env) runFlush(ctx context.Context) (*flushResult, error) {
 	c := e.cmd
 	n := c.FlushUsers
-	res := &benchFlush{Users: n, Shards: lastseen.DefaultShards, BatchSize: lastseen.DefaultBatchSize}
+	res := &flushResult{Users: n, Shards: lastseen.DefaultShards, BatchSize: lastseen.DefaultBatchSize}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	base := now.Add(-10 * time.Minute)
 	c.progress("flush: creating three tables of %d users", n)
@@ -97,7 +89,7 @@ func (e *benchEnv) runFlush(ctx context.Context) (*benchFlush, error) {
 	// after the library's flush, on tables of their own, so that a drift of
 	// the shared machine's load or of the database's caches during the run
 	// does not favour either side.
-	batches := benchFlushBatches(n, res.Shards, res.BatchSize, c.Seed)
+	batches := flushBatches(n, res.Shards, res.BatchSize, c.Seed)
 	res.CheckpointNote = e.checkpoint(ctx)
 	c.progress("flush: raw UPDATE of %d rows in %d batches", n, len(batches))
 	if err := e.rawUpdates(ctx, &res.Raw, batches, base, c.Seed); err != nil {
@@ -111,12 +103,12 @@ func (e *benchEnv) runFlush(ctx context.Context) (*benchFlush, error) {
 		return nil, err
 	}
 	res.FillWall = time.Since(f0)
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: prefix, DisableScheduler: true, Logger: e.benchLogger(), FlushConcurrency: c.FlushConcurrency})
+	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: prefix, DisableScheduler: true, Logger: e.pluginLogger(), FlushConcurrency: c.FlushConcurrency})
 	if err := libDB.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
 	defer p.Close(context.WithoutCancel(ctx))
-	if err := benchCheckPending(ctx, p, n, base, c.Seed); err != nil {
+	if err := checkPending(ctx, p, n, base, c.Seed); err != nil {
 		return nil, err
 	}
 	if note := e.checkpoint(ctx); note != "" {
@@ -124,11 +116,11 @@ func (e *benchEnv) runFlush(ctx context.Context) (*benchFlush, error) {
 	}
 
 	c.progress("flush: lastseen Flush of %d pending users", n)
-	stopProfile, err := benchStartProfile(c.CPUProfile)
+	stopProfile, err := startProfile(c.CPUProfile)
 	if err != nil {
 		return nil, err
 	}
-	heap := startBenchHeap(time.Millisecond)
+	heap := startHeap(time.Millisecond)
 	e.tracer.start()
 	e.timer.start()
 	t0 := time.Now()
@@ -153,20 +145,20 @@ func (e *benchEnv) runFlush(ctx context.Context) (*benchFlush, error) {
 	}
 	res.RawRowsPerSec = (res.Raw.RowsPerSec + res.RawAfter.RowsPerSec) / 2
 	res.Ratio = res.Lib.RowsPerSec / res.RawRowsPerSec
-	if res.Check, err = e.checkFlush(ctx, libDB, res, prefix, base); err != nil {
+	if res.Check, err = e.checkFlush(ctx, libDB, p, res, base); err != nil {
 		return nil, err
 	}
 	c.progress("flush: raw %.0f and %.0f rows/s, lastseen %.0f rows/s (%.2f), heap +%s, check %s",
-		res.Raw.RowsPerSec, res.RawAfter.RowsPerSec, res.Lib.RowsPerSec, res.Ratio, benchBytes(res.Heap.PeakHeapGrowth), res.Check)
+		res.Raw.RowsPerSec, res.RawAfter.RowsPerSec, res.Lib.RowsPerSec, res.Ratio, fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
 	return res, nil
 }
 
-// benchFlushBatches groups ids 1..n by the library's shard, shuffles each
+// flushBatches groups ids 1..n by the library's shard, shuffles each
 // shard (HSCAN returns a hash in no useful order) and cuts it into batches.
-func benchFlushBatches(n, shards, size int, seed uint64) [][]int64 {
+func flushBatches(n, shards, size int, seed uint64) [][]int64 {
 	byShard := make([][]int64, shards)
 	for id := 1; id <= n; id++ {
-		s := benchShard(strconv.Itoa(id), shards)
+		s := keys.ShardOf(strconv.Itoa(id), shards)
 		byShard[s] = append(byShard[s], int64(id))
 	}
 	r := rand.New(rand.NewPCG(seed, 0xf1a5_4f1a_5411))
@@ -185,7 +177,7 @@ func benchFlushBatches(n, shards, size int, seed uint64) [][]int64 {
 // rawUpdates sends the batches as the statement shape the library's
 // PostgreSQL dialect uses (UPDATE ... FROM unnest(ids, times) with the
 // newer-only guard), typed arrays bound directly, on one pgx connection.
-func (e *benchEnv) rawUpdates(ctx context.Context, side *benchFlushSide, batches [][]int64, base time.Time, seed uint64) error {
+func (e *env) rawUpdates(ctx context.Context, side *flushSide, batches [][]int64, base time.Time, seed uint64) error {
 	conn, err := pgx.ConnectConfig(ctx, e.pg.Copy())
 	if err != nil {
 		return fmt.Errorf("lastseen: bench: connect: %w", err)
@@ -199,7 +191,7 @@ func (e *benchEnv) rawUpdates(ctx context.Context, side *benchFlushSide, batches
 	for i, b := range batches {
 		times[i] = make([]time.Time, len(b))
 		for j, id := range b {
-			times[i][j] = benchFlushTime(base, seed, uint64(id))
+			times[i][j] = flushTime(base, seed, uint64(id))
 		}
 	}
 	if _, err := conn.Prepare(ctx, sql, sql); err != nil { // named by its text: the tracer sees the SQL
@@ -225,7 +217,7 @@ func (e *benchEnv) rawUpdates(ctx context.Context, side *benchFlushSide, batches
 // fillPending writes ids 1..n straight into the library's pending hashes,
 // as Touch would have left them (field: id in decimal, value: Unix
 // microseconds), with HSET of 1,000 pairs, 50 per pipeline.
-func (e *benchEnv) fillPending(ctx context.Context, prefix string, n, shards int, base time.Time, seed uint64) error {
+func (e *env) fillPending(ctx context.Context, prefix string, n, shards int, base time.Time, seed uint64) error {
 	pairs := make([][]any, shards)
 	pipe := e.plain.Pipeline()
 	send := func(force bool) error {
@@ -236,11 +228,11 @@ func (e *benchEnv) fillPending(ctx context.Context, prefix string, n, shards int
 		}
 		return nil
 	}
-	key := func(s int) string { return prefix + ":{" + strconv.Itoa(s) + "}:pending" }
+	key := func(s int) string { return keys.ForShard(prefix, s).Pending }
 	for id := 1; id <= n; id++ {
 		uid := strconv.Itoa(id)
-		s := benchShard(uid, shards)
-		pairs[s] = append(pairs[s], uid, benchFlushTime(base, seed, uint64(id)).UnixMicro())
+		s := keys.ShardOf(uid, shards)
+		pairs[s] = append(pairs[s], uid, flushTime(base, seed, uint64(id)).UnixMicro())
 		if len(pairs[s]) == 2000 {
 			pipe.HSet(ctx, key(s), pairs[s]...)
 			pairs[s] = nil
@@ -271,16 +263,16 @@ func (e *benchEnv) fillPending(ctx context.Context, prefix string, n, shards int
 	return nil
 }
 
-// benchCheckPending asks the library, through Pending, for a sample of the
+// checkPending asks the library, through Pending, for a sample of the
 // filled users: it finds them only if the fill used its key layout.
-func benchCheckPending(ctx context.Context, p *lastseen.Plugin, n int, base time.Time, seed uint64) error {
+func checkPending(ctx context.Context, p *lastseen.Plugin, n int, base time.Time, seed uint64) error {
 	step := max(1, n/100)
 	for id := 1; id <= n; id += step {
 		at, ok, err := p.Pending(ctx, uint64(id))
 		if err != nil {
 			return fmt.Errorf("lastseen: bench: pending(%d): %w", id, err)
 		}
-		if want := benchFlushTime(base, seed, uint64(id)); !ok || !at.Equal(want) {
+		if want := flushTime(base, seed, uint64(id)); !ok || !at.Equal(want) {
 			return fmt.Errorf("lastseen: bench: pending(%d) = %v, %v; want %v: the fill does not match the library's keys", id, at, ok, want)
 		}
 	}
@@ -288,7 +280,7 @@ func benchCheckPending(ctx context.Context, p *lastseen.Plugin, n int, base time
 }
 
 // checkFlush compares the two tables row by row and looks for leftovers.
-func (e *benchEnv) checkFlush(ctx context.Context, db *gorm.DB, res *benchFlush, prefix string, base time.Time) (string, error) {
+func (e *env) checkFlush(ctx context.Context, db *gorm.DB, p *lastseen.Plugin, res *flushResult, base time.Time) (string, error) {
 	var problems []string
 	if res.Raw.Rows != int64(res.Users) || res.RawAfter.Rows != int64(res.Users) {
 		problems = append(problems, fmt.Sprintf("raw updated %d and %d rows, want %d", res.Raw.Rows, res.RawAfter.Rows, res.Users))
@@ -313,12 +305,12 @@ func (e *benchEnv) checkFlush(ctx context.Context, db *gorm.DB, res *benchFlush,
 	if fresh != int64(res.Users) {
 		problems = append(problems, fmt.Sprintf("%d rows carry a flushed time, want %d", fresh, res.Users))
 	}
-	left, err := benchCountKeys(ctx, e.plain, prefix+":*:pending")
+	st, err := p.Status(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("lastseen: bench: status: %w", err)
 	}
-	if left != 0 {
-		problems = append(problems, fmt.Sprintf("%d pending hashes left", left))
+	if st.Pending+st.InFlight != 0 {
+		problems = append(problems, fmt.Sprintf("%d pending and %d in-flight entries left in Redis", st.Pending, st.InFlight))
 	}
 	if len(problems) == 0 {
 		return "ok", nil
@@ -326,9 +318,9 @@ func (e *benchEnv) checkFlush(ctx context.Context, db *gorm.DB, res *benchFlush,
 	return fmt.Sprint(problems), nil
 }
 
-// benchStartProfile starts a CPU profile into path ("" for none) and
+// startProfile starts a CPU profile into path ("" for none) and
 // returns the function that stops it.
-func benchStartProfile(path string) (func(), error) {
+func startProfile(path string) (func(), error) {
 	if path == "" {
 		return func() {}, nil
 	}

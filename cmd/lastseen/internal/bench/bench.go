@@ -1,4 +1,6 @@
-package main
+// Package bench is `lastseen bench`: the request, flush and purge
+// benchmarks against a real PostgreSQL and Redis (see BENCHMARKS.md).
+package bench
 
 import (
 	"context"
@@ -10,9 +12,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
 )
 
-// benchCmd is `lastseen bench`: it measures, against a real PostgreSQL and
+// Cmd is `lastseen bench`: it measures, against a real PostgreSQL and
 // Redis, what issue 5 asks (see BENCHMARKS.md for what each figure means).
 //
 //	bench [requests]  the four designs (per-request, seed, lastseen,
@@ -27,7 +31,7 @@ import (
 // them at the end, also after an error or Ctrl-C. It prints markdown tables
 // on stdout, progress on stderr, and returns an error when a correctness
 // check of the run fails (timings are never checked).
-type benchCmd struct {
+type Cmd struct {
 	What string `arg:"" optional:"" default:"requests" enum:"requests,flush,purge,all" help:"What to measure: requests (default), flush, purge or all."`
 
 	Postgres string `required:"" env:"LASTSEEN_POSTGRES_DSN" placeholder:"DSN" help:"PostgreSQL DSN (key=value or URL). The benchmark works in a schema of its own and drops it at the end."`
@@ -38,12 +42,12 @@ type benchCmd struct {
 	Zipf     float64       `default:"1.1" help:"requests: Zipf exponent s (> 1) of user popularity (math/rand/v2)."`
 	Workers  int           `default:"8" help:"requests: concurrent workers replaying the stream."`
 	Seed     uint64        `default:"1" help:"Seed of the request stream and of the flush data."`
-	Throttle time.Duration `default:"5m" help:"requests: throttle window of seed and lastseen; the run stays inside one window."`
+	Throttle time.Duration `default:"${default_throttle}" help:"requests: throttle window of seed and lastseen; the run stays inside one window."`
 
 	TouchTimeout time.Duration `default:"0s" help:"requests: Config.TouchTimeout of the lastseen variants; 0 keeps the library's default (20ms)."`
 
 	FlushUsers       int           `default:"1000000" help:"flush: pending users, and rows in the users table."`
-	FlushConcurrency int           `default:"2" help:"flush: Config.FlushConcurrency, shards written at the same time."`
+	FlushConcurrency int           `default:"${default_flush_concurrency}" help:"flush: Config.FlushConcurrency, shards written at the same time."`
 	PurgeExpired     int           `default:"1000000" help:"purge: expired sessions."`
 	PurgeLive        int           `default:"100000" help:"purge: live sessions (all must remain)."`
 	PurgePause       time.Duration `default:"0s" help:"purge: Config.PurgePause between batches; 0 means none (the library's default is 50ms)."`
@@ -56,9 +60,9 @@ type benchCmd struct {
 }
 
 // validate checks the flags before anything is created.
-func (c *benchCmd) validate() error {
+func (c *Cmd) validate() error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("lastseen: bench: "+format, args...)
+		return runenv.Usagef("lastseen: bench: "+format, args...)
 	}
 	switch {
 	case c.Users < 1:
@@ -87,14 +91,25 @@ func (c *benchCmd) validate() error {
 	return nil
 }
 
-func (c *benchCmd) stdout() io.Writer {
+// SetWriters sets where the report (out) and the progress (log) go, unless
+// set already.
+func (c *Cmd) SetWriters(out, log io.Writer) {
+	if c.out == nil {
+		c.out = out
+	}
+	if c.log == nil {
+		c.log = log
+	}
+}
+
+func (c *Cmd) stdout() io.Writer {
 	if c.out != nil {
 		return c.out
 	}
 	return os.Stdout
 }
 
-func (c *benchCmd) progress(format string, args ...any) {
+func (c *Cmd) progress(format string, args ...any) {
 	w := c.log
 	if w == nil {
 		w = os.Stderr
@@ -103,17 +118,17 @@ func (c *benchCmd) progress(format string, args ...any) {
 }
 
 // Run runs the benchmark chosen by What and prints the report.
-func (c *benchCmd) Run() error {
+func (c *Cmd) Run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return c.run(ctx)
 }
 
-func (c *benchCmd) run(ctx context.Context) (err error) {
+func (c *Cmd) run(ctx context.Context) (err error) {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	env, err := openBenchEnv(ctx, c)
+	env, err := openEnv(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -122,7 +137,7 @@ func (c *benchCmd) run(ctx context.Context) (err error) {
 			err = cerr
 		}
 	}()
-	rep := &benchReport{Info: env.info(ctx)}
+	rep := &report{Info: env.info(ctx)}
 	if c.What == "requests" || c.What == "all" {
 		if rep.Requests, err = env.runRequests(ctx); err != nil {
 			return err
@@ -138,7 +153,7 @@ func (c *benchCmd) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	rep.Info.LoadEnd = benchLoadAvg()
+	rep.Info.LoadEnd = loadAvg()
 	rep.Targets = rep.targets()
 	rep.writeMarkdown(c.stdout(), c)
 	if c.JSON != "" {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,35 +13,35 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// benchTableStats are one table's cumulative counters from
+// tableCounters are one table's cumulative counters from
 // pg_stat_user_tables.
-type benchTableStats struct {
+type tableCounters struct {
 	Inserted, Updated, HotUpdated, Deleted, Live, Dead int64
 }
 
 // written is the rows written: inserted + updated + deleted.
-func (s benchTableStats) written() int64 { return s.Inserted + s.Updated + s.Deleted }
+func (s tableCounters) written() int64 { return s.Inserted + s.Updated + s.Deleted }
 
-func (e *benchEnv) tableStats(ctx context.Context, table string) (benchTableStats, error) {
+func (e *env) tableStats(ctx context.Context, table string) (tableCounters, error) {
 	var rows []struct {
 		Ins, Upd, Hot, Del, Live, Dead int64
 	}
 	err := e.admin.WithContext(ctx).Raw(`SELECT n_tup_ins AS ins, n_tup_upd AS upd, n_tup_hot_upd AS hot, n_tup_del AS del,
 n_live_tup AS live, n_dead_tup AS dead FROM pg_stat_user_tables WHERE schemaname = ? AND relname = ?`, e.schema, table).Scan(&rows).Error
 	if err != nil {
-		return benchTableStats{}, fmt.Errorf("lastseen: bench: pg_stat_user_tables %s: %w", table, err)
+		return tableCounters{}, fmt.Errorf("lastseen: bench: pg_stat_user_tables %s: %w", table, err)
 	}
 	if len(rows) != 1 {
-		return benchTableStats{}, fmt.Errorf("lastseen: bench: pg_stat_user_tables has %d rows for %s.%s", len(rows), e.schema, table)
+		return tableCounters{}, fmt.Errorf("lastseen: bench: pg_stat_user_tables has %d rows for %s.%s", len(rows), e.schema, table)
 	}
 	r := rows[0]
-	return benchTableStats{Inserted: r.Ins, Updated: r.Upd, HotUpdated: r.Hot, Deleted: r.Del, Live: r.Live, Dead: r.Dead}, nil
+	return tableCounters{Inserted: r.Ins, Updated: r.Upd, HotUpdated: r.Hot, Deleted: r.Del, Live: r.Live, Dead: r.Dead}, nil
 }
 
 // checkpoint runs CHECKPOINT so that every variant starts with the same
 // full-page-write state: the first change of each page after a checkpoint
 // writes the whole page to the WAL. It returns "" or why it could not.
-func (e *benchEnv) checkpoint(ctx context.Context) string {
+func (e *env) checkpoint(ctx context.Context) string {
 	if err := e.admin.WithContext(ctx).Exec("CHECKPOINT").Error; err != nil {
 		return err.Error()
 	}
@@ -49,7 +49,7 @@ func (e *benchEnv) checkpoint(ctx context.Context) string {
 }
 
 // walLSN returns pg_current_wal_lsn() as text.
-func (e *benchEnv) walLSN(ctx context.Context) (string, error) {
+func (e *env) walLSN(ctx context.Context) (string, error) {
 	var lsn []string
 	if err := e.admin.WithContext(ctx).Raw("SELECT pg_current_wal_lsn()::text").Scan(&lsn).Error; err != nil || len(lsn) != 1 {
 		return "", fmt.Errorf("lastseen: bench: pg_current_wal_lsn: %v", err)
@@ -58,7 +58,7 @@ func (e *benchEnv) walLSN(ctx context.Context) (string, error) {
 }
 
 // walBytes returns the bytes of WAL between two LSNs.
-func (e *benchEnv) walBytes(ctx context.Context, from, to string) (int64, error) {
+func (e *env) walBytes(ctx context.Context, from, to string) (int64, error) {
 	var n []int64
 	if err := e.admin.WithContext(ctx).Raw("SELECT pg_wal_lsn_diff(?::pg_lsn, ?::pg_lsn)::bigint", to, from).Scan(&n).Error; err != nil || len(n) != 1 {
 		return 0, fmt.Errorf("lastseen: bench: pg_wal_lsn_diff: %v", err)
@@ -71,7 +71,7 @@ func (e *benchEnv) walBytes(ctx context.Context, from, to string) (int64, error)
 // table, and every record (such as COMMIT) of a transaction that wrote one
 // of those. Other sessions' records in the same range (the server is
 // shared) are left out. It needs pg_walinspect; ok is false without it.
-func (e *benchEnv) ownWAL(ctx context.Context, from, to, table string) (bytes, records int64, ok bool, err error) {
+func (e *env) ownWAL(ctx context.Context, from, to, table string) (bytes, records int64, ok bool, err error) {
 	if e.walSchema == "" {
 		return 0, 0, false, nil
 	}
@@ -124,16 +124,16 @@ WHERE mine OR (x <> 0 AND x IN (SELECT x FROM r WHERE mine AND x <> 0))`,
 
 // commandStats returns INFO commandstats as command -> calls. Redis counts
 // every command a Lua script runs as well as the EVALSHA itself.
-func (e *benchEnv) commandStats(ctx context.Context) (map[string]int64, error) {
+func (e *env) commandStats(ctx context.Context) (map[string]int64, error) {
 	s, err := e.plain.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, fmt.Errorf("lastseen: bench: INFO commandstats: %w", err)
 	}
-	return benchParseCommandStats(s)
+	return parseCommandStats(s)
 }
 
-// benchParseCommandStats parses lines "cmdstat_<name>:calls=N,usec=...".
-func benchParseCommandStats(s string) (map[string]int64, error) {
+// parseCommandStats parses lines "cmdstat_<name>:calls=N,usec=...".
+func parseCommandStats(s string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, line := range strings.Split(s, "\n") {
 		line = strings.TrimSpace(line)
@@ -163,10 +163,10 @@ func benchParseCommandStats(s string) (map[string]int64, error) {
 	return out, nil
 }
 
-// benchCommandDelta is after - before per command, leaving out INFO (the
+// commandDelta is after - before per command, leaving out INFO (the
 // measurement's own command). It returns the total and the non-zero
 // commands.
-func benchCommandDelta(before, after map[string]int64) (int64, map[string]int64) {
+func commandDelta(before, after map[string]int64) (int64, map[string]int64) {
 	var total int64
 	per := map[string]int64{}
 	for name, n := range after {
@@ -181,8 +181,8 @@ func benchCommandDelta(before, after map[string]int64) (int64, map[string]int64)
 	return total, per
 }
 
-// benchPercentile returns the nearest-rank percentile p (0-100] of sorted.
-func benchPercentile(sorted []time.Duration, p float64) time.Duration {
+// percentile returns the nearest-rank percentile p (0-100] of sorted.
+func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -190,15 +190,15 @@ func benchPercentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
-// benchHeap samples the Go heap in a goroutine while a phase runs.
-type benchHeap struct {
+// heapSampler samples the Go heap in a goroutine while a phase runs.
+type heapSampler struct {
 	stop chan struct{}
-	done chan benchHeapResult
+	done chan heapResult
 }
 
-// benchHeapResult is the heap growth of one phase, over the heap measured
+// heapResult is the heap growth of one phase, over the heap measured
 // right after a GC at its start.
-type benchHeapResult struct {
+type heapResult struct {
 	PeakHeapGrowth int64  `json:"peak_heap_growth_bytes"` // heap objects (live and not yet swept), like MemStats.HeapAlloc
 	PeakLiveGrowth int64  `json:"peak_live_growth_bytes"` // live heap as of the latest GC mark
 	Allocated      int64  `json:"allocated_bytes"`        // bytes allocated during the phase
@@ -207,15 +207,15 @@ type benchHeapResult struct {
 	Interval       string `json:"interval"`
 }
 
-var benchHeapMetrics = []string{"/memory/classes/heap/objects:bytes", "/gc/heap/live:bytes", "/gc/heap/allocs:bytes", "/gc/cycles/total:gc-cycles"}
+var heapMetrics = []string{"/memory/classes/heap/objects:bytes", "/gc/heap/live:bytes", "/gc/heap/allocs:bytes", "/gc/cycles/total:gc-cycles"}
 
-// startBenchHeap runs a GC, takes the baseline and samples every interval
+// startHeap runs a GC, takes the baseline and samples every interval
 // with runtime/metrics (no stop-the-world) until Stop.
-func startBenchHeap(interval time.Duration) *benchHeap {
+func startHeap(interval time.Duration) *heapSampler {
 	runtime.GC()
-	h := &benchHeap{stop: make(chan struct{}), done: make(chan benchHeapResult, 1)}
-	samples := make([]metrics.Sample, len(benchHeapMetrics))
-	for i, name := range benchHeapMetrics {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan heapResult, 1)}
+	samples := make([]metrics.Sample, len(heapMetrics))
+	for i, name := range heapMetrics {
 		samples[i].Name = name
 	}
 	metrics.Read(samples)
@@ -224,7 +224,7 @@ func startBenchHeap(interval time.Duration) *benchHeap {
 		base[i] = samples[i].Value.Uint64()
 	}
 	go func() {
-		res := benchHeapResult{Interval: interval.String()}
+		res := heapResult{Interval: interval.String()}
 		var peakObj, peakLive uint64
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -253,13 +253,13 @@ func startBenchHeap(interval time.Duration) *benchHeap {
 	return h
 }
 
-func (h *benchHeap) Stop() benchHeapResult {
+func (h *heapSampler) Stop() heapResult {
 	close(h.stop)
 	return <-h.done
 }
 
-// benchSortedDurations merges and sorts per-worker latencies.
-func benchSortedDurations(parts [][]time.Duration) []time.Duration {
+// sortedDurations merges and sorts per-worker latencies.
+func sortedDurations(parts [][]time.Duration) []time.Duration {
 	var all []time.Duration
 	for _, p := range parts {
 		all = append(all, p...)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -10,24 +10,24 @@ import (
 	"time"
 )
 
-// benchReport is everything one run measured; it is printed as markdown
+// report is everything one run measured; it is printed as markdown
 // and written as JSON.
-type benchReport struct {
-	Info     benchInfo      `json:"info"`
-	Requests *benchRequests `json:"requests,omitempty"`
-	Flush    *benchFlush    `json:"flush,omitempty"`
-	Purge    *benchPurge    `json:"purge,omitempty"`
-	Targets  []benchTarget  `json:"targets"`
+type report struct {
+	Info     runInfo         `json:"info"`
+	Requests *requestsResult `json:"requests,omitempty"`
+	Flush    *flushResult    `json:"flush,omitempty"`
+	Purge    *purgeResult    `json:"purge,omitempty"`
+	Targets  []target        `json:"targets"`
 }
 
-// benchTarget is one target of issue 5, judged on this run's figures.
-type benchTarget struct {
+// target is one target of issue 5, judged on this run's figures.
+type target struct {
 	Target string `json:"target"`
 	Value  string `json:"value"`
 	Met    bool   `json:"met"`
 }
 
-func (r *benchReport) failedChecks() []string {
+func (r *report) failedChecks() []string {
 	var failed []string
 	if r.Requests != nil {
 		for _, v := range r.Requests.Variants {
@@ -45,7 +45,7 @@ func (r *benchReport) failedChecks() []string {
 	return failed
 }
 
-func (r *benchReport) writeJSON(path string) error {
+func (r *report) writeJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("lastseen: bench: json: %w", err)
@@ -56,8 +56,8 @@ func (r *benchReport) writeJSON(path string) error {
 	return nil
 }
 
-// benchInt writes n with thousands separators.
-func benchInt(n int64) string {
+// fmtInt writes n with thousands separators.
+func fmtInt(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
@@ -74,8 +74,8 @@ func benchInt(n int64) string {
 	return b.String()
 }
 
-// benchBytes writes a byte count in B, KiB or MiB.
-func benchBytes(n int64) string {
+// fmtBytes writes a byte count in B, KiB or MiB.
+func fmtBytes(n int64) string {
 	switch a := max(n, -n); {
 	case a >= 1<<20:
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
@@ -85,8 +85,8 @@ func benchBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// benchDur writes a duration with three significant digits.
-func benchDur(d time.Duration) string {
+// fmtDur writes a duration with three significant digits.
+func fmtDur(d time.Duration) string {
 	switch {
 	case d >= time.Second:
 		return fmt.Sprintf("%.2f s", d.Seconds())
@@ -98,8 +98,8 @@ func benchDur(d time.Duration) string {
 	return fmt.Sprintf("%d ns", d)
 }
 
-// benchRatioText writes a ratio to per-request, with "1/x" when below 1.
-func benchRatioText(r float64) string {
+// fmtRatio writes a ratio to per-request, with "1/x" when below 1.
+func fmtRatio(r float64) string {
 	switch {
 	case r == 0:
 		return "0"
@@ -109,21 +109,21 @@ func benchRatioText(r float64) string {
 	return fmt.Sprintf("%.2f", r)
 }
 
-func benchRate(x float64) string { return benchInt(int64(x + 0.5)) }
+func fmtRate(x float64) string { return fmtInt(int64(x + 0.5)) }
 
-func (r *benchReport) writeMarkdown(w io.Writer, c *benchCmd) {
+func (r *report) writeMarkdown(w io.Writer, c *Cmd) {
 	in := r.Info
 	fmt.Fprintf(w, "# lastseen bench %s\n\n", c.What)
 	fmt.Fprintf(w, "%s; %s, %d CPUs (GOMAXPROCS %d), load average %s at the start and %s at the end; PostgreSQL %s; Redis %s; WAL attribution: %s.\n",
 		in.Date, in.GoVersion, in.CPUs, in.GOMAXPROCS, in.LoadStart, in.LoadEnd, in.Postgres, in.Redis, in.WALInspect)
 	if q := r.Requests; q != nil {
-		writeBenchRequests(w, q)
+		writeRequests(w, q)
 	}
 	if f := r.Flush; f != nil {
-		writeBenchFlush(w, f)
+		writeFlush(w, f)
 	}
 	if p := r.Purge; p != nil {
-		writeBenchPurge(w, p)
+		writePurge(w, p)
 	}
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(w, "\n## Targets of issue 5 (judged on this run; reported, never asserted)\n\n| target | this run | met |\n|---|---|---|\n")
@@ -137,9 +137,9 @@ func (r *benchReport) writeMarkdown(w io.Writer, c *benchCmd) {
 	}
 }
 
-func writeBenchRequests(w io.Writer, q *benchRequests) {
+func writeRequests(w io.Writer, q *requestsResult) {
 	fmt.Fprintf(w, "\n## Requests: %s requests from %s of %s users (Zipf s=%v, seed %d), %d workers, throttle window %s, touch timeout %s\n\n",
-		benchInt(int64(q.Requests)), benchInt(int64(q.Distinct)), benchInt(int64(q.Users)), q.Zipf, q.Seed, q.Workers, q.Throttle, q.Timeout)
+		fmtInt(int64(q.Requests)), fmtInt(int64(q.Distinct)), fmtInt(int64(q.Users)), q.Zipf, q.Seed, q.Workers, q.Throttle, q.Timeout)
 	fmt.Fprint(w, "| |")
 	for _, v := range q.Variants {
 		fmt.Fprintf(w, " %s |", v.Name)
@@ -149,54 +149,54 @@ func writeBenchRequests(w io.Writer, q *benchRequests) {
 		fmt.Fprint(w, "--:|")
 	}
 	fmt.Fprintln(w)
-	row := func(label string, f func(v benchVariant) string) {
+	row := func(label string, f func(v variant) string) {
 		fmt.Fprintf(w, "| %s |", label)
 		for _, v := range q.Variants {
 			fmt.Fprintf(w, " %s |", f(v))
 		}
 		fmt.Fprintln(w)
 	}
-	flushOnly := func(f func(v benchVariant) string) func(v benchVariant) string {
-		return func(v benchVariant) string {
+	flushOnly := func(f func(v variant) string) func(v variant) string {
+		return func(v variant) string {
 			if v.Name == "per-request" {
 				return "-"
 			}
 			return f(v)
 		}
 	}
-	row("requests/s", func(v benchVariant) string { return benchRate(v.RequestsPerSec) })
-	row("tracking call p50", func(v benchVariant) string { return benchDur(v.P50) })
-	row("tracking call p99", func(v benchVariant) string { return benchDur(v.P99) })
-	row("p50 vs per-request", func(v benchVariant) string { return benchRatioText(v.P50Ratio) })
-	row("Redis commands/request (INFO commandstats)", func(v benchVariant) string { return fmt.Sprintf("%.4f", v.RedisPerRequest) })
-	row("Redis commands/request sent by the app", func(v benchVariant) string { return fmt.Sprintf("%.4f", v.ClientPerRequest) })
-	row("rows written (pg_stat_user_tables)", func(v benchVariant) string { return benchInt(v.RowsWritten) })
-	row("rows written vs per-request", func(v benchVariant) string { return benchRatioText(v.RowsRatio) })
-	row("WAL bytes (pg_current_wal_lsn)", func(v benchVariant) string { return benchBytes(v.WALBytes) })
-	row("WAL vs per-request", func(v benchVariant) string { return benchRatioText(v.WALRatio) })
-	row("WAL of the variant's own records (pg_walinspect)", func(v benchVariant) string {
+	row("requests/s", func(v variant) string { return fmtRate(v.RequestsPerSec) })
+	row("tracking call p50", func(v variant) string { return fmtDur(v.P50) })
+	row("tracking call p99", func(v variant) string { return fmtDur(v.P99) })
+	row("p50 vs per-request", func(v variant) string { return fmtRatio(v.P50Ratio) })
+	row("Redis commands/request (INFO commandstats)", func(v variant) string { return fmt.Sprintf("%.4f", v.RedisPerRequest) })
+	row("Redis commands/request sent by the app", func(v variant) string { return fmt.Sprintf("%.4f", v.ClientPerRequest) })
+	row("rows written (pg_stat_user_tables)", func(v variant) string { return fmtInt(v.RowsWritten) })
+	row("rows written vs per-request", func(v variant) string { return fmtRatio(v.RowsRatio) })
+	row("WAL bytes (pg_current_wal_lsn)", func(v variant) string { return fmtBytes(v.WALBytes) })
+	row("WAL vs per-request", func(v variant) string { return fmtRatio(v.WALRatio) })
+	row("WAL of the variant's own records (pg_walinspect)", func(v variant) string {
 		if !v.OwnWAL {
 			return "n/a"
 		}
-		return benchBytes(v.OwnWALBytes)
+		return fmtBytes(v.OwnWALBytes)
 	})
-	row("own WAL vs per-request", func(v benchVariant) string {
+	row("own WAL vs per-request", func(v variant) string {
 		if !v.OwnWAL {
 			return "n/a"
 		}
-		return benchRatioText(v.OwnWALRatio)
+		return fmtRatio(v.OwnWALRatio)
 	})
-	row("dead tuples left", func(v benchVariant) string { return benchInt(v.DeadTuples) })
-	row("flush wall time", flushOnly(func(v benchVariant) string { return benchDur(v.FlushWall) }))
-	row("flush rows/s", flushOnly(func(v benchVariant) string { return benchRate(v.FlushRowsPerSec) }))
-	row("tracking-call errors", func(v benchVariant) string { return benchInt(v.Errors) })
-	row("touches kept in the in-process backlog", func(v benchVariant) string {
+	row("dead tuples left", func(v variant) string { return fmtInt(v.DeadTuples) })
+	row("flush wall time", flushOnly(func(v variant) string { return fmtDur(v.FlushWall) }))
+	row("flush rows/s", flushOnly(func(v variant) string { return fmtRate(v.FlushRowsPerSec) }))
+	row("tracking-call errors", func(v variant) string { return fmtInt(v.Errors) })
+	row("touches kept in the in-process backlog", func(v variant) string {
 		if v.Library == nil {
 			return "-"
 		}
-		return benchInt(v.Library.Backlogged)
+		return fmtInt(v.Library.Backlogged)
 	})
-	row("check", func(v benchVariant) string { return v.Check })
+	row("check", func(v variant) string { return v.Check })
 	for _, v := range q.Variants {
 		if v.FirstError != "" {
 			fmt.Fprintf(w, "\n%s: first tracking-call error: %s\n", v.Name, v.FirstError)
@@ -207,19 +207,19 @@ func writeBenchRequests(w io.Writer, q *benchRequests) {
 	}
 }
 
-func writeBenchFlush(w io.Writer, f *benchFlush) {
+func writeFlush(w io.Writer, f *flushResult) {
 	fmt.Fprintf(w, "\n## Flush: %s pending users into a %s-row table (%d shards, batches of %d)\n\n",
-		benchInt(int64(f.Users)), benchInt(int64(f.Users)), f.Shards, f.BatchSize)
-	sides := []benchFlushSide{f.Raw, f.Lib, f.RawAfter}
-	row := func(label string, cell func(i int, s benchFlushSide) string) {
+		fmtInt(int64(f.Users)), fmtInt(int64(f.Users)), f.Shards, f.BatchSize)
+	sides := []flushSide{f.Raw, f.Lib, f.RawAfter}
+	row := func(label string, cell func(i int, s flushSide) string) {
 		fmt.Fprintf(w, "| %s |", label)
 		for i, s := range sides {
 			fmt.Fprintf(w, " %s |", cell(i, s))
 		}
 		fmt.Fprintln(w)
 	}
-	libOnly := func(v string) func(i int, s benchFlushSide) string {
-		return func(i int, _ benchFlushSide) string {
+	libOnly := func(v string) func(i int, s flushSide) string {
+		return func(i int, _ flushSide) string {
 			if i == 1 {
 				return v
 			}
@@ -227,34 +227,34 @@ func writeBenchFlush(w io.Writer, f *benchFlush) {
 		}
 	}
 	fmt.Fprintf(w, "| | raw bulk UPDATE before (pgx, no Redis) | lastseen Flush | raw bulk UPDATE after |\n|---|--:|--:|--:|\n")
-	row("wall time", func(_ int, s benchFlushSide) string { return benchDur(s.Wall) })
-	row("rows written", func(_ int, s benchFlushSide) string { return benchInt(s.Rows) })
-	row("rows/s", func(_ int, s benchFlushSide) string { return benchRate(s.RowsPerSec) })
-	row("vs raw (mean of before and after)", func(_ int, s benchFlushSide) string {
+	row("wall time", func(_ int, s flushSide) string { return fmtDur(s.Wall) })
+	row("rows written", func(_ int, s flushSide) string { return fmtInt(s.Rows) })
+	row("rows/s", func(_ int, s flushSide) string { return fmtRate(s.RowsPerSec) })
+	row("vs raw (mean of before and after)", func(_ int, s flushSide) string {
 		return fmt.Sprintf("%.2f", s.RowsPerSec/f.RawRowsPerSec)
 	})
-	row("UPDATE statements", func(_ int, s benchFlushSide) string { return benchInt(s.SQL.Writes) })
-	row("time inside UPDATE statements", func(_ int, s benchFlushSide) string {
-		return fmt.Sprintf("%s (%.0f%%)", benchDur(s.SQL.WriteTime), 100*s.SQL.WriteTime.Seconds()/s.Wall.Seconds())
+	row("UPDATE statements", func(_ int, s flushSide) string { return fmtInt(s.SQL.Writes) })
+	row("time inside UPDATE statements", func(_ int, s flushSide) string {
+		return fmt.Sprintf("%s (%.0f%%)", fmtDur(s.SQL.WriteTime), 100*s.SQL.WriteTime.Seconds()/s.Wall.Seconds())
 	})
-	row("longest UPDATE", func(_ int, s benchFlushSide) string { return benchDur(s.SQL.LongestWrite) })
-	row("time waiting for Redis (round trips)", libOnly(fmt.Sprintf("%s (%.0f%%, %s)", benchDur(f.Redis.Time),
-		100*f.Redis.Time.Seconds()/f.Lib.Wall.Seconds(), benchInt(f.Redis.RoundTrips))))
-	row("peak heap growth (heap objects, incl. garbage)", libOnly(benchBytes(f.Heap.PeakHeapGrowth)))
-	row("peak live heap growth (after GC mark)", libOnly(benchBytes(f.Heap.PeakLiveGrowth)))
-	row("allocated during the flush / GC cycles", libOnly(fmt.Sprintf("%s / %d", benchBytes(f.Heap.Allocated), f.Heap.GCCycles)))
+	row("longest UPDATE", func(_ int, s flushSide) string { return fmtDur(s.SQL.LongestWrite) })
+	row("time waiting for Redis (round trips)", libOnly(fmt.Sprintf("%s (%.0f%%, %s)", fmtDur(f.Redis.Time),
+		100*f.Redis.Time.Seconds()/f.Lib.Wall.Seconds(), fmtInt(f.Redis.RoundTrips))))
+	row("peak heap growth (heap objects, incl. garbage)", libOnly(fmtBytes(f.Heap.PeakHeapGrowth)))
+	row("peak live heap growth (after GC mark)", libOnly(fmtBytes(f.Heap.PeakLiveGrowth)))
+	row("allocated during the flush / GC cycles", libOnly(fmt.Sprintf("%s / %d", fmtBytes(f.Heap.Allocated), f.Heap.GCCycles)))
 	row("check", libOnly(f.Check))
 	fmt.Fprintf(w, "\nThe pending hashes were filled directly with HSET pipelines (%s), not by %s Touch calls.\n",
-		benchDur(f.FillWall), benchInt(int64(f.Users)))
+		fmtDur(f.FillWall), fmtInt(int64(f.Users)))
 }
 
-func writeBenchPurge(w io.Writer, p *benchPurge) {
+func writePurge(w io.Writer, p *purgeResult) {
 	pause := p.Pause
 	if pause == "0s" {
 		pause = "no pause"
 	}
 	fmt.Fprintf(w, "\n## Purge: %s expired + %s live sessions (batches of %d, %s)\n\n",
-		benchInt(int64(p.Expired)), benchInt(int64(p.Live)), p.BatchSize, pause)
+		fmtInt(int64(p.Expired)), fmtInt(int64(p.Live)), p.BatchSize, pause)
 	fmt.Fprintf(w, "| deleted | wall time | rows/s | batches | longest batch transaction | mean batch transaction | in transactions / id reads / Redis | peak heap growth | live left | check |\n")
 	fmt.Fprintf(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	mean := time.Duration(0)
@@ -262,15 +262,15 @@ func writeBenchPurge(w io.Writer, p *benchPurge) {
 		mean = p.SQL.TxTime / time.Duration(p.SQL.Txs)
 	}
 	fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s / %s / %s | %s | %s of %s | %s |\n",
-		benchInt(int64(p.Result.Deleted)), benchDur(p.Wall), benchRate(p.RowsPerSec), p.Result.Batches,
-		benchDur(p.SQL.LongestTx), benchDur(mean), benchDur(p.SQL.TxTime), benchDur(p.SQL.ReadTime), benchDur(p.Redis.Time),
-		benchBytes(p.Heap.PeakHeapGrowth), benchInt(p.LiveLeft), benchInt(int64(p.Live)), p.Check)
+		fmtInt(int64(p.Result.Deleted)), fmtDur(p.Wall), fmtRate(p.RowsPerSec), p.Result.Batches,
+		fmtDur(p.SQL.LongestTx), fmtDur(mean), fmtDur(p.SQL.TxTime), fmtDur(p.SQL.ReadTime), fmtDur(p.Redis.Time),
+		fmtBytes(p.Heap.PeakHeapGrowth), fmtInt(p.LiveLeft), fmtInt(int64(p.Live)), p.Check)
 }
 
 // targets judges issue 5's targets on the figures this run has.
-func (r *benchReport) targets() []benchTarget {
-	var t []benchTarget
-	add := func(target, value string, met bool) { t = append(t, benchTarget{target, value, met}) }
+func (r *report) targets() []target {
+	var t []target
+	add := func(goal, value string, met bool) { t = append(t, target{goal, value, met}) }
 	if q := r.Requests; q != nil && len(q.Variants) == 4 {
 		local := q.Variants[3]
 		fewer := func(ratio float64) float64 {
@@ -293,13 +293,13 @@ func (r *benchReport) targets() []benchTarget {
 			fmt.Sprintf("%.4f", local.ClientPerRequest), local.ClientPerRequest <= 0.05)
 	}
 	if f := r.Flush; f != nil {
-		add("flush >= 150,000 rows/s", benchRate(f.Lib.RowsPerSec), f.Lib.RowsPerSec >= 150_000)
+		add("flush >= 150,000 rows/s", fmtRate(f.Lib.RowsPerSec), f.Lib.RowsPerSec >= 150_000)
 		add("flush >= 0.7 of the raw bulk UPDATE rate (mean of the runs before and after)", fmt.Sprintf("%.2f", f.Ratio), f.Ratio >= 0.7)
-		add("flush heap growth < 64 MiB", benchBytes(f.Heap.PeakHeapGrowth), f.Heap.PeakHeapGrowth < 64<<20)
+		add("flush heap growth < 64 MiB", fmtBytes(f.Heap.PeakHeapGrowth), f.Heap.PeakHeapGrowth < 64<<20)
 	}
 	if p := r.Purge; p != nil {
-		add("purge >= 100,000 rows/s", benchRate(p.RowsPerSec), p.RowsPerSec >= 100_000)
-		add("purge: no batch transaction over 200 ms", benchDur(p.SQL.LongestTx), p.SQL.LongestTx <= 200*time.Millisecond)
+		add("purge >= 100,000 rows/s", fmtRate(p.RowsPerSec), p.RowsPerSec >= 100_000)
+		add("purge: no batch transaction over 200 ms", fmtDur(p.SQL.LongestTx), p.SQL.LongestTx <= 200*time.Millisecond)
 	}
 	return t
 }

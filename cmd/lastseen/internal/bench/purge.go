@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// benchPurge is the purge-at-scale result.
-type benchPurge struct {
+// purgeResult is the purge-at-scale result.
+type purgeResult struct {
 	Expired    int                  `json:"expired"`
 	Live       int                  `json:"live"`
 	BatchSize  int                  `json:"batch_size"`
@@ -20,17 +20,17 @@ type benchPurge struct {
 	Wall       time.Duration        `json:"wall_ns"`
 	RowsPerSec float64              `json:"rows_per_sec"`
 	Result     lastseen.PurgeResult `json:"result"`
-	SQL        benchSQLStats        `json:"sql"`
-	Redis      benchRedisTime       `json:"redis"`
-	Heap       benchHeapResult      `json:"heap"`
+	SQL        sqlStats             `json:"sql"`
+	Redis      redisTime            `json:"redis"`
+	Heap       heapResult           `json:"heap"`
 	LiveLeft   int64                `json:"live_left"`
 	Left       int64                `json:"rows_left"`
 	Check      string               `json:"check"`
 }
 
-func (e *benchEnv) runPurge(ctx context.Context) (*benchPurge, error) {
+func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	c := e.cmd
-	res := &benchPurge{Expired: c.PurgeExpired, Live: c.PurgeLive, BatchSize: lastseen.DefaultPurgeBatchSize, Pause: c.PurgePause.String()}
+	res := &purgeResult{Expired: c.PurgeExpired, Live: c.PurgeLive, BatchSize: lastseen.DefaultPurgeBatchSize, Pause: c.PurgePause.String()}
 	db, _, err := e.openPool(ctx, "purge_", 2)
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func (e *benchEnv) runPurge(ctx context.Context) (*benchPurge, error) {
 		pause = -1 // the library's "no pause"
 	}
 	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: e.prefix + "-purge", DisableScheduler: true,
-		PurgePause: pause, Logger: e.benchLogger()})
+		PurgePause: pause, Logger: e.pluginLogger()})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
@@ -53,7 +53,7 @@ func (e *benchEnv) runPurge(ctx context.Context) (*benchPurge, error) {
 	e.checkpoint(ctx)
 
 	c.progress("purge: PurgeExpiredSessions")
-	heap := startBenchHeap(time.Millisecond)
+	heap := startHeap(time.Millisecond)
 	e.tracer.start()
 	e.timer.start()
 	t0 := time.Now()
@@ -88,7 +88,7 @@ func (e *benchEnv) runPurge(ctx context.Context) (*benchPurge, error) {
 		res.Check = fmt.Sprint(problems)
 	}
 	c.progress("purge: %d deleted, %.0f rows/s, longest batch transaction %v, heap +%s, check %s",
-		res.Result.Deleted, res.RowsPerSec, res.SQL.LongestTx, benchBytes(res.Heap.PeakHeapGrowth), res.Check)
+		res.Result.Deleted, res.RowsPerSec, res.SQL.LongestTx, fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
 	return res, nil
 }
 
@@ -97,7 +97,7 @@ func (e *benchEnv) runPurge(ctx context.Context) (*benchPurge, error) {
 // spread evenly among them (row i is live when i*live/total steps up), so
 // that the purge has to skip live rows all along the table. Ids are MD5
 // hex strings, like random session tokens.
-func (e *benchEnv) createSessions(ctx context.Context, db *gorm.DB, expired, live int, now time.Time) (string, error) {
+func (e *env) createSessions(ctx context.Context, db *gorm.DB, expired, live int, now time.Time) (string, error) {
 	db = db.WithContext(ctx)
 	if err := db.AutoMigrate(&lastseen.Session{}); err != nil {
 		return "", fmt.Errorf("lastseen: bench: create sessions table: %w", err)

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lastseen/lastseen"
+)
+
+// statusCmd prints the Redis buffer per shard and the expired sessions.
+type statusCmd struct {
+	connFlags   `embed:""`
+	targetFlags `embed:""`
+
+	out    io.Writer        // the report; run sets it
+	errOut io.Writer        // warnings; run sets it
+	now    func() time.Time // default time.Now; tests set it
+}
+
+func (c *statusCmd) Run() error {
+	ctx := context.Background()
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now, c.errOut)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	st, err := e.p.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if err := e.warnNoBuffer(ctx, st.Pending+st.InFlight > 0); err != nil {
+		return err
+	}
+	out := c.out
+	fmt.Fprintf(out, "redis buffer (prefix %q, %d shards) at %s\n", c.Prefix, c.Shards, st.At.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "shard\tpending\tin-flight\toldest")
+	for _, s := range st.Shards {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\n", s.Shard, s.Pending, s.InFlight, when(s.Oldest, st.At))
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t%s\n", st.Pending, st.InFlight, when(st.Oldest, st.At))
+	tw.Flush()
+	if st.Unreadable > 0 {
+		fmt.Fprintf(out, "unreadable entries: %d (the next flush drops them as rejected)\n", st.Unreadable)
+	}
+	if err := e.checkSessions(); err != nil {
+		fmt.Fprintf(out, "expired sessions: not counted: %s\n", strings.TrimPrefix(err.Error(), "lastseen: "))
+		return nil
+	}
+	n, oldest, err := e.p.ExpiredSessions(ctx)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(out, "expired sessions in %q: 0\n", c.SessionsTable)
+		return nil
+	}
+	fmt.Fprintf(out, "expired sessions in %q: %d, oldest expiry %s\n", c.SessionsTable, n, when(oldest, st.At))
+	return nil
+}
+
+// flushCmd runs one flush and prints its FlushResult.
+type flushCmd struct {
+	connFlags   `embed:""`
+	targetFlags `embed:""`
+
+	out    io.Writer
+	errOut io.Writer
+	now    func() time.Time
+}
+
+func (c *flushCmd) Run() error {
+	ctx := context.Background()
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now, c.errOut)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	if err := e.checkUsers(); err != nil {
+		return err
+	}
+	if err := e.warnNoBuffer(ctx, false); err != nil {
+		return err
+	}
+	res, err := e.p.Flush(ctx)
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	for _, row := range []struct {
+		name string
+		v    any
+	}{
+		{"drained", res.Drained}, {"written", res.Written}, {"unknown", res.Unknown}, {"stale", res.Stale},
+		{"rejected", res.Rejected}, {"failed", res.Failed}, {"batches", res.Batches}, {"shards", res.Shards},
+		{"skipped", res.Skipped}, {"duration", res.Duration.Round(time.Microsecond)},
+	} {
+		fmt.Fprintf(tw, "%s\t%v\n", row.name, row.v)
+	}
+	tw.Flush()
+	return err
+}
+
+// purgeCmd deletes expired sessions now, or with --dry-run counts them.
+type purgeCmd struct {
+	connFlags   `embed:""`
+	targetFlags `embed:""`
+	DryRun      bool `help:"Only count the expired sessions and print the oldest expiry; delete nothing."`
+
+	out    io.Writer
+	errOut io.Writer
+	now    func() time.Time
+}
+
+func (c *purgeCmd) Run() error {
+	ctx := context.Background()
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now, c.errOut)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	if err := e.checkSessions(); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	if c.DryRun {
+		cutoff := e.p.Config().Now().UTC()
+		n, oldest, err := e.p.ExpiredSessions(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "dry run\tnothing deleted\n")
+		fmt.Fprintf(tw, "cutoff\t%s\n", cutoff.Format(time.RFC3339))
+		fmt.Fprintf(tw, "expired\t%d\n", n)
+		fmt.Fprintf(tw, "oldest\t%s\n", when(oldest, cutoff))
+		return nil
+	}
+	res, err := e.p.PurgeExpiredSessions(ctx)
+	if errors.Is(err, lastseen.ErrLocked) {
+		return fmt.Errorf("%w: a purge is running elsewhere; nothing deleted", err)
+	}
+	fmt.Fprintf(tw, "deleted\t%d\n", res.Deleted)
+	fmt.Fprintf(tw, "batches\t%d\n", res.Batches)
+	fmt.Fprintf(tw, "cutoff\t%s\n", res.Cutoff.Format(time.RFC3339))
+	fmt.Fprintf(tw, "stopped\t%v\n", res.Stopped)
+	fmt.Fprintf(tw, "duration\t%v\n", res.Duration.Round(time.Microsecond))
+	return err
+}
+
+// when formats a timestamp and its age against now, or "-" for none.
+func when(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	age := now.Sub(t).Round(time.Second)
+	if age < 0 {
+		return fmt.Sprintf("%s (%v ahead of the clock)", t.UTC().Format(time.RFC3339), -age)
+	}
+	return fmt.Sprintf("%s (%v ago)", t.UTC().Format(time.RFC3339), age)
+}

@@ -1,0 +1,353 @@
+package lastseenotel
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
+	"github.com/glebarez/sqlite"
+	"github.com/lastseen/lastseen"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// clock is a fake clock: the plugin's, and the instrumentation's stepping
+// one.
+type clock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration // added after every read
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.now
+	c.now = c.now.Add(c.step)
+	return t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+var start = time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// env is one plugin on a SQLite file and a miniredis, instrumented with an
+// in-memory reader and span recorder.
+type env struct {
+	p      *lastseen.Plugin
+	db     *gorm.DB
+	rdb    *redis.Client
+	clock  *clock
+	reader *sdkmetric.ManualReader
+	spans  *tracetest.SpanRecorder
+	inst   *Instrumentation
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	db, err := gorm.Open(sqlite.Open(filepath.Join(t.TempDir(), "test.db")+"?_pragma=busy_timeout(5000)"),
+		&gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	must(t, err)
+	t.Cleanup(func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+	})
+	must(t, db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
+	c := &clock{now: start}
+	p := lastseen.New(lastseen.Config{
+		Redis: rdb, Shards: 2, FlushConcurrency: 1, Now: c.Now, DisableScheduler: true,
+		TouchTimeout: 2 * time.Second, PurgePause: -1, PurgeBatchSize: 2,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	must(t, db.Use(p))
+	t.Cleanup(func() { p.Close(context.Background()) })
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() {
+		_ = mp.Shutdown(context.Background())
+		_ = tp.Shutdown(context.Background())
+	})
+	inst, err := New(p, WithMeterProvider(mp), WithTracerProvider(tp))
+	must(t, err)
+	inst.now = (&clock{now: start, step: 250 * time.Millisecond}).Now // every run lasts 0.25s
+	return &env{p: p, db: db, rdb: rdb, clock: c, reader: reader, spans: spans, inst: inst}
+}
+
+// metrics collects and renders every data point as one sorted line:
+// "name unit {attributes} value", histograms with count, sum and the
+// non-empty buckets' upper bounds and counts.
+func (e *env) metrics(t *testing.T) string {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	must(t, e.reader.Collect(context.Background(), &rm))
+	var lines []string
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != ScopeName {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, ScopeName)
+		}
+		for _, m := range sm.Metrics {
+			head := m.Name + " " + m.Unit + " "
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if !d.IsMonotonic || d.Temporality != metricdata.CumulativeTemporality {
+					t.Errorf("%s: not a cumulative monotonic sum", m.Name)
+				}
+				for _, p := range d.DataPoints {
+					lines = append(lines, head+attrs(p.Attributes)+" "+fmt.Sprint(p.Value))
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					lines = append(lines, head+attrs(p.Attributes)+" "+fmt.Sprint(p.Value))
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					lines = append(lines, head+attrs(p.Attributes)+" "+fmt.Sprint(p.Value))
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					var buckets []string
+					for i, n := range p.BucketCounts {
+						if n > 0 {
+							le := "+Inf"
+							if i < len(p.Bounds) {
+								le = fmt.Sprint(p.Bounds[i])
+							}
+							buckets = append(buckets, fmt.Sprintf("le%s:%d", le, n))
+						}
+					}
+					lines = append(lines, fmt.Sprintf("%s%s count=%d sum=%v %s", head, attrs(p.Attributes), p.Count, p.Sum, strings.Join(buckets, ",")))
+				}
+			default:
+				t.Errorf("%s: unexpected data %T", m.Name, m.Data)
+			}
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// attrs renders a set without the two attributes every point has, after
+// checking them.
+func attrs(s attribute.Set) string {
+	var out []string
+	for _, kv := range s.ToSlice() {
+		switch {
+		case kv.Key == "db.system.name" && kv.Value.AsString() == "sqlite":
+		case kv.Key == "db.collection.name" && kv.Value.AsString() == "users":
+		default:
+			out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+		}
+	}
+	if len(out) != s.Len()-2 {
+		return "{MISSING db.system.name=sqlite or db.collection.name=users: " + s.Encoded(attribute.DefaultEncoder()) + "}"
+	}
+	return "{" + strings.Join(out, ",") + "}"
+}
+
+// spanLines renders the ended spans in the order they ended: name, kind,
+// parent's name, attributes, status and events.
+func (e *env) spanLines() string {
+	ended := e.spans.Ended()
+	names := map[string]string{}
+	for _, s := range ended {
+		names[s.SpanContext().SpanID().String()] = s.Name()
+	}
+	var lines []string
+	for _, s := range ended {
+		parent := names[s.Parent().SpanID().String()]
+		var kv []string
+		for _, a := range s.Attributes() {
+			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+		}
+		slices.Sort(kv)
+		line := fmt.Sprintf("%q kind=%s parent=%q [%s] status=%s", s.Name(), s.SpanKind(), parent, strings.Join(kv, " "), s.Status().Code)
+		if d := s.Status().Description; d != "" {
+			line += " " + fmt.Sprintf("%q", d)
+		}
+		for _, ev := range s.Events() {
+			line += " event=" + ev.Name
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestMetricsAndSpans runs a known sequence of touches, a flush and purges
+// and checks every metric data point and every span exactly.
+func TestMetricsAndSpans(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	must(t, e.db.Create(&[]lastseen.User{{ID: 1}, {ID: 2}}).Error)
+	for _, id := range []int{1, 1, 2, 3} { // recorded, cached, recorded, recorded (3 has no row)
+		_, err := e.p.Touch(ctx, id)
+		must(t, err)
+	}
+	e.clock.Add(90 * time.Second)
+
+	equalText(t, "metrics before the flush", e.metrics(t), `
+lastseen.backlog.dropped {touch} {} 0
+lastseen.backlog.size {user} {} 0
+lastseen.breaker.state 1 {lastseen.state=closed} 1
+lastseen.breaker.state 1 {lastseen.state=half-open} 0
+lastseen.breaker.state 1 {lastseen.state=open} 0
+lastseen.buffer.inflight {user} {} 0
+lastseen.buffer.oldest_age s {} 90
+lastseen.buffer.pending {user} {} 3
+lastseen.buffer.read_errors {error} {} 0
+lastseen.flush.entries {entry} {lastseen.outcome=failed} 0
+lastseen.flush.entries {entry} {lastseen.outcome=rejected} 0
+lastseen.flush.entries {entry} {lastseen.outcome=stale} 0
+lastseen.flush.entries {entry} {lastseen.outcome=unknown} 0
+lastseen.flush.entries {entry} {lastseen.outcome=written} 0
+lastseen.flush.runs {run} {lastseen.result=error} 0
+lastseen.flush.runs {run} {lastseen.result=ok} 0
+lastseen.flush.skipped_shards {shard} {} 0
+lastseen.purge.deleted {session} {} 0
+lastseen.purge.runs {run} {lastseen.result=error} 0
+lastseen.purge.runs {run} {lastseen.result=locked} 0
+lastseen.purge.runs {run} {lastseen.result=ok} 0
+lastseen.redis.errors {error} {lastseen.operation=touch} 0
+lastseen.touches {touch} {lastseen.result=cached} 1
+lastseen.touches {touch} {lastseen.result=error} 0
+lastseen.touches {touch} {lastseen.result=invalid} 0
+lastseen.touches {touch} {lastseen.result=recorded} 3
+lastseen.touches {touch} {lastseen.result=throttled} 0`)
+
+	_, err := e.p.Flush(ctx)
+	must(t, err)
+	must(t, e.db.Create(&[]lastseen.Session{
+		{ID: "a", UserID: 1, ExpiresAt: start}, {ID: "b", UserID: 1, ExpiresAt: start},
+		{ID: "c", UserID: 1, ExpiresAt: start}, {ID: "z", UserID: 1, ExpiresAt: start.Add(time.Hour)},
+	}).Error)
+	_, err = e.p.PurgeExpiredSessions(ctx) // a, b in batch 1; c in batch 2
+	must(t, err)
+	lock, err := redislock.New(e.rdb).Obtain(ctx, "lastseen:purge:lock", time.Minute, nil)
+	must(t, err)
+	if _, err := e.p.PurgeExpiredSessions(ctx); err != lastseen.ErrLocked {
+		t.Fatalf("purge under another's lock: %v, want ErrLocked", err)
+	}
+	must(t, lock.Release(ctx))
+	must(t, e.db.Migrator().DropTable(&lastseen.Session{}))
+	_, purgeErr := e.p.PurgeExpiredSessions(ctx)
+	if purgeErr == nil {
+		t.Fatal("purge without a sessions table: no error")
+	}
+
+	equalText(t, "metrics after the flush and purges", e.metrics(t), `
+lastseen.backlog.dropped {touch} {} 0
+lastseen.backlog.size {user} {} 0
+lastseen.breaker.state 1 {lastseen.state=closed} 1
+lastseen.breaker.state 1 {lastseen.state=half-open} 0
+lastseen.breaker.state 1 {lastseen.state=open} 0
+lastseen.buffer.inflight {user} {} 0
+lastseen.buffer.oldest_age s {} 0
+lastseen.buffer.pending {user} {} 0
+lastseen.buffer.read_errors {error} {} 0
+lastseen.flush.duration s {lastseen.result=ok} count=1 sum=0.25 le0.25:1
+lastseen.flush.entries {entry} {lastseen.outcome=failed} 0
+lastseen.flush.entries {entry} {lastseen.outcome=rejected} 0
+lastseen.flush.entries {entry} {lastseen.outcome=stale} 0
+lastseen.flush.entries {entry} {lastseen.outcome=unknown} 1
+lastseen.flush.entries {entry} {lastseen.outcome=written} 2
+lastseen.flush.last_success s {} 1.77235749e+09
+lastseen.flush.runs {run} {lastseen.result=error} 0
+lastseen.flush.runs {run} {lastseen.result=ok} 1
+lastseen.flush.skipped_shards {shard} {} 0
+lastseen.purge.deleted {session} {} 3
+lastseen.purge.duration s {lastseen.result=error} count=1 sum=0.25 le0.5:1
+lastseen.purge.duration s {lastseen.result=ok} count=1 sum=0.25 le0.5:1
+lastseen.purge.runs {run} {lastseen.result=error} 1
+lastseen.purge.runs {run} {lastseen.result=locked} 1
+lastseen.purge.runs {run} {lastseen.result=ok} 1
+lastseen.redis.errors {error} {lastseen.operation=touch} 0
+lastseen.touches {touch} {lastseen.result=cached} 1
+lastseen.touches {touch} {lastseen.result=error} 0
+lastseen.touches {touch} {lastseen.result=invalid} 0
+lastseen.touches {touch} {lastseen.result=recorded} 3
+lastseen.touches {touch} {lastseen.result=throttled} 0`)
+
+	flushAttrs := "db.collection.name=users db.operation.name=flush db.system.name=sqlite"
+	purgeAttrs := "db.collection.name=sessions db.operation.name=purge db.system.name=sqlite"
+	equalText(t, "spans", e.spanLines(), `
+"flush users shard" kind=internal parent="flush users" [`+flushAttrs+` lastseen.batches=1 lastseen.drained=2 lastseen.failed=0 lastseen.rejected=0 lastseen.shard=0 lastseen.skipped=false lastseen.stale=0 lastseen.unknown=1 lastseen.written=1] status=Unset
+"flush users shard" kind=internal parent="flush users" [`+flushAttrs+` lastseen.batches=1 lastseen.drained=1 lastseen.failed=0 lastseen.rejected=0 lastseen.shard=1 lastseen.skipped=false lastseen.stale=0 lastseen.unknown=0 lastseen.written=1] status=Unset
+"flush users" kind=internal parent="" [`+flushAttrs+` lastseen.batches=2 lastseen.drained=3 lastseen.failed=0 lastseen.rejected=0 lastseen.shards=2 lastseen.skipped_shards=0 lastseen.stale=0 lastseen.unknown=1 lastseen.written=2] status=Unset
+"purge sessions batch" kind=internal parent="purge sessions" [`+purgeAttrs+` lastseen.batch=1 lastseen.deleted=2] status=Unset
+"purge sessions batch" kind=internal parent="purge sessions" [`+purgeAttrs+` lastseen.batch=2 lastseen.deleted=1] status=Unset
+"purge sessions" kind=internal parent="" [`+purgeAttrs+` lastseen.batches=2 lastseen.deleted=3 lastseen.result=ok lastseen.retries=0] status=Unset
+"purge sessions" kind=internal parent="" [`+purgeAttrs+` lastseen.batches=0 lastseen.deleted=0 lastseen.result=locked lastseen.retries=0] status=Unset
+"purge sessions" kind=internal parent="" [`+purgeAttrs+` lastseen.batches=0 lastseen.deleted=0 lastseen.result=error lastseen.retries=0] status=Error `+fmt.Sprintf("%q", purgeErr.Error())+` event=exception`)
+}
+
+// equalText compares got with want less its leading newline.
+func equalText(t *testing.T, what, got, want string) {
+	t.Helper()
+	if want = strings.TrimPrefix(want, "\n"); got != want {
+		t.Errorf("%s:\n got:\n%s\nwant:\n%s", what, got, want)
+	}
+}
+
+// TestNewRefuses: an uninitialized plugin and options out of range are
+// refused; Close unregisters the metrics callback.
+func TestNewRefuses(t *testing.T) {
+	if _, err := New(lastseen.New(lastseen.Config{})); err == nil || err.Error() != "lastseenotel: "+lastseen.ErrNotInitialized.Error() {
+		t.Errorf("uninitialized plugin: err = %v", err)
+	}
+	e := newEnv(t)
+	for _, o := range []struct {
+		opt  Option
+		want string
+	}{
+		{WithBufferSample(-1), "lastseenotel: buffer sample is -1, want 0 to 1000"},
+		{WithBufferSample(1001), "lastseenotel: buffer sample is 1001, want 0 to 1000"},
+		{WithCollectTimeout(0), "lastseenotel: collect timeout is 0s, want a positive duration"},
+	} {
+		if _, err := New(e.p, o.opt); err == nil || err.Error() != o.want {
+			t.Errorf("option: err = %v, want %q", err, o.want)
+		}
+	}
+	must(t, e.inst.Close())
+	equalText(t, "metrics after Close", e.metrics(t), "")
+}
+
+// TestDBSystem: GORM dialector names map to db.system.name values.
+func TestDBSystem(t *testing.T) {
+	for in, want := range map[string]string{"postgres": "postgresql", "mysql": "mysql", "sqlite": "sqlite"} {
+		if got := DBSystem(in); got != want {
+			t.Errorf("DBSystem(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

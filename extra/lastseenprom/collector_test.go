@@ -1,0 +1,275 @@
+package lastseenprom
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/bsm/redislock"
+	"github.com/glebarez/sqlite"
+	"github.com/lastseen/lastseen"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// clock is a fake clock: the plugin's, and the collector's stepping one.
+type clock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration // added after every read
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.now
+	c.now = c.now.Add(c.step)
+	return t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+var start = time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+
+// env is one plugin on a SQLite file and a miniredis.
+type env struct {
+	p     *lastseen.Plugin
+	db    *gorm.DB
+	mr    *miniredis.Miniredis
+	rdb   *redis.Client
+	clock *clock
+}
+
+// member is a second tracked model, table "members".
+type member struct {
+	ID         uint64 `gorm:"primaryKey"`
+	LastSeenAt *time.Time
+}
+
+func newEnv(t *testing.T, userModel any) *env {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	db, err := gorm.Open(sqlite.Open(filepath.Join(t.TempDir(), "test.db")+"?_pragma=busy_timeout(5000)"),
+		&gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+	})
+	must(t, db.AutoMigrate(userModel, &lastseen.Session{}))
+	c := &clock{now: start}
+	p := lastseen.New(lastseen.Config{
+		Redis: rdb, Shards: 2, Model: userModel, Now: c.Now, DisableScheduler: true,
+		TouchTimeout: 2 * time.Second, PurgePause: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	must(t, db.Use(p))
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return &env{p: p, db: db, mr: mr, rdb: rdb, clock: c}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// register builds the collector on reg with a clock that steps 250ms per
+// read, so that every observed run lasts exactly 0.25s.
+func register(t *testing.T, reg prometheus.Registerer, e *env, opts ...Option) *Collector {
+	t.Helper()
+	c, err := New(reg, e.p, opts...)
+	must(t, err)
+	step := &clock{now: start, step: 250 * time.Millisecond}
+	c.now = step.Now
+	return c
+}
+
+// TestCollectorScrape runs a known sequence of touches, flushes and purges
+// and compares the whole scrape of a pedantic registry, twice: with a full
+// buffer and after the flush.
+func TestCollectorScrape(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, &lastseen.User{})
+	reg := prometheus.NewPedanticRegistry()
+	register(t, reg, e, WithConstLabels(prometheus.Labels{"service": "api"}))
+	must(t, e.db.Create(&[]lastseen.User{{ID: 1}, {ID: 2}}).Error)
+
+	touch := func(id any) error { _, err := e.p.Touch(ctx, id); return err }
+	must(t, touch(1))         // recorded
+	must(t, touch(1))         // cached: the local cache answers
+	must(t, touch(2))         // recorded
+	must(t, touch(uint16(2))) // throttled: not a cached key type, Redis answers
+	must(t, touch(3))         // recorded; no such row
+	if err := touch("x"); !errors.Is(err, lastseen.ErrInvalidUserID) {
+		t.Fatalf("touch x: %v, want ErrInvalidUserID", err)
+	}
+	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	if err := touch(4); err == nil { // error: kept in the backlog
+		t.Fatal("touch 4 with Redis failing: no error")
+	}
+	e.mr.SetError("")
+	e.clock.Add(90 * time.Second)
+
+	compareScrape(t, reg, "testdata/before_flush.prom")
+
+	res, err := e.p.Flush(ctx) // users 1 and 2 written, 3 and the backlog's 4 unknown
+	must(t, err)
+	if res.Written != 2 || res.Unknown != 2 {
+		t.Fatalf("flush: %+v, want 2 written and 2 unknown", res)
+	}
+	must(t, e.db.Create(&[]lastseen.Session{
+		{ID: "a", UserID: 1, ExpiresAt: start}, {ID: "b", UserID: 1, ExpiresAt: start}, {ID: "z", UserID: 1, ExpiresAt: start.Add(time.Hour)},
+	}).Error)
+	_, err = e.p.PurgeExpiredSessions(ctx) // deletes a and b
+	must(t, err)
+	lock, err := redislock.New(e.rdb).Obtain(ctx, "lastseen:purge:lock", time.Minute, nil)
+	must(t, err)
+	if _, err := e.p.PurgeExpiredSessions(ctx); err != lastseen.ErrLocked {
+		t.Fatalf("purge under another's lock: %v, want ErrLocked", err)
+	}
+	must(t, lock.Release(ctx))
+	must(t, e.db.Migrator().DropTable(&lastseen.Session{}))
+	if _, err := e.p.PurgeExpiredSessions(ctx); err == nil {
+		t.Fatal("purge without a sessions table: no error")
+	}
+
+	compareScrape(t, reg, "testdata/after_flush_and_purges.prom")
+}
+
+var update = flag.Bool("update", false, "rewrite the testdata/*.prom files from the scrapes")
+
+// compareScrape compares the whole scrape of reg with the golden file
+// (Prometheus text format, HELP and TYPE lines included). With -update it
+// rewrites the file instead: review the diff.
+func compareScrape(t *testing.T, reg prometheus.Gatherer, golden string) {
+	t.Helper()
+	if *update {
+		mfs, err := reg.Gather()
+		must(t, err)
+		var b bytes.Buffer
+		for _, mf := range mfs {
+			if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(t, os.WriteFile(golden, b.Bytes(), 0o644))
+		return
+	}
+	f, err := os.Open(golden)
+	must(t, err)
+	defer f.Close()
+	must(t, testutil.GatherAndCompare(reg, f))
+}
+
+// TestTwoPluginsOneRegistry: plugins of two tracked models register on one
+// registry, told apart by their table label; registering a plugin's table
+// twice fails with prometheus.AlreadyRegisteredError and leaves the first
+// registration working; a nil Registerer and an uninitialized plugin are
+// refused.
+func TestTwoPluginsOneRegistry(t *testing.T) {
+	ctx := context.Background()
+	users, members := newEnv(t, &lastseen.User{}), newEnv(t, &member{})
+	reg := prometheus.NewPedanticRegistry()
+	register(t, reg, users)
+	register(t, reg, members)
+	for _, id := range []int{1, 2} {
+		_, err := users.p.Touch(ctx, id)
+		must(t, err)
+	}
+	_, err := members.p.Touch(ctx, 7)
+	must(t, err)
+
+	_, err = New(reg, users.p)
+	var dup prometheus.AlreadyRegisteredError
+	if !errors.As(err, &dup) || !strings.HasPrefix(err.Error(), `lastseenprom: register table "users": `) {
+		t.Errorf("second registration of users: err = %v, want a wrapped AlreadyRegisteredError", err)
+	}
+	must(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP lastseen_pending_users Users in the Redis pending hashes, waiting for the next flush (HLEN).
+# TYPE lastseen_pending_users gauge
+lastseen_pending_users{table="members"} 1
+lastseen_pending_users{table="users"} 2
+# HELP lastseen_touches_total Touch and TouchAt calls by result: recorded (opened a throttle window), throttled (Redis answered: inside a window), cached (the local cache answered), invalid (bad id or time), error (Redis did not answer; kept in the backlog or dropped).
+# TYPE lastseen_touches_total counter
+lastseen_touches_total{result="cached",table="members"} 0
+lastseen_touches_total{result="cached",table="users"} 0
+lastseen_touches_total{result="error",table="members"} 0
+lastseen_touches_total{result="error",table="users"} 0
+lastseen_touches_total{result="invalid",table="members"} 0
+lastseen_touches_total{result="invalid",table="users"} 0
+lastseen_touches_total{result="recorded",table="members"} 1
+lastseen_touches_total{result="recorded",table="users"} 2
+lastseen_touches_total{result="throttled",table="members"} 0
+lastseen_touches_total{result="throttled",table="users"} 0
+`), "lastseen_pending_users", "lastseen_touches_total"))
+
+	if _, err := New(nil, users.p); err == nil || err.Error() != "lastseenprom: nil Registerer" {
+		t.Errorf("nil Registerer: err = %v", err)
+	}
+	if _, err := New(prometheus.NewRegistry(), lastseen.New(lastseen.Config{})); !errors.Is(err, lastseen.ErrNotInitialized) {
+		t.Errorf("uninitialized plugin: err = %v, want ErrNotInitialized", err)
+	}
+	for _, o := range []struct {
+		opt  Option
+		want string
+	}{
+		{WithBufferSample(-1), "lastseenprom: buffer sample is -1, want 0 to 1000"},
+		{WithBufferSample(1001), "lastseenprom: buffer sample is 1001, want 0 to 1000"},
+		{WithScrapeTimeout(0), "lastseenprom: scrape timeout is 0s, want a positive duration"},
+	} {
+		if _, err := New(prometheus.NewRegistry(), users.p, o.opt); err == nil || err.Error() != o.want {
+			t.Errorf("option: err = %v, want %q", err, o.want)
+		}
+	}
+}
+
+// TestBufferReadError: a scrape whose Redis read fails leaves the buffer
+// gauges out and counts the failure; WithBufferSample(0) leaves the oldest
+// age out.
+func TestBufferReadError(t *testing.T) {
+	e := newEnv(t, &lastseen.User{})
+	reg := prometheus.NewPedanticRegistry()
+	register(t, reg, e, WithBufferSample(0))
+	names := []string{"lastseen_buffer_read_errors_total", "lastseen_oldest_pending_age_seconds", "lastseen_pending_users", "lastseen_inflight_users"}
+	const help = `
+# HELP lastseen_buffer_read_errors_total Scrapes whose Redis read of the buffer failed; the buffer gauges are left out of those scrapes.
+# TYPE lastseen_buffer_read_errors_total counter
+`
+	must(t, testutil.GatherAndCompare(reg, strings.NewReader(help+`lastseen_buffer_read_errors_total{table="users"} 0
+# HELP lastseen_inflight_users Users in the Redis in-flight hashes: being written, or left by a failed flush (HLEN).
+# TYPE lastseen_inflight_users gauge
+lastseen_inflight_users{table="users"} 0
+# HELP lastseen_pending_users Users in the Redis pending hashes, waiting for the next flush (HLEN).
+# TYPE lastseen_pending_users gauge
+lastseen_pending_users{table="users"} 0
+`), names...))
+	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	must(t, testutil.GatherAndCompare(reg, strings.NewReader(help+`lastseen_buffer_read_errors_total{table="users"} 1
+`), names...))
+	e.mr.SetError("")
+}

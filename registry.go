@@ -1,0 +1,135 @@
+package lastseen
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// namePrefix starts the name of every lastseen plugin in db.Config.Plugins.
+const namePrefix = "lastseen:"
+
+// pluginName is the name GORM registers a plugin under: "lastseen:" + the
+// tracked model's Go type (package path, ".", type name) + "." + Field as
+// given, for example
+// "lastseen:github.com/lastseen/lastseen.User.LastSeenAt". db.Use asks for
+// it before Initialize, so it comes from the Config alone, without parsing
+// the model or any I/O. Pointers, slices and arrays are looked through.
+func pluginName(model any, field string) string {
+	t := reflect.TypeOf(model)
+	for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		t = t.Elem()
+	}
+	typ := "<nil>"
+	if t != nil {
+		typ = t.String()
+		if t.PkgPath() != "" && t.Name() != "" {
+			typ = t.PkgPath() + "." + t.Name()
+		}
+	}
+	return namePrefix + typ + "." + field
+}
+
+// pluginsOn returns the initialized lastseen plugins registered on db,
+// sorted by Name, so every choice among them is the same whatever the order
+// of registration.
+func pluginsOn(db *gorm.DB) []*Plugin {
+	if db == nil || db.Config == nil {
+		return nil
+	}
+	var out []*Plugin
+	for name, v := range db.Config.Plugins {
+		if p, ok := v.(*Plugin); ok && strings.HasPrefix(name, namePrefix) && p.users != nil && p.sessions != nil {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Plugin) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// statementTable returns the table db's statement reads: Statement.Table
+// when set (db.Table, or an alias), else the table of the parsed Model or
+// Dest (scopes run before GORM parses them). It returns "" when neither
+// parses, for example a Count into an int64 without a Model.
+func statementTable(db *gorm.DB) string {
+	s := db.Statement
+	if s == nil {
+		return ""
+	}
+	if s.Table != "" {
+		return s.Table
+	}
+	if s.Schema != nil {
+		return s.Schema.Table
+	}
+	for _, m := range []any{s.Model, s.Dest} {
+		if m == nil {
+			continue
+		}
+		st := &gorm.Statement{DB: db}
+		if err := st.Parse(m); err == nil {
+			return st.Schema.Table
+		}
+	}
+	return ""
+}
+
+// trackerOf returns the plugin on db that tracks table (its Model's table),
+// the least Name first when several do, or nil.
+func trackerOf(db *gorm.DB, table string) *Plugin {
+	for _, p := range pluginsOn(db) {
+		if table != "" && p.users.model.table == table {
+			return p
+		}
+	}
+	return nil
+}
+
+// sessionPluginsOf returns the plugins on db whose SessionModel's table is
+// table, in order of preference: the plugins that also track that table
+// (their Model is the session model) first, then the rest, each group by
+// Name.
+func sessionPluginsOf(db *gorm.DB, table string) []*Plugin {
+	var tracking, others []*Plugin
+	for _, p := range pluginsOn(db) {
+		switch {
+		case table == "" || p.sessions.model.table != table:
+		case p.users.model.table == table:
+			tracking = append(tracking, p)
+		default:
+			others = append(others, p)
+		}
+	}
+	return append(tracking, others...)
+}
+
+// prefixTaken returns the other initialized lastseen plugin on db that
+// uses p's Prefix for another table, or nil: two tracked models in one
+// buffer would write one model's ids into the other's table.
+func (p *Plugin) prefixTaken(db *gorm.DB) *Plugin {
+	for _, o := range pluginsOn(db) {
+		if o != p && o.cfg.Prefix == p.cfg.Prefix {
+			return o
+		}
+	}
+	return nil
+}
+
+// schedulesPurge reports whether this plugin's scheduled purge runs: the
+// scheduled purge of a session table runs in one plugin per *gorm.DB, the
+// first of sessionPluginsOf among those without DisablePurge (the plugin
+// that tracks the sessions' activity if one does, else the least Name).
+// PurgeExpiredSessions called directly always runs.
+func (p *Plugin) schedulesPurge() bool {
+	if p.cfg.DisablePurge {
+		return false
+	}
+	for _, o := range sessionPluginsOf(p.db, p.sessions.model.table) {
+		if !o.cfg.DisablePurge {
+			return o == p
+		}
+	}
+	return true
+}
