@@ -72,7 +72,13 @@ const (
 type Config struct {
 	// Redis holds the pending timestamps and the locks. Required. Any
 	// redis.UniversalClient works: *redis.Client, a Sentinel failover client
-	// or *redis.ClusterClient.
+	// or *redis.ClusterClient. Every call honours its context's deadline: a
+	// *redis.Client or *redis.ClusterClient without ContextTimeoutEnabled
+	// (the go-redis default) is not used directly; Initialize opens the
+	// plugin's own client from a copy of its options with
+	// ContextTimeoutEnabled set (hooks added with AddHook are not copied),
+	// and Close closes it. Other clients are used as they are, each call on
+	// a goroutine bounded by its context (see redisclient.go).
 	Redis redis.UniversalClient
 	// Prefix starts every Redis key the plugin writes. Default "lastseen".
 	Prefix string

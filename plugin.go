@@ -134,7 +134,6 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
 	p.db = db.Session(&gorm.Session{NewDB: true})
-	p.log.Debug("lastseen: redis client", "client", rdb.kind)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	if err := rdb.do(ctx, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {

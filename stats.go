@@ -50,12 +50,12 @@ type Stats struct {
 	// passed, or canceled, as when an HTTP client disconnects) before Redis
 	// answered. They are kept in the backlog like RedisErrors but are not
 	// Redis failures: the circuit breaker does not count them.
-	// Backlogged + BacklogDropped counts every touch of RedisErrors and
-	// Canceled once, and BacklogDropped also counts, each logged with its
-	// reason at most once per 10s: a new user when the backlog is full; an
-	// entry of a failed replay that no longer fits because new touches
-	// refilled the backlog meanwhile; a touch that fails after Close; and
-	// what is left in the backlog when Close's final flush could not write it.
+	// Each touch of RedisErrors and Canceled is counted once, in Backlogged
+	// or in BacklogDropped (the backlog was full, or Close had run);
+	// BacklogDropped also counts backlog entries dropped later: those a
+	// failed replay put back that no longer fit (new touches refilled the
+	// backlog meanwhile), and those left when Close's final flush could not
+	// write them. Each reason is logged at most once per 10s.
 	Canceled int64
 }
 
