@@ -110,7 +110,10 @@ func (t *tracker) putBack(args []any) (dropped int) {
 
 // replayBacklog writes the backlog of touches that could not reach Redis
 // into the pending hashes, one script call per shard. What it cannot write
-// goes back into the backlog (putBack).
+// goes back into the backlog (putBack). After a call that timed out (Redis
+// did not answer, or ctx's deadline passed) it tries no other shard: their
+// entries go back too, for the next flush, instead of each waiting out its
+// own timeout.
 func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, error) {
 	m := t.backlog.take()
 	if len(m) == 0 {
@@ -128,13 +131,22 @@ func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, er
 	}
 	written, dropped := 0, 0
 	var errs []error
+	var timedOut error // Redis did not answer: the other shards wait for the next flush
 	for key, args := range byShard {
-		err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-			return mergeScript.Run(ctx, rdb, []string{key}, args...).Err()
-		})
+		err := timedOut
+		if err == nil {
+			err = t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+				return mergeScript.Run(ctx, rdb, []string{key}, args...).Err()
+			})
+			if isTimeout(err) {
+				timedOut = err
+			}
+		}
 		if err != nil {
 			dropped += t.putBack(args)
-			errs = append(errs, err)
+			if err != timedOut || len(errs) == 0 || errs[len(errs)-1] != timedOut {
+				errs = append(errs, err) // a timeout once, not once per shard
+			}
 			continue
 		}
 		written += (len(args) - 1) / 2

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -127,4 +128,11 @@ func (c *redisClient) close() error {
 		return nil
 	}
 	return c.UniversalClient.Close()
+}
+
+// isTimeout reports an error of a call that got no answer in time: a
+// context deadline or a socket timeout (go-redis's ReadTimeout).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
