@@ -21,15 +21,22 @@ const MaxClockSkew = time.Hour
 //	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
 //	<prefix>:{N}:lock          redislock lock of the shard's flusher
 //	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
+//	<prefix>:{N}:refusals      hash: user id -> times the database refused its entry
+//	<prefix>:{N}:online:<m>    HyperLogLog of users whose touch opened a
+//	                           window in Unix minute m (Online)
+//	<prefix>:{N}:active:<day>  HyperLogLog of the same per UTC day,
+//	                           day as 2006-01-02 (ActiveUsers)
 //
 // internal/keys names them (the CLI and the benchmark use it too).
 type shardKeys struct {
-	pending, inflight, lock, marker string
+	pending, inflight, lock, marker, refusals string
+	online, active                            string // key prefixes: add the minute or the day
 }
 
 func newShardKeys(prefix string, n int) shardKeys {
 	k := keys.ForShard(prefix, n)
-	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker}
+	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker, refusals: k.Refusals,
+		online: k.Online, active: k.Active}
 }
 
 // The buffer's Lua scripts, one per file in lua/, each starting with a
@@ -56,10 +63,11 @@ var (
 	// swapScript renames the pending hash to in-flight under the shard
 	// lock (shardRun.run).
 	swapScript = redis.NewScript(swapLua)
-	// ackScript removes committed entries from the in-flight hash and
-	// refreshes the shard lock (shardRun.ack).
+	// ackScript removes committed entries from the in-flight hash, clears
+	// their refusal counts and refreshes the shard lock (shardRun.ack).
 	ackScript = redis.NewScript(ackLua)
-	// failScript moves refused entries back to pending (shardRun.requeue).
+	// failScript moves refused entries back to pending, counting their
+	// refusals, and drops those refused MaxRefusals times (shardRun.requeue).
 	failScript = redis.NewScript(failLua)
 )
 

@@ -60,11 +60,22 @@ const (
 	DefaultPurgeBatchSize    = 1000
 	DefaultPurgePause        = 50 * time.Millisecond
 	DefaultPurgeBatchTimeout = 10 * time.Second
-	DefaultFlushTimeout      = 5 * time.Minute
-	DefaultPurgeTimeout      = 30 * time.Minute
-	DefaultStatementTimeout  = 20 * time.Second
-	DefaultActiveField       = "LastActiveAt"
+	// DefaultOnlineWindow is the longest window Online answers for.
+	DefaultOnlineWindow = time.Hour
+	// DefaultActiveUsersRetention is how many whole UTC days before today
+	// ActiveUsers can count.
+	DefaultActiveUsersRetention = 35 * 24 * time.Hour
+	DefaultActiveField          = "LastActiveAt"
+	DefaultMaxIDLength          = 128
+	DefaultMaxRefusals          = 5
+	DefaultFlushTimeout         = 5 * time.Minute
+	DefaultPurgeTimeout         = 30 * time.Minute
+	DefaultStatementTimeout     = 20 * time.Second
 )
+
+// maxIDLengthLimit is the largest MaxIDLength: ids are Redis key suffixes
+// and bound parameters of every batch, so they stay small.
+const maxIDLengthLimit = 4096
 
 // Config configures the plugin. The zero value of every field but Redis means
 // "use the default" given in its comment; New fills those in, Initialize
@@ -173,8 +184,38 @@ type Config struct {
 	// Logger receives one line per job run and rate-limited warnings.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock; tests set it. Default time.Now.
+	// Now is the clock; tests set it. Default: the GORM handle's NowFunc
+	// (gorm.Config.NowFunc, itself time.Now by default), so the Expired
+	// scope and the purge agree on "now". The local cache's deadlines run on
+	// the monotonic clock whenever Now is unset.
 	Now func() time.Time
+
+	// Presence reads (presence.go, overlay.go).
+
+	// OnlineWindow is the longest window d that Online(ctx, d) answers for:
+	// how long the per-minute HyperLogLog buckets are kept after their
+	// minute. Default 1h, or Throttle when that is longer; at least
+	// Throttle; negative turns the buckets off (no PFADD on the touch path;
+	// Online returns ErrCountsDisabled). Memory: per shard, one key per
+	// minute with a touch in it, OnlineWindow/1m+1 at most, each at most
+	// 12 KB (Redis's dense HyperLogLog) and at most 3,000 bytes while
+	// sparse (Redis's hll-sparse-max-bytes).
+	OnlineWindow time.Duration
+	// ActiveUsersRetention is how long the per-day HyperLogLogs that
+	// ActiveUsers counts are kept after their UTC day ends. Default 35 days
+	// (a month's active users for a few days more); it is rounded down to
+	// whole days; negative turns them off (no PFADD on the touch path;
+	// ActiveUsers returns ErrCountsDisabled). Memory: per shard, one key per
+	// day kept, each at most 12 KB (dense) and 3,000 bytes while sparse.
+	ActiveUsersRetention time.Duration
+	// Overlay makes every GORM query that loads the tracked model (First,
+	// Take, Last, Find into a struct or a slice of structs or pointers; not
+	// Scan, Row or Rows, which bypass GORM's query callbacks) put the
+	// freshest buffered value into its last-seen field where it is newer
+	// than the column: one pipelined Redis round trip per query, bounded by
+	// TouchTimeout and the touch path's circuit breaker; on failure the
+	// query keeps the column's values. Default off.
+	Overlay bool
 
 	// Deadlines: every call bounded, even when Redis never answers.
 
@@ -213,6 +254,27 @@ type Config struct {
 	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
 	// is positive. Default "LastActiveAt".
 	ActiveField string
+	// Ids.
+
+	// MaxIDLength is the longest id Touch accepts, in bytes once written as
+	// text (an integer in decimal, a UUID in its canonical form): longer
+	// ids are ErrInvalidUserID. Default 128, or, for a string key whose
+	// column already exists with a declared length under 128 (varchar(64)),
+	// that length. 1 to 4096 (maxIDLengthLimit); Initialize refuses a value
+	// over the declared length of an existing string key column, which
+	// would refuse or (MySQL without strict mode) truncate longer ids at
+	// the flush.
+	MaxIDLength int
+
+	// Refusals.
+
+	// MaxRefusals is how many flushes in a row the database may refuse one
+	// pending entry on its own (a constraint, a trigger) before the entry
+	// is dropped from Redis, counted in FlushResult.Dropped and
+	// Stats.Dropped and logged with its id. The count lives in Redis
+	// (<prefix>:{N}:refusals), so it spans flushes and instances; a write
+	// of the entry clears it. Default 5; negative never drops.
+	MaxRefusals int
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
@@ -237,10 +299,14 @@ func withDefaults(cfg Config) Config {
 	cfg.FlushTimeout = cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout)
 	cfg.PurgeTimeout = cmp.Or(cfg.PurgeTimeout, DefaultPurgeTimeout)
 	cfg.Field = cmp.Or(cfg.Field, DefaultField)
+	cfg.MaxRefusals = cmp.Or(cfg.MaxRefusals, DefaultMaxRefusals)
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
 	cfg.ExpiresField = cmp.Or(cfg.ExpiresField, DefaultExpiresField)
 	cfg.PurgeSchedule = cmp.Or(cfg.PurgeSchedule, DefaultPurgeSchedule)
+	cfg.OnlineWindow = cmp.Or(cfg.OnlineWindow, max(DefaultOnlineWindow, cfg.Throttle))
+	cfg.ActiveUsersRetention = cmp.Or(cfg.ActiveUsersRetention, DefaultActiveUsersRetention)
 	cfg.ActiveField = cmp.Or(cfg.ActiveField, DefaultActiveField)
+	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, DefaultMaxIDLength)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
 	}
@@ -265,7 +331,7 @@ func invalid(format string, args ...any) error {
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
 func checkConfig(c Config, d *dialect) error {
-	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle} {
+	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
 		if err := check(c, d); err != nil {
 			return err
 		}
@@ -303,6 +369,8 @@ func checkBuffer(c Config, _ *dialect) error {
 		return invalid("BacklogSize is %d, want a positive number", c.BacklogSize)
 	case c.BreakerCooldown < 0:
 		return invalid("BreakerCooldown is %v, want a positive duration", c.BreakerCooldown)
+	case c.MaxIDLength < 1 || c.MaxIDLength > maxIDLengthLimit:
+		return invalid("MaxIDLength is %d, want 1 to %d bytes", c.MaxIDLength, maxIDLengthLimit)
 	}
 	return nil
 }

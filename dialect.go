@@ -32,11 +32,30 @@ type dialect struct {
 	sortKey func(col any) clause.Expr
 	// retryable reports deadlocks and serialization failures.
 	retryable func(error) bool
-	// statementError reports errors no single row can cause: a missing
-	// table or column, a syntax error, an ON CONFLICT without a matching
-	// unique index. A flush keeps the whole batch in Redis and reports
-	// them, rather than splitting the batch and refusing every entry.
-	statementError func(error) bool
+	// errorKind names the kind of a database error, as the server reported
+	// it: the SQLSTATE on PostgreSQL, the error number on MySQL/MariaDB,
+	// the primary result code on SQLite; "" when the error carries none (a
+	// connection error, a timeout on the client side). A flush and a purge
+	// compare kinds to tell a refusal no row can cause (every write fails
+	// the same way: read-only, permission denied, disk full, a missing
+	// column) from a row refused on its own (systemic.go).
+	errorKind func(error) string
+	// exhausted reports kinds that name a resource of the server running
+	// out (a full disk, no memory), which no row can cause. A full disk
+	// may still accept a write that touches no row, so probeBatch's
+	// witness alone would take its refusals for rows refused on their
+	// own, and MaxRefusals would drop them: such a kind is systemic as
+	// soon as the probe fails with it too.
+	exhausted func(kind string) bool
+	// badText reports why a string key column can never hold s ("" when
+	// it can), so that Touch refuses such an id (ErrInvalidUserID) instead
+	// of every flush failing on it.
+	badText func(s string) string
+	// exactIn returns the filter "col is exactly one of vals" (binary
+	// comparison), ANDed to the indexed comparison on a string key where
+	// the key's collation may fold case, accents or trailing spaces (nil:
+	// the dialect's "=" is already exact).
+	exactIn func(col any, vals []any) clause.Expr
 	// maxUnsigned is the largest value of a column GORM creates for a
 	// uint64 key: PostgreSQL's bigint and SQLite's integer are signed 64-bit
 	// (math.MaxInt64); MySQL's BIGINT UNSIGNED takes them all (0). Larger

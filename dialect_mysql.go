@@ -1,11 +1,14 @@
 package lastseen
 
 import (
-	"errors"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
-	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -18,40 +21,124 @@ var mysqlDialect = &dialect{
 	compare:            plainCompare,
 	sortKey:            plainKey,
 	retryable:          mysqlRetryable,
-	statementError:     mysqlStatementError,
+	exhausted:          mysqlExhausted,
+	errorKind:          mysqlErrorNumber,
+	badText:            mysqlBadText,
+	exactIn:            mysqlExactIn,
+	columnTypes:        mysqlColumnTypes,
 	upsertDoubleCounts: true,
 }
 
-// mysqlStatementError: server errors 1054 (bad field), 1146 (no such
-// table), 1064 (syntax), 1142 and 1143 (denied), 1049 (no database).
-func mysqlStatementError(err error) bool {
-	var e *mysql.MySQLError
-	if errors.As(err, &e) {
-		switch e.Number {
-		case 1054, 1146, 1064, 1142, 1143, 1049: // bad field, no such table, syntax, denied, no database
+// mysqlErrorText is how go-sql-driver/mysql writes a server error:
+// "Error 1290 (HY000): ..." (the SQLSTATE is left out by older versions).
+var mysqlErrorText = regexp.MustCompile(`\bError (\d{4,5})(?: \([0-9A-Z]{5}\))?: `)
+
+// mysqlErrorNumber returns the server's error number of a MySQL/MariaDB
+// error, "" for none. It reads the Number field of the driver's error
+// (go-sql-driver/mysql's *MySQLError) by reflection, anywhere in err's
+// chain, so the library needs no import of the driver; failing that it
+// parses the driver's text "Error 1290 (HY000):".
+func mysqlErrorNumber(err error) string {
+	var n string
+	walkErrors(err, func(e error) bool {
+		v := reflect.ValueOf(e)
+		if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+			return false
+		}
+		if f := v.Elem().FieldByName("Number"); f.IsValid() && f.CanUint() && f.Uint() > 0 {
+			n = strconv.FormatUint(f.Uint(), 10)
 			return true
+		}
+		return false
+	})
+	if n == "" && err != nil {
+		if m := mysqlErrorText.FindStringSubmatch(err.Error()); m != nil {
+			n = m[1]
+		}
+	}
+	return n
+}
+
+// walkErrors calls fn on err and every error it wraps (errors.Unwrap and
+// Unwrap() []error, depth first) until fn returns true.
+func walkErrors(err error, fn func(error) bool) bool {
+	if err == nil {
+		return false
+	}
+	if fn(err) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return walkErrors(u.Unwrap(), fn)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if walkErrors(e, fn) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// mysqlBadText: a utf8mb4 column refuses bytes that are not UTF-8 (error
+// 1366 in strict mode; without it the value is silently mangled). NUL is a
+// character like any other there.
+func mysqlBadText(s string) string {
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8, which a MySQL utf8mb4 key cannot store"
+	}
+	return ""
+}
+
+// mysqlExactIn compares as binary strings, "BINARY `id` IN (?, ?)": the
+// default collation utf8mb4_general_ci (and every _ci, _ai or PAD SPACE
+// one) finds "Bob" for "bob", "resume" for "résumé" and "pad" for "pad ".
+// It is ANDed to the plain comparison, which keeps the primary key's index.
+func mysqlExactIn(col any, vals []any) clause.Expr {
+	return clause.Expr{SQL: "BINARY ? IN ?", Vars: []any{col, vals}}
 }
 
 // mysqlUpdate joins the batch as a derived table of SELECT ... UNION ALL
 // rows, which MySQL 5.7+ and MariaDB 10.x all accept:
 //
 //	UPDATE `users` AS t JOIN (SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v ON t.`id` = v.id
-//	SET t.`last_seen_at` = v.ts WHERE t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts
+//	SET ...
+//
+// and for a string key, exactly (mysqlExactIn), the index lookup first:
+//
+//	... JOIN (SELECT CAST(? AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_general_ci AS id, ...) AS v
+//	ON t.`id` = v.id AND BINARY t.`id` = BINARY v.id SET ...
 func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
-	b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
+	// A string key's first id is cast to CHAR, a VARCHAR: the column of a
+	// UNION of bare parameters is a CHAR, whose values lose their trailing
+	// spaces ("pad " would become "pad"). It is cast to the key's own
+	// character set and collation (mysqlColumnTypes), so that the join
+	// compares like with like and keeps the index.
+	switch {
+	case t.intKey:
+		b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
+	case t.pkCollation != "":
+		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR CHARACTER SET " + t.pkCharset + ") COLLATE " + t.pkCollation + " AS id, ? AS ts")
+	default:
+		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR) AS id, ? AS ts")
+	}
 	vars := make([]any, 0, 2*len(ids)+5)
 	vars = append(vars, clause.Table{Name: t.table}, ids[0], ts[0])
 	for i := 1; i < len(ids); i++ {
 		b.WriteString(" UNION ALL SELECT ?, ?")
 		vars = append(vars, ids[i], ts[i])
 	}
-	b.WriteString(") AS v ON t.? = v.id SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
-	col := clause.Column{Name: t.col}
-	vars = append(vars, clause.Column{Name: t.pk}, col, col, col)
+	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
+	b.WriteString(") AS v ON t.? = v.id")
+	vars = append(vars, pk)
+	if !t.intKey { // index lookup first, then the exact filter (mysqlExactIn)
+		b.WriteString(" AND BINARY t.? = BINARY v.id")
+		vars = append(vars, pk)
+	}
+	b.WriteString(" SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
+	vars = append(vars, col, col, col)
 	return clause.Expr{SQL: b.String(), Vars: vars}
 }
 
@@ -69,12 +156,46 @@ func mysqlOnConflict(t *writeTarget) clause.OnConflict {
 }
 
 func mysqlRetryable(err error) bool {
-	var e *mysql.MySQLError
-	if errors.As(err, &e) {
-		switch e.Number {
-		case 1213, 1205: // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
-			return true
-		}
+	switch mysqlErrorNumber(err) {
+	case "1213", "1205": // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+		return true
+	}
+	return false
+}
+
+// mysqlName is what a character set or collation name read from
+// information_schema must look like before it is written into a statement.
+var mysqlName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
+
+// mysqlColumnTypes reads a string key's character set and collation from
+// information_schema.COLUMNS, for mysqlUpdate. Nothing found (an integer
+// key, a missing table) leaves them empty.
+func mysqlColumnTypes(db *gorm.DB, t *writeTarget) error {
+	if t.intKey {
+		return nil
+	}
+	var rows []struct{ Charset, Collation *string }
+	err := db.Raw(`SELECT CHARACTER_SET_NAME AS charset, COLLATION_NAME AS collation FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.table, t.pk).Scan(&rows).Error
+	if err != nil {
+		return err
+	}
+	if len(rows) == 1 && rows[0].Charset != nil && rows[0].Collation != nil &&
+		mysqlName.MatchString(*rows[0].Charset) && mysqlName.MatchString(*rows[0].Collation) {
+		t.pkCharset, t.pkCollation = *rows[0].Charset, *rows[0].Collation
+	}
+	return nil
+}
+
+// mysqlExhausted: MySQL/MariaDB server errors for a full disk or table
+// file, or memory running out (MySQL error reference): 1021
+// ER_DISK_FULL, 1114 ER_RECORD_FILE_FULL ("The table is full"), 1037 and
+// 1038 ER_OUTOFMEMORY / ER_OUT_OF_SORTMEMORY, 1041 ER_OUT_OF_RESOURCES,
+// 3 ER_ERROR_ON_WRITE.
+func mysqlExhausted(kind string) bool {
+	switch kind {
+	case "1021", "1114", "1037", "1038", "1041", "3":
+		return true
 	}
 	return false
 }

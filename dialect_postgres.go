@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -14,30 +15,46 @@ import (
 
 // postgresDialect is PostgreSQL's entry in dialects.
 var postgresDialect = &dialect{
-	name:           "postgres",
-	maxParams:      65535,
-	update:         postgresUpdate,
-	onConflict:     standardOnConflict(plainCompare),
-	compare:        plainCompare,
-	sortKey:        plainKey,
-	retryable:      postgresRetryable,
-	statementError: postgresStatementError,
-	columnTypes:    postgresColumnTypes,
-	count:          postgresCount,
-	maxUnsigned:    math.MaxInt64,
+	name:        "postgres",
+	maxParams:   65535,
+	update:      postgresUpdate,
+	onConflict:  standardOnConflict(plainCompare),
+	compare:     plainCompare,
+	sortKey:     plainKey,
+	retryable:   postgresRetryable,
+	exhausted:   postgresExhausted,
+	errorKind:   sqlState,
+	badText:     postgresBadText,
+	columnTypes: postgresColumnTypes,
+	count:       postgresCount,
+	maxUnsigned: math.MaxInt64,
 }
 
-// postgresStatementError: SQLSTATE class 42, syntax error or access rule
-// violation (undefined table 42P01, undefined column 42703, no unique
-// constraint for ON CONFLICT 42P10); 0A, feature not supported; 3F,
-// invalid schema.
-func postgresStatementError(err error) bool {
+// sqlState returns the SQLSTATE of a PostgreSQL error anywhere in err's
+// chain ("25006" read_only_sql_transaction, "42501" insufficient_privilege),
+// "" for none. pgx's *pgconn.PgError and lib/pq's *pq.Error both have a
+// SQLState method, so the library imports neither. PostgreSQL's "="
+// on text is exact under the default (deterministic) collations, so the
+// dialect has no exactIn; a key column with a nondeterministic ICU
+// collation (CREATE COLLATION ... deterministic = false) is not handled.
+func sqlState(err error) string {
 	var e interface{ SQLState() string }
 	if errors.As(err, &e) {
-		c := e.SQLState()
-		return strings.HasPrefix(c, "42") || strings.HasPrefix(c, "0A") || strings.HasPrefix(c, "3F")
+		return e.SQLState()
 	}
-	return false
+	return ""
+}
+
+// postgresBadText: text refuses the NUL character (22021,
+// character_not_in_repertoire) and, in a UTF8 database, invalid UTF-8.
+func postgresBadText(s string) string {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte, which a PostgreSQL text key cannot store"
+	case !utf8.ValidString(s):
+		return "not valid UTF-8, which a PostgreSQL text key cannot store"
+	}
+	return ""
 }
 
 // postgresUpdate sends the batch as two arrays, each one bound parameter in
@@ -149,12 +166,14 @@ FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AN
 }
 
 func postgresRetryable(err error) bool {
-	var e interface{ SQLState() string }
-	if errors.As(err, &e) {
-		switch e.SQLState() {
-		case "40001", "40P01": // serialization_failure, deadlock_detected
-			return true
-		}
+	switch sqlState(err) {
+	case "40001", "40P01": // serialization_failure, deadlock_detected
+		return true
 	}
 	return false
 }
+
+// postgresExhausted: SQLSTATE class 53, insufficient resources (53100
+// disk_full, 53200 out_of_memory, 53300 too_many_connections, 53400
+// configuration_limit_exceeded), PostgreSQL manual appendix A.
+func postgresExhausted(kind string) bool { return strings.HasPrefix(kind, "53") }

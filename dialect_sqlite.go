@@ -1,7 +1,10 @@
 package lastseen
 
 import (
+	"errors"
 	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,27 +13,58 @@ import (
 
 // sqliteDialect is SQLite's entry in dialects.
 var sqliteDialect = &dialect{
-	name:           "sqlite",
-	maxParams:      32766,
-	update:         sqliteUpdate,
-	onConflict:     standardOnConflict(julianCompare),
-	compare:        julianCompare,
-	sortKey:        julianKey,
-	retryable:      sqliteRetryable,
-	statementError: sqliteStatementError,
-	maxUnsigned:    math.MaxInt64,
+	name:        "sqlite",
+	maxParams:   32766,
+	update:      sqliteUpdate,
+	onConflict:  standardOnConflict(julianCompare),
+	compare:     julianCompare,
+	sortKey:     julianKey,
+	retryable:   sqliteRetryable,
+	exhausted:   sqliteExhausted,
+	errorKind:   sqliteResultCode,
+	badText:     sqliteBadText,
+	exactIn:     sqliteExactIn,
+	maxUnsigned: math.MaxInt64,
 }
 
-// sqliteStatementError matches the messages of SQLite's statement errors
-// (SQLite has no error codes for them).
-func sqliteStatementError(err error) bool {
-	msg := err.Error()
-	for _, m := range []string{"no such table", "no such column", "has no column", "syntax error", "does not match any PRIMARY KEY or UNIQUE"} {
-		if strings.Contains(msg, m) {
-			return true
+// sqliteResultCode returns SQLite's primary result code of err ("8"
+// SQLITE_READONLY, "13" SQLITE_FULL, "19" SQLITE_CONSTRAINT, "1"
+// SQLITE_ERROR for a missing table or column), "" for none. It asks the
+// driver's error for Code() int (modernc.org/sqlite and
+// glebarez/go-sqlite), else reads the "(N)" those drivers end their
+// message with; extended codes are reduced to their primary code (the low
+// 8 bits, https://www.sqlite.org/rescode.html).
+func sqliteResultCode(err error) string {
+	var e interface{ Code() int }
+	if errors.As(err, &e) {
+		return strconv.Itoa(e.Code() & 0xff)
+	}
+	if err != nil {
+		if m := sqliteCodeText.FindStringSubmatch(err.Error()); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			return strconv.Itoa(n & 0xff)
 		}
 	}
-	return false
+	return ""
+}
+
+var sqliteCodeText = regexp.MustCompile(`\((\d+)\)$`)
+
+// sqliteBadText: SQLite stores any bytes in a TEXT column, but its string
+// functions and C API stop at a NUL byte, so an id with one is refused;
+// invalid UTF-8 is stored and compared as the bytes given, and accepted.
+func sqliteBadText(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		return "contains a NUL byte, which SQLite's text functions cut at"
+	}
+	return ""
+}
+
+// sqliteExactIn compares with the BINARY collation, "`id` COLLATE BINARY IN
+// (?, ?)": a key column declared COLLATE NOCASE finds "Bob" for "bob". It
+// is ANDed to the plain comparison, which keeps the key's index.
+func sqliteExactIn(col any, vals []any) clause.Expr {
+	return clause.Expr{SQL: "? COLLATE BINARY IN ?", Vars: []any{col, vals}}
 }
 
 // julianCompare compares SQLite text timestamps as instants: julianday parses
@@ -46,7 +80,8 @@ func julianKey(col any) clause.Expr { return clause.Expr{SQL: "julianday(?)", Va
 //
 //	UPDATE "users" AS t SET "last_seen_at" = v.ts
 //	FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES (?, ?), (?, ?))) AS v
-//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR julianday(t."last_seen_at") < julianday(v.ts))
+//	WHERE t."id" = v.id [AND t."id" = v.id COLLATE BINARY, for a string key]
+//	AND (t."last_seen_at" IS NULL OR julianday(t."last_seen_at") < julianday(v.ts))
 func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
 	b.WriteString("UPDATE ? AS t SET ? = v.ts FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES ")
@@ -60,8 +95,15 @@ func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 		b.WriteString("(?, ?)")
 		vars = append(vars, ids[i], ts[i])
 	}
-	b.WriteString(")) AS v WHERE t.? = v.id AND (t.? IS NULL OR julianday(t.?) < julianday(v.ts))")
-	vars = append(vars, clause.Column{Name: t.pk}, col, col)
+	pk := clause.Column{Name: t.pk}
+	b.WriteString(")) AS v WHERE t.? = v.id")
+	vars = append(vars, pk)
+	if !t.intKey { // index lookup first, then the exact filter (sqliteExactIn)
+		b.WriteString(" AND t.? = v.id COLLATE BINARY")
+		vars = append(vars, pk)
+	}
+	b.WriteString(" AND (t.? IS NULL OR julianday(t.?) < julianday(v.ts))")
+	vars = append(vars, col, col)
 	return clause.Expr{SQL: b.String(), Vars: vars}
 }
 
@@ -69,3 +111,8 @@ func sqliteRetryable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
 }
+
+// sqliteExhausted: the primary result codes SQLITE_FULL (13, the disk or
+// max_page_count is full), SQLITE_NOMEM (7) and SQLITE_IOERR (10)
+// (sqlite.org/rescode.html).
+func sqliteExhausted(kind string) bool { return kind == "13" || kind == "7" || kind == "10" }

@@ -8,8 +8,12 @@ var (
 	// ErrInvalidConfig wraps every configuration problem Initialize finds.
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
 	// ErrInvalidUserID is returned for a user id that is not an integer,
-	// string or fmt.Stringer, is empty or zero, is longer than 128 bytes, or
-	// does not fit the user model's primary key.
+	// string or fmt.Stringer (or, for an integer key, a whole float64 of
+	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer
+	// than Config.MaxIDLength bytes, does not fit the user model's primary
+	// key, or is a string the key column can never hold: a NUL byte on
+	// PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL and MySQL/MariaDB
+	// (utf8mb4).
 	ErrInvalidUserID = errors.New("lastseen: invalid user id")
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
@@ -21,12 +25,33 @@ var (
 	// ErrInvalidTime is returned by TouchAt for a zero time, a time before
 	// 1970, or one more than MaxClockSkew ahead of the plugin's clock.
 	ErrInvalidTime = errors.New("lastseen: invalid time")
+	// ErrSchema is returned (wrapped, naming the Config field to fix) by a
+	// flush or purge whose table is missing or lacks a column the config
+	// names; the pending touches stay buffered. Initialize reports a
+	// present table without the column as ErrInvalidConfig instead, and a
+	// missing table as a warning (apps often AutoMigrate after db.Use).
+	ErrSchema = errors.New("lastseen: schema does not fit the config")
 	// ErrRefused is returned (wrapped, with the count and the first database
 	// error) by a flush in which the database refused some entries on their
 	// own, for example through a constraint or trigger. The rest of their
 	// batches was written; the refused entries went back to pending for the
 	// next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
+	// ErrSystemic is returned (wrapped, with the database's error) by a
+	// flush or purge that met a refusal no single row can cause: the whole
+	// batch, one entry alone and a write touching no row all failed with
+	// the same kind of error (same SQLSTATE, MySQL error number or SQLite
+	// result code), as a read-only database, a missing privilege, table or
+	// column do. The flush keeps every entry in Redis; the purge stops.
+	ErrSystemic = errors.New("lastseen: the database refuses every write")
+	// ErrInvalidRange is returned by Online for a window shorter than the
+	// throttle window or longer than OnlineWindow, and by ActiveUsers for a
+	// range that ends before it starts or starts before the days kept
+	// (ActiveUsersRetention).
+	ErrInvalidRange = errors.New("lastseen: invalid range")
+	// ErrCountsDisabled is returned by Online when OnlineWindow is negative
+	// and by ActiveUsers when ActiveUsersRetention is negative.
+	ErrCountsDisabled = errors.New("lastseen: presence counts are turned off")
 	// ErrOnBatch wraps the error Config.OnBatch returned (errors.Is finds both
 	// it and the hook's own error). The batch's transaction rolled back, the
 	// batch's last-seen values included, and its entries stay in Redis (the

@@ -24,9 +24,14 @@ type FlushResult struct {
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
 	Duration time.Duration // wall time
+
+	// Dropped counts the Failed entries refused for the MaxRefusals-th
+	// time: removed from Redis for good, each logged with its id.
+	Dropped int
 }
 
 func (r *FlushResult) merge(o FlushResult) {
+	r.Dropped += o.Dropped
 	r.Drained += o.Drained
 	r.Written += o.Written
 	r.Unknown += o.Unknown
@@ -83,6 +88,11 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	}
+	if len(active) > 0 { // a table is needed only with something to write
+		if err := p.checkTable(ctx, "flush", p.usersCheck(), &p.schema.usersOK); err != nil {
+			errs, active = append(errs, err), nil
+		}
+	}
 	// Shards hold disjoint users, so concurrent shard flushes never touch
 	// the same row and cannot deadlock one another.
 	var mu sync.Mutex
@@ -98,6 +108,9 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 			res.merge(r)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("lastseen: flush shard %d: %w", n, err))
+				if schemaMayBeGone(err) { // the next flush checks the table again
+					p.schema.usersOK.Store(false)
+				}
 			}
 			return nil
 		})
@@ -111,6 +124,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.stale.Add(int64(res.Stale))
 	p.stats.rejected.Add(int64(res.Rejected))
 	p.stats.flushSkipped.Add(int64(res.Skipped))
+	p.stats.dropped.Add(int64(res.Dropped))
 	p.stats.failed.Add(int64(res.Failed))
 	err = errors.Join(errs...)
 	if err != nil {
@@ -155,13 +169,24 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
 		"skipped", res.Skipped, "duration", res.Duration}
-	if err != nil {
+	if res.Dropped > 0 {
+		attrs = append(attrs, "dropped", res.Dropped)
+	}
+	switch {
+	case errors.Is(err, ErrSchema):
+		p.logSchemaError(&p.schema.flushLog, "lastseen: flush failed", err, attrs...)
+	case err != nil:
 		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
-		return
-	}
-	if res.Drained == 0 {
+	case res.Drained == 0:
 		p.log.Debug("lastseen: flush: nothing pending", attrs...)
-		return
+	default:
+		p.log.Info("lastseen: flush", attrs...)
 	}
-	p.log.Info("lastseen: flush", attrs...)
+	// The purge runs hourly by default: its table is checked on the
+	// flush's ticks until it is found, so a missing one shows early.
+	if !p.cfg.DisablePurge && !p.schema.sessionsOK.Load() && ctx.Err() == nil {
+		if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); errors.Is(err, ErrSchema) {
+			p.logSchemaError(&p.schema.purgeLog, "lastseen: purge will fail", err)
+		}
+	}
 }

@@ -34,7 +34,8 @@ type shardRun struct {
 	seen         map[string]struct{} // fields of the current batch: HSCAN may return a field twice
 	rejected     []string            // unreadable fields, acknowledged with the next batch
 	batchNo      int                 // batches committed, from 1
-	failed       int                 // entries the database refused, back in pending
+	failed       int                 // entries the database refused, back in pending or dropped
+	dropped      int                 // of those, dropped after MaxRefusals refusals
 	firstRefusal error               // the database's error for the first refused entry
 }
 
@@ -98,7 +99,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 	bs := r.p.cfg.BatchSize
 	r.now = r.p.now()
 	r.batch, r.seen, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), nil
-	r.batchNo, r.failed, r.firstRefusal = 0, 0, nil
+	r.batchNo, r.failed, r.dropped, r.firstRefusal = 0, 0, 0, nil
 	var cursor uint64
 	for {
 		var kv []string
@@ -128,7 +129,11 @@ func (r *shardRun) drain(ctx context.Context) error {
 	if err := r.ack(ctx, r.rejected, true); err != nil {
 		return err
 	}
-	if r.failed > 0 {
+	switch {
+	case r.dropped > 0:
+		return fmt.Errorf("%w: %d entries, %d dropped after %d refusals, the rest back in pending for the next flush: %v",
+			ErrRefused, r.failed, r.dropped, r.p.cfg.MaxRefusals, r.firstRefusal)
+	case r.failed > 0:
 		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
 	}
 	return nil
@@ -173,9 +178,17 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	}
 	r.batchNo++
 	r.p.hooks.afterCommit(r.shard, r.batchNo)
+	// fail.lua has taken the refused entries out of the in-flight hash; the
+	// ack must not clear the refusal counts it just raised.
+	skip := make(map[string]bool, len(refused))
+	for _, f := range refused {
+		skip[f.field] = true
+	}
 	fields := make([]string, 0, len(r.batch)+len(r.rejected))
 	for _, e := range r.batch {
-		fields = append(fields, e.field)
+		if !skip[e.field] {
+			fields = append(fields, e.field)
+		}
 	}
 	fields = append(fields, r.rejected...)
 	if len(refused) > 0 {
@@ -209,7 +222,7 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 	}
 	var n int
 	err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
-		n, err = ackScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.inflight}, args...).Int()
+		n, err = ackScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.inflight, r.keys.refusals}, args...).Int()
 		return err
 	})
 	if err != nil {
@@ -221,23 +234,35 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 	return nil
 }
 
-// requeue moves refused entries back to pending. See lua/fail.lua.
+// requeue moves refused entries back to pending and drops those refused
+// MaxRefusals times, each with a log line naming it. See lua/fail.lua.
 func (r *shardRun) requeue(ctx context.Context, refused []refusal) error {
-	args := make([]any, 0, 2+2*len(refused))
-	args = append(args, r.token, ceiling(r.p.now()))
+	args := make([]any, 0, 3+2*len(refused))
+	args = append(args, r.token, ceiling(r.p.now()), max(r.p.cfg.MaxRefusals, 0))
+	byField := make(map[string]refusal, len(refused))
 	for _, f := range refused {
 		args = append(args, f.field, f.value)
+		byField[f.field] = f
 	}
-	var n int
+	keys := []string{r.keys.lock, r.keys.inflight, r.keys.pending, r.keys.refusals}
+	var reply []any
 	err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
-		n, err = failScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.inflight, r.keys.pending}, args...).Int()
+		reply, err = failScript.Run(ctx, r.p.rdb, keys, args...).Slice()
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}
-	if n < 0 {
+	if n, _ := reply[0].(int64); n < 0 {
 		return errLockLost
+	}
+	for _, v := range reply[1:] {
+		field, _ := v.(string)
+		f := byField[field]
+		r.p.log.Error("lastseen: dropping a pending entry the database refused too often", "id", field, "value", f.value,
+			"refusals", r.p.cfg.MaxRefusals, "err", f.err)
+		r.dropped++
+		r.res.Dropped++
 	}
 	return nil
 }

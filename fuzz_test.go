@@ -72,8 +72,8 @@ func checkNormalized(t *testing.T, c fuzzCodec, input any, id string, err error)
 		}
 		return false
 	}
-	if id == "" || len(id) > maxUserIDLen {
-		t.Fatalf("%s: normalize(%#v) = %q: length %d, want 1 to %d", c.name, input, id, len(id), maxUserIDLen)
+	if id == "" || len(id) > DefaultMaxIDLength {
+		t.Fatalf("%s: normalize(%#v) = %q: length %d, want 1 to %d", c.name, input, id, len(id), DefaultMaxIDLength)
 	}
 	again, err := c.codec.normalize(id)
 	if err != nil || again != id {
@@ -118,22 +118,22 @@ func FuzzUserID(f *testing.F) {
 			_, perr := c.codec.parse(s) // never panics, whatever the text
 			switch c.name {
 			case "string":
-				want := s != "" && len(s) <= maxUserIDLen
+				want := s != "" && len(s) <= DefaultMaxIDLength
 				if ok != want || (ok && id != s) {
 					t.Fatalf("string: normalize(%q) = %q, %v; want it accepted as is: %v", s, id, err, want)
 				}
 			case "uuid":
 				parsed, uerr := uuid.Parse(s)
-				want := s != "" && len(s) <= maxUserIDLen && uerr == nil
+				want := s != "" && len(s) <= DefaultMaxIDLength && uerr == nil
 				if ok != want || (ok && id != parsed.String()) {
 					t.Fatalf("uuid: normalize(%q) = %q, %v; want %v (%q)", s, id, err, want, parsed.String())
 				}
 			default: // integers: decimal text, surrounding spaces allowed, in range, not zero
 				v, serr := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-				want := serr == nil && v != 0 && v >= c.min && (v < 0 || uint64(v) <= c.max) && len(s) <= maxUserIDLen
+				want := serr == nil && v != 0 && v >= c.min && (v < 0 || uint64(v) <= c.max) && len(s) <= DefaultMaxIDLength
 				if c.min == 0 { // unsigned: ParseUint, which also takes values above MaxInt64
 					uv, uerr := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
-					want = uerr == nil && uv != 0 && uv <= c.max && len(s) <= maxUserIDLen
+					want = uerr == nil && uv != 0 && uv <= c.max && len(s) <= DefaultMaxIDLength
 				}
 				if ok != want {
 					t.Fatalf("%s: normalize(%q) accepted=%v (%q, %v), want %v", c.name, s, ok, id, err, want)

@@ -55,6 +55,7 @@ func TestFlushJobLogLines(t *testing.T) {
 	cfg := h.config()
 	cfg.Shards = 2
 	cfg.Logger = jsonLogger(&out)
+	must(t, h.db.AutoMigrate(&User{}, &Session{})) // tables made after db.Use would be one warning each
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 2)
 	equal(t, "lines from db.Use", out.take(), "")
@@ -82,8 +83,10 @@ func TestPurgeJobLogLines(t *testing.T) {
 	var out syncBuffer
 	cfg := purgeConfig(h, 1000)
 	cfg.Logger = jsonLogger(&out)
+	must(t, h.db.AutoMigrate(&User{}, &Session{})) // tables made after db.Use would be one warning each
 	p, db := h.plugin(cfg)
 	seedSessions(t, db, sess("z", "2026-03-02T00:00:00Z"))
+	equal(t, "lines from db.Use", out.take(), "")
 
 	p.purgeJob(ctx)
 	common := `"plugin":"lastseen","table":"users","prefix":"` + h.prefix + `","session_table":"sessions",`

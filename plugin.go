@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -33,6 +34,7 @@ type Plugin struct {
 	log       *slog.Logger
 	now       func() time.Time
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
+	idLenSet  bool // Config.MaxIDLength was set: a key column shorter than it is an error, not a lower default
 
 	mu        sync.Mutex // guards db during Initialize and closed
 	db        *gorm.DB
@@ -54,6 +56,9 @@ type Plugin struct {
 	stats     counters
 	obs       observers      // AddObserver (observe.go)
 	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
+	schema    schemaState    // tables found to fit the config; schema log limits (schema.go)
+
+	probes atomic.Uint64 // rotates the entry a refused batch is probed with (systemic.go)
 
 	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 }
@@ -63,11 +68,11 @@ var _ gorm.Plugin = (*Plugin)(nil)
 // New returns a plugin with the defaults filled into cfg. It does no I/O and
 // never fails; Initialize (called by db.Use) validates the configuration.
 func New(cfg Config) *Plugin {
-	realClock := cfg.Now == nil
+	realClock, idLenSet := cfg.Now == nil, cfg.MaxIDLength != 0
 	cfg = withDefaults(cfg)
 	name := pluginName(cfg.Model, cfg.Field)
 	p := &Plugin{cfg: cfg, name: name, log: cfg.Logger.With("plugin", "lastseen", "tracks", name[len(namePrefix):]),
-		now: cfg.Now, realClock: realClock}
+		now: cfg.Now, realClock: realClock, idLenSet: idLenSet}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
 	p.closeDone = make(chan struct{})
 	return p
@@ -110,6 +115,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if o := p.prefixTaken(db); o != nil {
 		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
 	}
+	if p.realClock && db.Config.NowFunc != nil { // one clock with the Expired scope (Config.Now)
+		p.cfg.Now = db.Config.NowFunc
+		p.now = p.cfg.Now
+	}
 	rdb := newRedisClient(p.cfg.Redis)
 	t, err := newTracker(p.cfg, rdb, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
@@ -131,6 +140,11 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	}
 	p.rdb, p.tracker, p.sched = rdb, t, sched
 	p.locker = redislock.New(rdb.UniversalClient)
+	if p.cfg.Overlay {
+		if err := p.registerOverlay(db); err != nil { // overlay.go
+			return fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)
+		}
+	}
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
 	p.db = db.Session(&gorm.Session{NewDB: true})
@@ -161,7 +175,10 @@ func (p *Plugin) validate(db *gorm.DB) error {
 	if err := checkConfig(p.cfg, d); err != nil {
 		return err
 	}
-	return p.resolveTargets(db, d)
+	if err := p.resolveTargets(db, d); err != nil {
+		return err
+	}
+	return p.inspectSchema(db)
 }
 
 // ready returns the database handle, or ErrNotInitialized / ErrClosed.

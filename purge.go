@@ -21,6 +21,14 @@ type PurgeResult struct {
 	Cutoff   time.Time     // sessions expiring at or before this were purged (UTC)
 	Stopped  bool          // the run ended early: context ended, Close, or an error
 	Duration time.Duration // wall time
+
+	// Refused counts the expired sessions the database refused to delete
+	// on their own (a foreign key with ON DELETE RESTRICT, a trigger): the
+	// run deleted the rest of their batch and went on past them; the next
+	// run meets them again. FirstRefusal is the first one's error, naming
+	// its id (nil when Refused is 0).
+	Refused      int
+	FirstRefusal error
 }
 
 // PurgeExpiredSessions deletes the sessions that expired at or before the
@@ -40,8 +48,12 @@ type PurgeResult struct {
 // time-to-live LockTTL, refreshed every LockTTL/3 and after each batch;
 // the run stops when the lock is lost) for the whole run, so
 // only one instance purges at a time; when another instance holds it, it
-// returns ErrLocked at once. Other errors stop the run and name the batch
-// they happened in ("lastseen: purge batch 3: ..."). The run stops between
+// returns ErrLocked at once. A session the database refuses to delete on
+// its own (a RESTRICT foreign key, a trigger) is isolated by halving its
+// batch, the rest is deleted and the run goes on past it (PurgeResult.Refused,
+// FirstRefusal); a refusal no row can cause (read-only, permission denied)
+// stops the run with ErrSystemic. Other errors stop the run and name the
+// batch they happened in ("lastseen: purge batch 3: ..."). The run stops between
 // batches, never inside one: when ctx ends it returns ctx.Err(), when Close
 // is called it returns ErrClosed; the batch in progress commits first.
 // PurgeResult.Stopped reports every early end. Before db.Use it returns
@@ -53,7 +65,17 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 	}
 	defer done()
 	ctx, observed := p.observePurge(ctx)
+	if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); err != nil {
+		p.stats.purges.Add(1)
+		p.stats.purgeErrors.Add(1)
+		res := PurgeResult{Stopped: true}
+		observed(res, err)
+		return res, err
+	}
 	res, err := p.purgeLocked(ctx, db)
+	if schemaMayBeGone(err) { // the next purge checks the table again
+		p.schema.sessionsOK.Store(false)
+	}
 	observed(res, err)
 	return res, err
 }
@@ -91,6 +113,7 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 	res, err := p.purge(run, db, lock)
 	p.stats.purges.Add(1)
 	p.stats.sessionsDeleted.Add(int64(res.Deleted))
+	p.stats.purgeRefused.Add(int64(res.Refused))
 	if err != nil {
 		p.stats.purgeErrors.Add(1)
 	}
@@ -158,17 +181,19 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 	}
 	if len(ids) > 0 {
 		bctx, end := p.observePurgeBatch(ctx, batch)
-		n, retries, err := p.deleteBatch(bctx, db, p.purgeCondition(bctx, db, ids, res.Cutoff))
+		pp := &purgeParts{p: p, db: db, res: res}
+		n, err := pp.delete(bctx, ids)
+		if err != nil && !errors.Is(err, context.Cause(ctx)) {
+			n, err = pp.isolate(bctx, ids, err) // rows refused on their own are passed over
+		}
 		end(n, err)
-		res.Retries += retries
+		res.Deleted += n
 		if err != nil {
 			if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
 				return stop
 			}
 			return fmt.Errorf("lastseen: purge batch %d: %w", batch, err)
 		}
-		res.Deleted += n
-		res.Batches++
 	}
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
@@ -233,6 +258,9 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 	res, err := p.PurgeExpiredSessions(ctx)
 	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
 		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
+	if res.Refused > 0 {
+		attrs = append(attrs, "refused", res.Refused, "first_refusal", res.FirstRefusal.Error())
+	}
 	switch {
 	case err == nil && res.Deleted == 0:
 		p.log.Debug("lastseen: purge: nothing expired", attrs...)
@@ -242,6 +270,8 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 		p.log.Debug("lastseen: purge skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
 		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
+	case errors.Is(err, ErrSchema):
+		p.logSchemaError(&p.schema.purgeLog, "lastseen: purge failed", err, attrs...)
 	default:
 		p.log.Error("lastseen: purge failed", append(attrs, "err", err)...)
 	}

@@ -80,8 +80,13 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 	id, _ := p.users.ids.parse(uid)
 	m := p.users.model
 	var col columnTime // dialect.go: SQLite may return text
-	row := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?", clause.Column{Name: m.time.DBName}).
-		Where(clause.Eq{Column: clause.Column{Name: m.pk.DBName}, Value: id}).Limit(1).Row()
+	pk := clause.Column{Name: m.pk.DBName}
+	q := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?", clause.Column{Name: m.time.DBName}).
+		Where(clause.Eq{Column: pk, Value: id})
+	if k := p.users.ids.kind; k != idSigned && k != idUnsigned && p.dialect.exactIn != nil {
+		q = q.Where(p.dialect.exactIn(pk, []any{id})) // the row of exactly this id, not one its collation folds onto
+	}
+	row := q.Limit(1).Row()
 	switch err := row.Scan(&col); {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:

@@ -13,7 +13,9 @@ type counters struct {
 	rejected                                               atomic.Int64
 	purges, purgeErrors, purgeSkipped, sessionsDeleted     atomic.Int64
 	flushSkipped                                           atomic.Int64
+	dropped, purgeRefused                                  atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
+	known                                                  atomic.Int64 // TouchKnown
 	canceled                                               atomic.Int64
 }
 
@@ -46,6 +48,12 @@ type Stats struct {
 	PurgeSkipped    int64 // purges (scheduled or called) skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
 
+	// Known counts throttled touches that TouchKnown answered from the
+	// app's own last-seen value alone, without the local cache or Redis.
+	Known int64
+	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
+	Dropped      int64 // pending entries dropped after MaxRefusals refusals
+	PurgeRefused int64 // expired sessions the database refused to delete, per run
 	// Canceled counts touches whose caller's context had ended (deadline
 	// passed, or canceled, as when an HTTP client disconnects) before Redis
 	// answered. They are kept in the backlog like RedisErrors but are not
@@ -70,7 +78,8 @@ func (p *Plugin) Stats() Stats {
 		Drained: c.drained.Load(), RowsWritten: c.written.Load(), Unknown: c.unknown.Load(),
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
-		SessionsDeleted: c.sessionsDeleted.Load(), Canceled: c.canceled.Load(),
+		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
+		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Canceled: c.canceled.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()

@@ -77,6 +77,10 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 	if ids.kind == idUnsigned {
 		ids.max = d.maxUnsigned
 	}
+	ids.maxLen = c.MaxIDLength
+	if ids.kind == idString {
+		ids.badText = d.badText
+	}
 	p.users = &userTarget{model: users, ids: ids}
 	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField")
 	if err != nil {
@@ -112,6 +116,9 @@ type writeTarget struct {
 	table, pk, col  string
 	intKey          bool   // the primary key's Go type is an integer kind
 	pkType, colType string // PostgreSQL only, from the catalog
+	// pkCharset and pkCollation are a MySQL string key's character set and
+	// collation, from information_schema ("" when unknown).
+	pkCharset, pkCollation string
 }
 
 // writeTarget resolves table, columns and, on PostgreSQL, their SQL types,

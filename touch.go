@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -95,9 +96,10 @@ func (t *tracker) close() {
 // cacheKey identifies a user in the local cache without allocating: integer
 // ids by value, string ids by their text.
 type cacheKey struct {
-	s     string
-	n     uint64
-	isNum bool
+	s       string
+	n       uint64
+	isNum   bool
+	isFloat bool // a float64 id: its own entry, as a float may be refused where the integer is not
 }
 
 // Negative integers take the slow path: as a uint64 key they would collide
@@ -118,6 +120,8 @@ func quickKey(id any) (cacheKey, bool) {
 		return cacheKey{n: uint64(v), isNum: true}, v > 0
 	case uint32:
 		return cacheKey{n: uint64(v), isNum: true}, true
+	case float64: // JSON-decoded claims: whole numbers only, as fromFloat takes them
+		return cacheKey{n: uint64(v), isNum: true, isFloat: true}, v >= 1 && v <= maxExactFloat && v == math.Trunc(v)
 	}
 	return cacheKey{}, false
 }
@@ -147,7 +151,8 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 
 // TouchAt records that userID was seen at at. userID is the user's primary
 // key in its natural Go type: any integer kind, a string, or a fmt.Stringer
-// such as a UUID type.
+// such as a UUID type; for an integer key also a whole float64 of magnitude
+// at most 2^53 or a json.Number, as encoding/json decodes a JWT claim.
 //
 // It returns recorded == true when this call opened a new throttle window
 // for the user and raised the pending timestamp (never lowering it), and
@@ -155,7 +160,7 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // the local cache answered without any I/O, or Redis did in one round trip.
 //
 // Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
-// than 128 bytes or not of the primary key's type; ErrInvalidTime; and,
+// than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime; and,
 // when Redis did not answer within TouchTimeout, the circuit breaker is
 // open, or ctx ended first (an error wrapping ctx's, which the breaker does
 // not count as a Redis failure), an error wrapping the cause: the timestamp
@@ -191,8 +196,10 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 	}
 	keys := t.shard(uid)
 	ts := micros(at)
+	hk, ha := presenceArgs(&p.cfg, keys, at, now) // presence.go: HyperLogLogs, same EVALSHA
 	reply, err := t.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
-		return touchScript.Run(ctx, rdb, []string{keys.marker + uid, keys.pending}, uid, ts, t.throttle.Milliseconds(), ceiling(now)).Slice()
+		return touchScript.Run(ctx, rdb, append([]string{keys.marker + uid, keys.pending}, hk...),
+			append([]any{uid, ts, t.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
 	})
 	if err != nil {
 		if errors.Is(err, errCallerEnded) {

@@ -224,7 +224,8 @@ func TestTouchPendingNeverMovesBackwards(t *testing.T) {
 
 // TestTouchStoredForm: the pending hash holds Unix microseconds in UTC as a
 // decimal integer (sub-microsecond digits cut off, the location ignored);
-// marker and pending hash share the shard's hash tag.
+// marker, pending hash and the presence HyperLogLogs (the touch's Unix
+// minute, its UTC day) share the shard's hash tag.
 func TestTouchStoredForm(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -238,7 +239,7 @@ func TestTouchStoredForm(t *testing.T) {
 		must(t, err)
 		equal(t, "recorded", ok, true)
 
-		equal(t, "keys", strings.Join(h.keys(), " "), ":{0}:pending :{0}:seen:42")
+		equal(t, "keys", strings.Join(h.keys(), " "), ":{0}:active:2026-03-01 :{0}:online:29539290 :{0}:pending :{0}:seen:42")
 		v, err := h.r.client.HGet(ctx, h.prefix+":{0}:pending", "42").Result()
 		must(t, err)
 		equal(t, "stored value", v, "1772357400123456")
@@ -258,13 +259,14 @@ func TestTouchStoredForm(t *testing.T) {
 	})
 }
 
-// TestTouchKeysShareHashTag: with the default 16 shards, a user's marker and
-// its pending hash carry the same hash tag {N}, N in 0..15.
+// TestTouchKeysShareHashTag: with the default 16 shards, a user's marker, its
+// pending hash and its presence HyperLogLogs carry the same hash tag {N}, N
+// in 0..15.
 func TestTouchKeysShareHashTag(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		p, _ := h.plugin(h.config())
-		re := regexp.MustCompile(`^:\{(\d+)\}:(pending|seen:(\d+))$`)
+		re := regexp.MustCompile(`^:\{(\d+)\}:(pending|seen:(\d+)|online:\d+|active:\d{4}-\d\d-\d\d)$`)
 		for _, id := range []int{42, 7, 1000} {
 			before := h.keys()
 			_, err := p.Touch(ctx, id)
@@ -277,7 +279,7 @@ func TestTouchKeysShareHashTag(t *testing.T) {
 				}
 				m := re.FindStringSubmatch(k)
 				if m == nil {
-					t.Fatalf("key %q does not follow <prefix>:{N}:pending / <prefix>:{N}:seen:<id>", k)
+					t.Fatalf("key %q does not follow <prefix>:{N}:pending, :seen:<id>, :online:<minute> or :active:<day>", k)
 				}
 				tags = append(tags, m[1])
 				if m[3] != "" {
@@ -286,10 +288,11 @@ func TestTouchKeysShareHashTag(t *testing.T) {
 				}
 			}
 			equal(t, fmt.Sprintf("user %d markers", id), markers, 1)
-			if len(tags) == 2 {
-				equal(t, fmt.Sprintf("user %d tags", id), tags[0], tags[1])
-			} else if len(tags) != 1 { // the pending hash may already exist
-				t.Fatalf("user %d: new keys with tags %v", id, tags)
+			if len(tags) == 0 { // the pending hash and HyperLogLogs may already exist
+				t.Fatalf("user %d: no new keys", id)
+			}
+			for _, tag := range tags[1:] {
+				equal(t, fmt.Sprintf("user %d tags", id), tag, tags[0])
 			}
 			var shard int
 			fmt.Sscan(tags[0], &shard)
@@ -443,7 +446,7 @@ func TestTouchUserIDs(t *testing.T) {
 		{&User{}, nil, "lastseen: invalid user id: nil"},
 		{&User{}, "", "lastseen: invalid user id: empty string"},
 		{&User{}, handle(""), "lastseen: invalid user id: empty lastseen.handle"},
-		{&User{}, long, "lastseen: invalid user id: string of 129 bytes (at most 128)"},
+		{&User{}, long, "lastseen: invalid user id: string of 129 bytes (at most 128, Config.MaxIDLength)"},
 		{&User{}, 0, "lastseen: invalid user id: int is zero, which GORM treats as no primary key"},
 		{&User{}, uint8(0), "lastseen: invalid user id: uint8 is zero, which GORM treats as no primary key"},
 		{&User{}, "0", "lastseen: invalid user id: string is zero, which GORM treats as no primary key"},
@@ -455,7 +458,8 @@ func TestTouchUserIDs(t *testing.T) {
 		{&User{}, "18446744073709551616", `lastseen: invalid user id: string "18446744073709551616": not an unsigned 64-bit integer`},
 		{&User{}, []byte("1"), "lastseen: invalid user id: unsupported type []uint8 (want an integer, a string or a fmt.Stringer)"},
 		{&User{}, struct{}{}, "lastseen: invalid user id: unsupported type struct {} (want an integer, a string or a fmt.Stringer)"},
-		{&User{}, 1.0, "lastseen: invalid user id: unsupported type float64 (want an integer, a string or a fmt.Stringer)"},
+		{&User{}, 1.5, "lastseen: invalid user id: float64 1.5 is not a whole number"},
+		{&User{}, true, "lastseen: invalid user id: unsupported type bool (want an integer, a string or a fmt.Stringer)"},
 		{&User{}, true, "lastseen: invalid user id: unsupported type bool (want an integer, a string or a fmt.Stringer)"},
 		{&User{}, u, `lastseen: invalid user id: uuid.UUID "6ba7b810-9dad-11d1-80b4-00c04fd430c8": not an unsigned 64-bit integer`},
 		{&User{}, (*uuid.UUID)(nil), "lastseen: invalid user id: nil *uuid.UUID"},
@@ -473,7 +477,7 @@ func TestTouchUserIDs(t *testing.T) {
 		{&stringUser{}, u, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
 		{&stringUser{}, "", "lastseen: invalid user id: empty string"},
 		{&stringUser{}, strings.Repeat("x", 128), strings.Repeat("x", 128)},
-		{&stringUser{}, strings.Repeat("x", 129), "lastseen: invalid user id: string of 129 bytes (at most 128)"},
+		{&stringUser{}, strings.Repeat("x", 129), "lastseen: invalid user id: string of 129 bytes (at most 128, Config.MaxIDLength)"},
 
 		{&uuidUser{}, u, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
 		{&uuidUser{}, &u, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},

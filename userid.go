@@ -3,16 +3,16 @@ package lastseen
 import (
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
 
 	"gorm.io/gorm/schema"
 )
-
-// maxUserIDLen is the longest user id, in bytes, once written as text.
-const maxUserIDLen = 128
 
 // idKind is how a primary key's values are written as text and read back.
 type idKind int
@@ -31,6 +31,12 @@ type idCodec struct {
 	typ  reflect.Type // primary key's Go type, pointer removed
 	bits int          // integer size, for range checks
 	max  uint64       // largest unsigned key the dialect stores, if below the type's range (0: no limit)
+	// maxLen is the longest id in bytes once written as text
+	// (Config.MaxIDLength).
+	maxLen int
+	// badText reports why a string key cannot hold s (dialect.badText),
+	// nil for other kinds of key.
+	badText func(s string) string
 }
 
 var scannerType = reflect.TypeOf((*sql.Scanner)(nil)).Elem()
@@ -40,7 +46,7 @@ func newIDCodec(pk *schema.Field) (idCodec, error) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	c := idCodec{typ: t}
+	c := idCodec{typ: t, maxLen: DefaultMaxIDLength}
 	switch {
 	case reflect.PointerTo(t).Implements(scannerType):
 		c.kind = idScanner
@@ -58,7 +64,10 @@ func newIDCodec(pk *schema.Field) (idCodec, error) {
 
 // normalize returns the canonical text of a user id given to Touch: an
 // integer in decimal, a string as is, a fmt.Stringer by its String method,
-// each checked against the primary key's type. The error wraps
+// each checked against the primary key's type. For an integer key it also
+// takes what JSON decoding gives apps (a JWT's "sub" or "uid" claim): a
+// float64 or float32 holding a whole number of magnitude at most 2^53, and
+// a json.Number (fromFloat, fromNumber). The error wraps
 // ErrInvalidUserID and names the value's type.
 func (c idCodec) normalize(id any) (string, error) {
 	var s string
@@ -77,6 +86,10 @@ func (c idCodec) normalize(id any) (string, error) {
 		return c.fromUint(v, id)
 	case uint32:
 		return c.fromUint(uint64(v), id)
+	case float64:
+		return c.fromFloat(v, id)
+	case json.Number:
+		return c.fromNumber(v, id)
 	case nil:
 		return "", fmt.Errorf("%w: nil", ErrInvalidUserID)
 	default:
@@ -86,6 +99,8 @@ func (c idCodec) normalize(id any) (string, error) {
 			return c.fromInt(rv.Int(), id)
 		case rv.Kind() >= reflect.Uint && rv.Kind() <= reflect.Uintptr:
 			return c.fromUint(rv.Uint(), id)
+		case rv.Kind() == reflect.Float32 || rv.Kind() == reflect.Float64:
+			return c.fromFloat(rv.Float(), id)
 		}
 		if st, ok := id.(fmt.Stringer); ok {
 			if rv.Kind() == reflect.Pointer && rv.IsNil() {
@@ -108,6 +123,46 @@ func (c idCodec) fromInt(n int64, id any) (string, error) {
 	return c.fromString(strconv.FormatInt(n, 10), id)
 }
 
+// maxExactFloat is 2^53: every integer up to it in magnitude is exactly a
+// float64 (IEEE 754 binary64 has a 53-bit significand), beyond it a float64
+// may be a neighbouring integer rounded, so it names no id for sure.
+const maxExactFloat = 1 << 53
+
+// fromFloat accepts a whole float of magnitude at most 2^53 for an integer
+// key; a fractional, NaN, infinite or larger one, or a float for a string or
+// UUID key, is ErrInvalidUserID.
+func (c idCodec) fromFloat(f float64, id any) (string, error) {
+	switch {
+	case c.kind != idSigned && c.kind != idUnsigned:
+		return "", fmt.Errorf("%w: %T for a %s primary key (a number is accepted for an integer key only)", ErrInvalidUserID, id, c.typ)
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return "", fmt.Errorf("%w: %T %v", ErrInvalidUserID, id, f)
+	case f != math.Trunc(f):
+		return "", fmt.Errorf("%w: %T %v is not a whole number", ErrInvalidUserID, id, f)
+	case math.Abs(f) > maxExactFloat:
+		return "", fmt.Errorf("%w: %T %v is beyond 2^53, where a float64 does not hold every integer exactly", ErrInvalidUserID, id, f)
+	}
+	return c.fromInt(int64(f), id)
+}
+
+// fromNumber reads a json.Number (encoding/json's Decoder.UseNumber): for
+// an integer key its text as an integer, else as a float by fromFloat's
+// rule ("42", "42.0" and "4.2e1" are user 42); for a string or UUID key its
+// text as is.
+func (c idCodec) fromNumber(n json.Number, id any) (string, error) {
+	if c.kind != idSigned && c.kind != idUnsigned {
+		return c.fromString(string(n), id)
+	}
+	if s, err := c.fromString(string(n), id); err == nil {
+		return s, nil
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return "", fmt.Errorf("%w: %T %q is not a number", ErrInvalidUserID, id, truncate(string(n)))
+	}
+	return c.fromFloat(f, id)
+}
+
 func (c idCodec) fromUint(n uint64, id any) (string, error) {
 	return c.fromString(strconv.FormatUint(n, 10), id)
 }
@@ -119,8 +174,8 @@ func (c idCodec) fromString(s string, id any) (string, error) {
 	if s == "" {
 		return "", fmt.Errorf("%w: empty %T", ErrInvalidUserID, id)
 	}
-	if len(s) > maxUserIDLen {
-		return "", fmt.Errorf("%w: %T of %d bytes (at most %d)", ErrInvalidUserID, id, len(s), maxUserIDLen)
+	if len(s) > c.maxLen {
+		return "", fmt.Errorf("%w: %T of %d bytes (at most %d, Config.MaxIDLength)", ErrInvalidUserID, id, len(s), c.maxLen)
 	}
 	v, err := c.parse(s)
 	if err != nil {
@@ -147,8 +202,8 @@ func (c idCodec) fromString(s string, id any) (string, error) {
 // uint64, string, or the key's own Scanner type. It never panics, whatever
 // the text.
 func (c idCodec) parse(s string) (any, error) {
-	if s == "" || len(s) > maxUserIDLen {
-		return nil, fmt.Errorf("length %d, want 1 to %d bytes", len(s), maxUserIDLen)
+	if s == "" || len(s) > c.maxLen {
+		return nil, fmt.Errorf("length %d, want 1 to %d bytes", len(s), c.maxLen)
 	}
 	switch c.kind {
 	case idSigned:
@@ -172,6 +227,11 @@ func (c idCodec) parse(s string) (any, error) {
 			return nil, err
 		}
 		return v.Elem().Interface(), nil
+	}
+	if c.badText != nil {
+		if why := c.badText(s); why != "" {
+			return nil, errors.New(why)
+		}
 	}
 	return s, nil
 }

@@ -23,19 +23,35 @@ type refusal struct {
 }
 
 // writeBatch writes one batch. It retries deadlocks and serialization
-// failures up to MaxRetries times. When the database is reachable but the
-// batch failed, it tries the whole batch once more (the error may have been
-// the connection's: killed, failed over; the pool has replaced it by then),
-// then splits the batch in halves until the refused entries stand alone,
-// writes the rest, and returns the refused entries with a nil error; any
-// other error (database unreachable, context ended) is returned, and then
-// nothing of the batch has committed.
+// failures up to MaxRetries times. When the batch fails with an error the
+// server reported (one with a kind, dialect.errorKind), probeBatch decides
+// whether no row can have caused it (systemic: the batch stays in Redis and
+// ErrSystemic is returned) or rows were refused on their own. When the
+// error has no kind and the database is reachable, it tries the whole batch
+// once more (the error may have been the connection's: killed, failed over;
+// the pool has replaced it by then). Either way it then splits the batch in
+// halves until the refused entries stand alone, writes the rest, and
+// returns the refused entries with a nil error; any other error (database
+// unreachable, context ended) is returned, and then nothing of the batch
+// has committed.
 func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
 	br, err := p.writeWithRetry(ctx, batch)
 	if err == nil {
 		return br, nil, nil
 	}
-	if ctx.Err() != nil || p.statementError(err) || !p.databaseUp(ctx) {
+	// A deadlock or serialization failure that outlasted MaxRetries is
+	// contention, not a refusal: the batch stays for the next flush.
+	// An OnBatch failure is never split either (ErrOnBatch).
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) || p.dialect.retryable(err) {
+		return batchResult{}, nil, err
+	}
+	if kind := p.dialect.errorKind(err); kind != "" { // the server answered
+		if p.dialect.exhausted(kind) {
+			return batchResult{}, nil, p.exhaustedError(kind, len(batch), err)
+		}
+		return p.probeBatch(ctx, batch, err, kind)
+	}
+	if !p.databaseUp(ctx) {
 		return batchResult{}, nil, err
 	}
 	return p.isolateRefused(ctx, batch)
@@ -44,7 +60,7 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 // statement returns ctx bounded by StatementTimeout, for one SQL statement
 // of a flush (or the transaction of a write and OnBatch), and a check that
 // wraps a statement's error with errStatementTimeout when that bound (not
-// ctx) ended it.
+// ctx) ended it: such a batch is never split, it stays in Redis.
 func (p *Plugin) statement(ctx context.Context) (context.Context, context.CancelFunc, func(error) error) {
 	sctx, cancel := context.WithTimeoutCause(ctx, p.cfg.StatementTimeout, errStatementTimeout)
 	check := func(err error) error {
@@ -56,27 +72,25 @@ func (p *Plugin) statement(ctx context.Context) (context.Context, context.Cancel
 	return sctx, cancel, check
 }
 
-// statementError reports an error no single entry can cause (see
-// dialect.statementError), or one treated so: an OnBatch failure is never
-// split (ErrOnBatch), nor is a statement that ran past StatementTimeout.
-func (p *Plugin) statementError(err error) bool {
-	return errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) ||
-		p.dialect.statementError(err)
-}
-
 // isolateRefused writes a batch the reachable database failed once: whole,
 // then, if refused again, in halves, recursively.
 func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	if len(batch) == 0 {
+		return batchResult{}, nil, nil
+	}
 	br, err := p.writeWithRetry(ctx, batch)
 	if err == nil {
 		return br, nil, nil
 	}
-	if ctx.Err() != nil || p.statementError(err) || !p.databaseUp(ctx) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) ||
+		(p.dialect.errorKind(err) == "" && !p.databaseUp(ctx)) {
 		return batchResult{}, nil, err
 	}
+	if kind := p.dialect.errorKind(err); p.dialect.exhausted(kind) {
+		return batchResult{}, nil, p.exhaustedError(kind, len(batch), err)
+	}
 	if len(batch) == 1 {
-		p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", batch[0].field, "err", err)
-		return batchResult{}, []refusal{{batch[0], err}}, nil
+		return batchResult{}, []refusal{p.refused(batch[0], err)}, nil
 	}
 	half := len(batch) / 2
 	a, ra, err := p.isolateRefused(ctx, batch[:half])
@@ -84,14 +98,24 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 		return a, nil, err
 	}
 	b, rb, err := p.isolateRefused(ctx, batch[half:])
-	a.written += b.written
-	a.unknown += b.unknown
-	a.stale += b.stale
-	a.batches += b.batches
+	a.merge(b)
 	if err != nil {
 		return a, nil, err
 	}
 	return a, append(ra, rb...), nil
+}
+
+// refused logs one entry the database refused on its own.
+func (p *Plugin) refused(e entry, err error) refusal {
+	p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", e.field, "err", err)
+	return refusal{e, err}
+}
+
+func (a *batchResult) merge(b batchResult) {
+	a.written += b.written
+	a.unknown += b.unknown
+	a.stale += b.stale
+	a.batches += b.batches
 }
 
 // databaseUp tells a refused batch from an unreachable database with a
@@ -173,7 +197,12 @@ func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, err
 		err := db.Raw("?", p.dialect.count(t, ids)).Scan(&existing).Error
 		return int(existing), err
 	}
-	err := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: clause.Column{Name: t.pk}, Values: ids}).Count(&existing).Error
+	pk := clause.Column{Name: t.pk}
+	q := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: pk, Values: ids})
+	if !t.intKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
+		q = q.Where(p.dialect.exactIn(pk, ids))
+	}
+	err := q.Count(&existing).Error
 	return int(existing), err
 }
 

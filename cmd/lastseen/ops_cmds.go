@@ -16,6 +16,7 @@ import (
 type statusCmd struct {
 	connFlags   `embed:""`
 	targetFlags `embed:""`
+	JSON        bool `name:"json" help:"Print one JSON object (status_json.go) instead of the text report."`
 
 	out    io.Writer        // the report; run sets it
 	errOut io.Writer        // warnings; run sets it
@@ -35,6 +36,9 @@ func (c *statusCmd) Run() error {
 	}
 	if err := e.warnNoBuffer(ctx, st.Pending+st.InFlight > 0); err != nil {
 		return err
+	}
+	if c.JSON {
+		return c.writeJSON(ctx, e, st)
 	}
 	out := c.out
 	fmt.Fprintf(out, "redis buffer (prefix %q, %d shards) at %s\n", c.Prefix, c.Shards, st.At.Format(time.RFC3339))

@@ -9,6 +9,11 @@
 //	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
 //	<prefix>:{N}:lock          redislock lock of the shard's flusher
 //	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
+//	<prefix>:{N}:refusals      hash: user id -> times the database refused its entry
+//	<prefix>:{N}:online:<m>    HyperLogLog of users whose touch opened a
+//	                           window in Unix minute m (Plugin.Online)
+//	<prefix>:{N}:active:<day>  HyperLogLog of the same per UTC day,
+//	                           day as 2006-01-02 (Plugin.ActiveUsers)
 //	<prefix>:purge:lock        redislock lock of the session purge
 package keys
 
@@ -20,16 +25,18 @@ import (
 // MaxShards is the largest shard count a Config accepts.
 const MaxShards = 1024
 
-// Shard holds the keys of one shard; Marker is the throttle markers' key
-// prefix, to which the user id is appended.
+// Shard holds the keys of one shard. Marker, Online and Active are key
+// prefixes: the user id, the Unix minute or the UTC day is appended.
 type Shard struct {
-	Pending, InFlight, Lock, Marker string
+	Pending, InFlight, Lock, Marker, Refusals string
+	Online, Active                            string
 }
 
 // ForShard returns the keys of shard n (0 <= n < shards) under prefix.
 func ForShard(prefix string, n int) Shard {
 	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
-	return Shard{Pending: tag + "pending", InFlight: tag + "inflight", Lock: tag + "lock", Marker: tag + "seen:"}
+	return Shard{Pending: tag + "pending", InFlight: tag + "inflight", Lock: tag + "lock", Marker: tag + "seen:",
+		Refusals: tag + "refusals", Online: tag + "online:", Active: tag + "active:"}
 }
 
 // ShardOf returns the shard of a user id in its stored text form (decimal

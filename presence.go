@@ -1,0 +1,180 @@
+package lastseen
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Presence counts: when a touch opens a throttle window, the touch script
+// (lua/touch.lua) also adds the user to two Redis HyperLogLogs of the user's
+// shard, in the same EVALSHA: the online bucket of the touch's minute and
+// the active users of its UTC day. A HyperLogLog (Redis PFADD, PFCOUNT) is
+// at most 12 KB (dense) and a few hundred bytes while sparse; its count has
+// a standard error of 0.81%, and is exact in practice for small sets (the
+// tests assert exact counts up to 100 users per shard). Shards hold disjoint
+// users, so the per-shard counts add up; every key of a count carries the
+// shard's hash tag, so a multi-key PFCOUNT stays in one Redis Cluster slot.
+//
+// Touches that reached only the in-process backlog (Redis down) and users
+// written by a flush from elsewhere are not counted.
+
+const dayLayout = "2006-01-02"
+
+// keepDays is ActiveUsersRetention in whole days.
+func keepDays(c *Config) time.Duration {
+	return c.ActiveUsersRetention / (24 * time.Hour) * 24 * time.Hour
+}
+
+// presenceArgs returns the HyperLogLog keys a touch at at adds the user to
+// when it opens a window (KEYS[3..] of touchScript) and each one's time to
+// live in seconds (ARGV[5..]; 0 skips it), from the plugin's clock now:
+//
+//	<prefix>:{N}:online:<Unix minute of at>  kept OnlineWindow after its minute
+//	<prefix>:{N}:active:<UTC day of at>      kept ActiveUsersRetention after its day
+//
+// Both are left out when turned off (negative), so the script sees KEYS[1..2] only.
+func presenceArgs(c *Config, k shardKeys, at, now time.Time) (keys []string, ttls []any) {
+	if c.OnlineWindow >= 0 {
+		m := at.Unix() / 60
+		keys = append(keys, k.online+strconv.FormatInt(m, 10))
+		ttls = append(ttls, ttlSeconds(time.Unix((m+1)*60, 0).Add(c.OnlineWindow), now))
+	}
+	if c.ActiveUsersRetention >= 0 {
+		day := at.UTC().Truncate(24 * time.Hour)
+		keys = append(keys, k.active+day.Format(dayLayout))
+		ttls = append(ttls, ttlSeconds(day.Add(24*time.Hour+keepDays(c)), now))
+	}
+	return keys, ttls
+}
+
+// ttlSeconds is the EXPIRE argument for a key kept until end: whole seconds
+// from now, rounded up, or 0 when end is not after now.
+func ttlSeconds(end, now time.Time) int64 {
+	d := end.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Online returns how many users were online within the last d: the users
+// whose touch opened a throttle window at a time (TouchAt's at, the
+// plugin's clock for Touch) from the start of the minute of now−d to now.
+// With the throttle window w ≤ d, that count includes every user seen
+// (touched) from now−d+w to now, since the window a user is in opened less
+// than w before the user's touch, and no user whose last touch is before the
+// start of the minute of now−d (more than d+1m ago); a user seen only
+// between those bounds is counted if a touch of it opened a window in them.
+//
+// It is the sum over the shards of Redis PFCOUNT of the minute buckets
+// covering d (at most d/1m+1 keys each): one pipelined round trip (per
+// Redis Cluster node), no SQL, no index on the last-seen column. Accuracy:
+// HyperLogLog, 0.81% standard error per shard's count; exact in practice
+// for a few hundred users per shard.
+//
+// Errors: ErrInvalidRange when d is shorter than Throttle or longer than
+// OnlineWindow, ErrCountsDisabled when OnlineWindow is negative,
+// ErrNotInitialized, or Redis's error wrapped.
+func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
+	c := &p.cfg
+	switch {
+	case p.tracker == nil:
+		return 0, ErrNotInitialized
+	case c.OnlineWindow < 0:
+		return 0, fmt.Errorf("%w: Online needs OnlineWindow >= 0", ErrCountsDisabled)
+	case d < c.Throttle || d > c.OnlineWindow:
+		return 0, fmt.Errorf("%w: online window %v, want %v (Throttle) to %v (OnlineWindow)", ErrInvalidRange, d, c.Throttle, c.OnlineWindow)
+	}
+	now := p.now()
+	first, last := now.Add(-d).Unix()/60, now.Unix()/60
+	return p.countHLL(ctx, "online users", func(k shardKeys) []string {
+		keys := make([]string, 0, last-first+1)
+		for m := first; m <= last; m++ {
+			keys = append(keys, k.online+strconv.FormatInt(m, 10))
+		}
+		return keys
+	})
+}
+
+// ActiveUsers returns how many distinct users opened a throttle window on
+// the UTC days from from's day to to's day, both included: daily active
+// users for one day, weekly for seven, monthly for 30. A user counts on the
+// day of the touch's time (TouchAt's at). Days after the plugin's clock
+// plus MaxClockSkew are left out.
+//
+// It is the sum over the shards of Redis PFCOUNT of the day keys: one
+// pipelined round trip (per Redis Cluster node), no SQL. Accuracy:
+// HyperLogLog, 0.81% standard error per shard's count; exact in practice
+// for a few hundred users per shard.
+//
+// Errors: ErrInvalidRange when to's day is before from's or from's day is
+// older than the days kept (today and the ActiveUsersRetention days before
+// it), ErrCountsDisabled when ActiveUsersRetention is negative,
+// ErrNotInitialized, or Redis's error wrapped.
+func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, error) {
+	c := &p.cfg
+	if p.tracker == nil {
+		return 0, ErrNotInitialized
+	}
+	if c.ActiveUsersRetention < 0 {
+		return 0, fmt.Errorf("%w: ActiveUsers needs ActiveUsersRetention >= 0", ErrCountsDisabled)
+	}
+	now := p.now()
+	first, last := from.UTC().Truncate(24*time.Hour), to.UTC().Truncate(24*time.Hour)
+	oldest := now.UTC().Truncate(24 * time.Hour).Add(-keepDays(c))
+	switch {
+	case last.Before(first):
+		return 0, fmt.Errorf("%w: active users from %s to %s ends before it starts", ErrInvalidRange, first.Format(dayLayout), last.Format(dayLayout))
+	case first.Before(oldest):
+		return 0, fmt.Errorf("%w: active users from %s: the oldest day kept is %s (ActiveUsersRetention %v)", ErrInvalidRange, first.Format(dayLayout), oldest.Format(dayLayout), c.ActiveUsersRetention)
+	}
+	if newest := now.Add(MaxClockSkew).UTC().Truncate(24 * time.Hour); last.After(newest) {
+		last = newest
+	}
+	if last.Before(first) {
+		return 0, nil
+	}
+	return p.countHLL(ctx, "active users", func(k shardKeys) []string {
+		var keys []string
+		for day := first; !day.After(last); day = day.Add(24 * time.Hour) {
+			keys = append(keys, k.active+day.Format(dayLayout))
+		}
+		return keys
+	})
+}
+
+// countHLL sends one PFCOUNT per shard, of the keys keysOf names, in one
+// pipeline and returns their sum.
+func (p *Plugin) countHLL(ctx context.Context, what string, keysOf func(shardKeys) []string) (int64, error) {
+	t := p.tracker
+	cmds := make([]*redis.IntCmd, len(t.shards))
+	err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range t.shards {
+				cmds[i] = pipe.PFCount(ctx, keysOf(k)...)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lastseen: %s: %w", what, err)
+	}
+	var sum int64
+	for _, cmd := range cmds {
+		sum += cmd.Val()
+	}
+	return sum, nil
+}
+
+// checkCounts checks the presence count settings.
+func checkCounts(c Config, _ *dialect) error {
+	if c.OnlineWindow >= 0 && c.OnlineWindow < c.Throttle {
+		return invalid("OnlineWindow is %v, want at least Throttle (%v) or negative (off)", c.OnlineWindow, c.Throttle)
+	}
+	return nil
+}

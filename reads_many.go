@@ -1,0 +1,191 @@
+package lastseen
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm/clause"
+)
+
+// LastSeenMany returns the freshest known time each user was seen, for list
+// pages: out[i] belongs to ids[i] (duplicates allowed), the zero time.Time
+// for a user never seen, otherwise in UTC. Each is the newest of the
+// pending and in-flight entries in Redis, the in-process backlog and the
+// database column, as LastSeen gives one by one.
+//
+// Cost: one pipelined Redis round trip (HMGET of the pending and of the
+// in-flight hash of each shard holding some of the ids: 2 commands per such
+// shard; go-redis sends a Redis Cluster's per node, in parallel), and one
+// SELECT ... WHERE pk IN (...) per chunk of distinct ids, a chunk being the
+// dialect's bind-parameter limit (65,535 on PostgreSQL and MySQL, 32,766 on
+// SQLite): one statement for any list page.
+//
+// When Redis cannot be read within 5×TouchTimeout (100ms by default) it
+// answers from what it did read, the backlog and the column (best effort,
+// as LastSeen) and logs a rate-limited warning. Errors: ErrInvalidUserID
+// wrapped with the index of the first invalid id ("ids[3]"),
+// ErrNotInitialized, or the database's error wrapped.
+func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, error) {
+	t := p.tracker
+	if t == nil {
+		return nil, ErrNotInitialized
+	}
+	uids := make([]string, len(ids))
+	var distinct []string
+	seen := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		uid, err := t.ids.normalize(id)
+		if err != nil {
+			return nil, fmt.Errorf("%w (ids[%d])", err, i)
+		}
+		uids[i] = uid
+		if !seen[uid] {
+			seen[uid] = true
+			distinct = append(distinct, uid)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*p.cfg.TouchTimeout) // Redis is best effort here
+	var got map[string]time.Time
+	err := t.redis(rctx, func(ctx context.Context, rdb *redisClient) (err error) {
+		got, err = t.buffered(ctx, rdb, distinct)
+		return err
+	})
+	cancel()
+	latest := map[string]time.Time{}
+	if err == nil { // on an error got is not read: a call cut short may still fill it in
+		latest = got
+	} else {
+		t.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; LastSeenMany answers from the database", "err", err) })
+	}
+	t.fromBacklog(distinct, latest)
+	if err := p.columns(ctx, distinct, latest); err != nil {
+		return nil, err
+	}
+	out := make([]time.Time, len(ids))
+	for i, uid := range uids {
+		out[i] = latest[uid]
+	}
+	return out, nil
+}
+
+// raise keeps at for uid in m when it is newer than what m has.
+func raise(m map[string]time.Time, uid string, at time.Time) {
+	if at.After(m[uid]) {
+		m[uid] = at
+	}
+}
+
+// buffered reads the pending and in-flight entries of uids (distinct,
+// canonical) in one pipeline: HMGET of both hashes of each shard holding
+// some of them. It returns the newest valid entry per user found, also
+// when some commands failed, with the first error.
+func (t *tracker) buffered(ctx context.Context, rdb *redisClient, uids []string) (map[string]time.Time, error) {
+	type group struct {
+		keys              shardKeys
+		uids              []string
+		pending, inflight *redis.SliceCmd
+	}
+	groups := map[string]*group{}
+	for _, uid := range uids {
+		k := t.shard(uid)
+		g := groups[k.pending]
+		if g == nil {
+			g = &group{keys: k}
+			groups[k.pending] = g
+		}
+		g.uids = append(g.uids, uid)
+	}
+	latest := make(map[string]time.Time, len(uids))
+	if len(groups) == 0 {
+		return latest, nil
+	}
+	_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, g := range groups {
+			g.pending = pipe.HMGet(ctx, g.keys.pending, g.uids...)
+			g.inflight = pipe.HMGet(ctx, g.keys.inflight, g.uids...)
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() != nil { // cut short: the replies may still be filled in (redisClient.do)
+		return latest, err
+	}
+	now := t.now()
+	for _, g := range groups {
+		for _, cmd := range []*redis.SliceCmd{g.pending, g.inflight} {
+			for i, v := range cmd.Val() { // nil Val when the command failed
+				if s, ok := v.(string); ok && i < len(g.uids) {
+					if ts, valid := parseMicros(s, now); valid {
+						raise(latest, g.uids[i], ts)
+					}
+				}
+			}
+		}
+	}
+	return latest, err
+}
+
+// fromBacklog raises latest to the backlog's timestamps of uids.
+func (t *tracker) fromBacklog(uids []string, latest map[string]time.Time) {
+	if t.backlog.len() == 0 {
+		return
+	}
+	for _, uid := range uids {
+		if b, found := t.backlog.get(uid); found {
+			raise(latest, uid, time.UnixMicro(b).UTC())
+		}
+	}
+}
+
+// columns raises latest to the last-seen column of the rows of uids: one
+// SELECT pk, column ... WHERE pk IN (...) per chunk of the dialect's
+// bind-parameter limit.
+func (p *Plugin) columns(ctx context.Context, uids []string, latest map[string]time.Time) error {
+	m, codec := p.users.model, p.users.ids
+	pk, col := clause.Column{Name: m.pk.DBName}, clause.Column{Name: m.time.DBName}
+	for start := 0; start < len(uids); start += p.dialect.maxParams {
+		part := uids[start:min(start+p.dialect.maxParams, len(uids))]
+		vals := make([]any, len(part))
+		for i, uid := range part {
+			vals[i], _ = codec.parse(uid) // canonical text: parses
+		}
+		rows, err := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?, ?", pk, col).
+			Where(clause.IN{Column: pk, Values: vals}).Rows()
+		if err != nil {
+			return fmt.Errorf("lastseen: last seen of %d users: %w", len(uids), err)
+		}
+		err = scanColumns(rows, codec, latest)
+		if err != nil {
+			return fmt.Errorf("lastseen: last seen of %d users: %w", len(uids), err)
+		}
+	}
+	return nil
+}
+
+// rowScanner is the part of *sql.Rows that scanColumns reads.
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+// scanColumns reads (primary key, column) rows, the key into a value of its
+// own Go type, written back as its canonical text.
+func scanColumns(rows rowScanner, codec idCodec, latest map[string]time.Time) error {
+	defer rows.Close()
+	for rows.Next() {
+		id := reflect.New(codec.typ)
+		var c columnTime // dialect.go: SQLite may return text
+		if err := rows.Scan(id.Interface(), &c); err != nil {
+			return err
+		}
+		uid, err := codec.normalize(id.Elem().Interface())
+		if err == nil && c.Valid {
+			raise(latest, uid, c.Time.UTC())
+		}
+	}
+	return rows.Err()
+}

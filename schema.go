@@ -1,0 +1,194 @@
+package lastseen
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// schemaTimeout bounds the catalog queries of one schema check.
+const schemaTimeout = 5 * time.Second
+
+// SchemaLogInterval is the least time between two log lines of the
+// scheduled flush or purge about the same schema problem (a missing table
+// or column): the first is logged at once, the repeats within the interval
+// are counted into the next line's "repeats" attribute.
+const SchemaLogInterval = 5 * time.Minute
+
+// schemaState remembers which tables were found to fit the config, so each
+// is inspected until it does and then no more, and rate-limits the
+// scheduled jobs' log lines about them.
+type schemaState struct {
+	usersOK, sessionsOK atomic.Bool
+	flushLog, purgeLog  logLimiter
+}
+
+// logLimiter lets one line through per SchemaLogInterval on the plugin's
+// clock and counts the others.
+type logLimiter struct {
+	mu      sync.Mutex
+	last    time.Time
+	repeats int
+}
+
+// allow reports whether a line may be logged at now, and how many were
+// held back since the last one.
+func (l *logLimiter) allow(now time.Time) (ok bool, repeats int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < SchemaLogInterval {
+		l.repeats++
+		return false, 0
+	}
+	repeats, l.last, l.repeats = l.repeats, now, 0
+	return true, repeats
+}
+
+// tableCheck is one model's table as the config names it.
+type tableCheck struct {
+	model     *model
+	modelOpt  string // "Model" or "SessionModel"
+	modelVal  any    // the configured model, for %T
+	fieldOpt  string // "Field" or "ExpiresField"
+	fieldName string // as configured
+}
+
+func (p *Plugin) usersCheck() tableCheck {
+	return tableCheck{p.users.model, "Model", p.cfg.Model, "Field", p.cfg.Field}
+}
+
+func (p *Plugin) sessionsCheck() tableCheck {
+	return tableCheck{p.sessions.model, "SessionModel", p.cfg.SessionModel, "ExpiresField", p.cfg.ExpiresField}
+}
+
+// inspect reports whether c's table exists and, when it does, the first
+// column the config needs that it lacks (key, then time column) as a
+// message naming the Config field to fix.
+func (c tableCheck) inspect(m gorm.Migrator) (exists bool, problem string) {
+	if !m.HasTable(c.model.table) {
+		return false, ""
+	}
+	if !m.HasColumn(c.model.table, c.model.pk.DBName) {
+		return true, fmt.Sprintf("Config.%s %T: table %s has no column %s (its primary key %s)",
+			c.modelOpt, c.modelVal, c.model.table, c.model.pk.DBName, c.model.pk.Name)
+	}
+	if !m.HasColumn(c.model.table, c.model.time.DBName) {
+		return true, fmt.Sprintf("Config.%s %q: table %s has no column %s", c.fieldOpt, c.fieldName, c.model.table, c.model.time.DBName)
+	}
+	return true, ""
+}
+
+// inspectSchema checks the tables at Initialize. A table present without
+// a column the config names is an ErrInvalidConfig error naming the Config
+// field. A missing table is a warning, not an error: apps often call
+// AutoMigrate after db.Use; the first flush (tracked model) or purge
+// (sessions, unless DisablePurge) checks again. A string key column with a
+// declared length bounds MaxIDLength (checkKeyLength).
+func (p *Plugin) inspectSchema(db *gorm.DB) error {
+	ctx, cancel := context.WithTimeout(context.Background(), schemaTimeout)
+	defer cancel()
+	db = fresh(ctx, db)
+	if db.Exec("SELECT 1").Error != nil {
+		p.log.Warn("lastseen: database unreachable at start; the first flush and purge check the tables")
+		return nil
+	}
+	checks := []tableCheck{p.usersCheck()}
+	if !p.cfg.DisablePurge {
+		checks = append(checks, p.sessionsCheck())
+	}
+	for i, c := range checks {
+		exists, problem := c.inspect(db.Migrator())
+		switch {
+		case problem != "":
+			return invalid("%s", problem)
+		case !exists:
+			p.log.Warn("lastseen: "+c.missing(), "table", c.model.table)
+		case i == 0:
+			p.schema.usersOK.Store(true)
+		default:
+			p.schema.sessionsOK.Store(true)
+		}
+	}
+	if !p.schema.usersOK.Load() {
+		return nil
+	}
+	cols, err := db.Migrator().ColumnTypes(p.users.model.table)
+	if err != nil {
+		return nil // the catalog is not readable here: the flush reports what it finds
+	}
+	for _, c := range cols {
+		if c.Name() == p.users.model.pk.DBName {
+			return p.checkKeyLength(c)
+		}
+	}
+	return nil
+}
+
+// missing describes c's missing table and what to do about it.
+func (c tableCheck) missing() string {
+	if c.modelOpt == "SessionModel" {
+		return fmt.Sprintf("table %s does not exist: create it, or set Config.DisablePurge for an app without a sessions table (Config.%s %T)",
+			c.model.table, c.modelOpt, c.modelVal)
+	}
+	return fmt.Sprintf("table %s does not exist: create it (AutoMigrate) or fix Config.%s (%T); touches stay buffered until it exists",
+		c.model.table, c.modelOpt, c.modelVal)
+}
+
+// checkTable checks c's table before a flush or purge writes to it, until
+// it was once found to fit (ok). The error wraps ErrSchema and names the
+// Config field to fix.
+func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *atomic.Bool) error {
+	if ok.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, schemaTimeout)
+	defer cancel()
+	db := fresh(ctx, p.db)
+	exists, problem := c.inspect(db.Migrator())
+	switch {
+	case problem != "":
+		return fmt.Errorf("%w: %s: %s", ErrSchema, op, problem)
+	case !exists:
+		if err := db.Exec("SELECT 1").Error; err != nil {
+			return fmt.Errorf("lastseen: %s: check table %s: %w", op, c.model.table, err)
+		}
+		return fmt.Errorf("%w: %s: %s", ErrSchema, op, c.missing())
+	}
+	ok.Store(true)
+	return nil
+}
+
+// checkKeyLength fits MaxIDLength to a string key column's declared length
+// (characters, as varchar(n) counts them on every dialect): left at its
+// default it is lowered to the length; set above it, it is an error, as
+// longer ids would be refused by the flush, or truncated into another id
+// by MySQL outside strict mode.
+func (p *Plugin) checkKeyLength(col gorm.ColumnType) error {
+	ids := &p.users.ids
+	if ids.kind != idString {
+		return nil
+	}
+	n, ok := col.Length()
+	if !ok || n <= 0 || n >= int64(ids.maxLen) {
+		return nil
+	}
+	if p.idLenSet {
+		return invalid("MaxIDLength %d: key column %s.%s holds at most %d characters", ids.maxLen, p.users.model.table, col.Name(), n)
+	}
+	ids.maxLen = int(n)
+	return nil
+}
+
+// logSchemaError logs a scheduled job's schema error through its limiter:
+// one ERROR line per SchemaLogInterval, the repeats counted.
+func (p *Plugin) logSchemaError(l *logLimiter, msg string, err error, attrs ...any) {
+	ok, repeats := l.allow(p.now())
+	if !ok {
+		return
+	}
+	p.log.Error(msg, append(attrs, "err", err, "repeats", repeats)...)
+}

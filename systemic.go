@@ -1,0 +1,107 @@
+package lastseen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm/clause"
+)
+
+// probeBatch handles a batch the server refused with an error of kind kind
+// (dialect.errorKind). It tells a refusal no row can cause from rows
+// refused on their own by behaviour, not by a list of codes:
+//
+//  1. the probe: one entry of the batch alone (for a batch of one, the
+//     batch was that probe). Written, or refused with another kind: rows
+//     are refused on their own.
+//  2. refused with the same kind, the witness: a write to the same table
+//     that touches no row (writeNothing), which no row's constraint or
+//     trigger can refuse. Refused with the same kind too, the failure is
+//     systemic (read-only, permission denied, a missing table or column):
+//     the whole batch stays in Redis and ErrSystemic wraps the batch's
+//     error, after three statements.
+//
+// A kind that names a resource running out (dialect.exhausted: a full disk,
+// which may still accept the witness and even a one-row probe) is systemic
+// wherever a write meets it (writeBatch, isolateRefused): never a row's
+// refusal, never counted toward MaxRefusals.
+//
+// Otherwise the probe is a refused entry (a batch of one is tried once more
+// first: the error may have been the connection's) and the rest of the
+// batch is isolated as usual (isolateRefused). The probe's position rotates
+// from one call to the next.
+func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, kind string) (batchResult, []refusal, error) {
+	n := len(batch)
+	i := int(p.probes.Add(1) % uint64(n))
+	var res batchResult
+	err := batchErr
+	if n > 1 {
+		res, err = p.writeWithRetry(ctx, batch[i:i+1])
+	}
+	var refused []refusal
+	switch {
+	case err == nil:
+	case ctx.Err() != nil || errors.Is(err, ErrOnBatch):
+		return res, nil, err
+	case p.dialect.errorKind(err) != kind:
+		if p.dialect.errorKind(err) == "" && !p.databaseUp(ctx) {
+			return res, nil, err
+		}
+		refused = append(refused, p.refused(batch[i], err))
+	default: // refused the same way as the whole batch: the entry, or the database?
+		if werr := p.writeNothing(ctx); p.sameKind(ctx, werr, kind) {
+			return res, nil, fmt.Errorf("%w (error kind %s, %d entries kept): %w", ErrSystemic, kind, n, batchErr)
+		}
+		if ctx.Err() != nil {
+			return res, nil, ctx.Err()
+		}
+		if n == 1 {
+			return p.isolateRefused(ctx, batch)
+		}
+		refused = append(refused, p.refused(batch[i], err))
+	}
+	rest := make([]entry, 0, n-1)
+	rest = append(append(rest, batch[:i]...), batch[i+1:]...)
+	rb, rr, err := p.isolateRefused(ctx, rest)
+	res.merge(rb)
+	if err != nil {
+		return res, nil, err
+	}
+	return res, append(refused, rr...), nil
+}
+
+// sameKind reports whether a witness failed with the batch's kind of error
+// while ctx still runs.
+func (p *Plugin) sameKind(ctx context.Context, err error, kind string) bool {
+	return err != nil && ctx.Err() == nil && p.dialect.errorKind(err) == kind
+}
+
+// writeNothing is the witness of probeBatch: a write to the users table
+// that touches no row,
+//
+//	UPDATE "users" SET "last_seen_at" = "last_seen_at" WHERE 1 = 0
+//
+// which no row's constraint or trigger can refuse, but a read-only
+// database, a missing privilege, table or column does.
+func (p *Plugin) writeNothing(ctx context.Context) error {
+	t, err := p.writeTarget(ctx)
+	if err != nil {
+		return err
+	}
+	col := clause.Column{Name: t.col}
+	return p.db.WithContext(ctx).Exec("UPDATE ? SET ? = ? WHERE 1 = 0", clause.Table{Name: t.table}, col, col).Error
+}
+
+// schemaMayBeGone reports an error after which the table is checked again:
+// a missing table or column, or any refusal of every write (ErrSystemic),
+// of which a table dropped while the app runs is one.
+func schemaMayBeGone(err error) bool {
+	return errors.Is(err, ErrSystemic) || errors.Is(err, errNoTable)
+}
+
+// exhaustedError is the ErrSystemic of a write refused because the server
+// ran out of a resource (dialect.exhausted): n entries stay in Redis.
+func (p *Plugin) exhaustedError(kind string, n int, err error) error {
+	return fmt.Errorf("%w (error kind %s: the server is out of a resource; %d entries kept): %w", ErrSystemic, kind, n, err)
+}
