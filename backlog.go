@@ -85,23 +85,23 @@ func (d *dropLog) backlog(n int, reason string) {
 // keep puts a touch that did not reach Redis into the backlog, counted in
 // Backlogged, or drops it, counted in BacklogDropped: when the backlog is
 // full, or after Close, when nothing will flush it.
-func (t *tracker) keep(uid string, ts int64) {
+func (b *redisBuffer) keep(uid string, ts int64) {
 	switch {
-	case t.closed.Load():
-		t.drops.backlog(1, dropClosed)
-	case t.backlog.add(uid, ts):
-		t.stats.backlogged.Add(1)
+	case b.closed.Load():
+		b.drops.backlog(1, dropClosed)
+	case b.backlog.add(uid, ts):
+		b.stats.backlogged.Add(1)
 	default:
-		t.drops.backlog(1, dropFull)
+		b.drops.backlog(1, dropFull)
 	}
 }
 
 // putBack returns entries of a replay that failed to the backlog, newest
 // per user (touches made meanwhile may be newer), and returns how many no
 // longer fit.
-func (t *tracker) putBack(args []any) (dropped int) {
+func (b *redisBuffer) putBack(args []any) (dropped int) {
 	for i := 1; i < len(args); i += 2 {
-		if !t.backlog.add(args[i].(string), args[i+1].(int64)) {
+		if !b.backlog.add(args[i].(string), args[i+1].(int64)) {
 			dropped++
 		}
 	}
@@ -114,16 +114,16 @@ func (t *tracker) putBack(args []any) (dropped int) {
 // did not answer, or ctx's deadline passed) it tries no other shard: their
 // entries go back too, for the next flush, instead of each waiting out its
 // own timeout.
-func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, error) {
-	m := t.backlog.take()
+func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
+	m := b.backlog.take()
 	if len(m) == 0 {
 		return 0, nil
 	}
-	hooks.afterBacklogTake(len(m))
+	b.testHooks().afterBacklogTake(len(m))
 	byShard := map[string][]any{}
-	top := ceiling(t.now())
+	top := ceiling(b.now())
 	for uid, ts := range m {
-		k := t.shard(uid).pending
+		k := b.shard(uid).pending
 		if byShard[k] == nil {
 			byShard[k] = []any{top}
 		}
@@ -135,7 +135,7 @@ func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, er
 	for key, args := range byShard {
 		err := timedOut
 		if err == nil {
-			err = t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+			err = b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
 				return mergeScript.Run(ctx, rdb, []string{key}, args...).Err()
 			})
 			if isTimeout(err) {
@@ -143,7 +143,7 @@ func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, er
 			}
 		}
 		if err != nil {
-			dropped += t.putBack(args)
+			dropped += b.putBack(args)
 			if err != timedOut || len(errs) == 0 || errs[len(errs)-1] != timedOut {
 				errs = append(errs, err) // a timeout once, not once per shard
 			}
@@ -151,7 +151,7 @@ func (t *tracker) replayBacklog(ctx context.Context, hooks *flushHooks) (int, er
 		}
 		written += (len(args) - 1) / 2
 	}
-	t.drops.backlog(dropped, dropReplay) // counted in BacklogDropped, logged
+	b.drops.backlog(dropped, dropReplay) // counted in BacklogDropped, logged
 	if err := errors.Join(errs...); err != nil {
 		return written, fmt.Errorf("lastseen: replay backlog: %w", err)
 	}

@@ -39,8 +39,8 @@ func TestBreakerIgnoresCallerEndedContexts(t *testing.T) {
 					t.Fatalf("touch %d: recorded=%v err=%v, want an error wrapping %v", id, ok, err, want)
 				}
 			}
-			equal(t, "breaker after 200 ended contexts", p.tracker.breaker.State(), gobreaker.StateClosed)
-			equal(t, "breaker's consecutive failures", p.tracker.breaker.Counts().ConsecutiveFailures, uint32(0))
+			equal(t, "breaker after 200 ended contexts", redisBuf(p).cb.State(), gobreaker.StateClosed)
+			equal(t, "breaker's consecutive failures", redisBuf(p).cb.Counts().ConsecutiveFailures, uint32(0))
 			for id := 201; id <= 300; id++ {
 				ok, err := p.TouchAt(context.Background(), id, at)
 				must(t, err)
@@ -49,7 +49,7 @@ func TestBreakerIgnoresCallerEndedContexts(t *testing.T) {
 				}
 			}
 			equal(t, "stats", p.Stats(), Stats{Touches: 300, Recorded: 100, Canceled: 200, Backlogged: 200, Backlog: 200})
-			equal(t, "breaker at the end", p.tracker.breaker.State(), gobreaker.StateClosed)
+			equal(t, "breaker at the end", redisBuf(p).cb.State(), gobreaker.StateClosed)
 			res, err := p.Flush(context.Background())
 			must(t, err)
 			equal(t, "drained: the 200 kept and the 100 recorded", res.Drained, 300)
@@ -85,17 +85,17 @@ func TestBreakerIgnoresCallerDeadlineDuringCall(t *testing.T) {
 			t.Fatalf("touch %d: %v, want the caller's deadline", id, err)
 		}
 	}
-	equal(t, "breaker after 10 caller deadlines", p.tracker.breaker.State(), gobreaker.StateClosed)
+	equal(t, "breaker after 10 caller deadlines", redisBuf(p).cb.State(), gobreaker.StateClosed)
 	equal(t, "stats after caller deadlines", p.Stats(), Stats{Touches: 11, Recorded: 1, Canceled: 10, Backlogged: 10, Backlog: 10})
 
-	p.tracker.timeout = 50 * time.Millisecond
+	redisBuf(p).timeout = 50 * time.Millisecond
 	for id := 12; id <= 16; id++ {
 		_, err := p.TouchAt(context.Background(), id, at)
 		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errCallerEnded) {
 			t.Fatalf("touch %d: %v, want TouchTimeout's deadline", id, err)
 		}
 	}
-	equal(t, "breaker after 5 TouchTimeouts", p.tracker.breaker.State(), gobreaker.StateOpen)
+	equal(t, "breaker after 5 TouchTimeouts", redisBuf(p).cb.State(), gobreaker.StateOpen)
 	equal(t, "stats after TouchTimeouts", p.Stats(), Stats{Touches: 16, Recorded: 1, Canceled: 10, RedisErrors: 5, Backlogged: 15, Backlog: 15})
 	must(t, px.Restore())
 }

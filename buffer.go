@@ -71,10 +71,6 @@ var (
 	failScript = redis.NewScript(failLua)
 )
 
-func (t *tracker) shard(uid string) shardKeys {
-	return t.shards[keys.ShardOf(uid, len(t.shards))]
-}
-
 // micros converts a time to the stored form: Unix microseconds, UTC.
 func micros(at time.Time) int64 { return at.UnixMicro() }
 

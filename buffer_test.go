@@ -30,7 +30,7 @@ func TestSampleBuffer(t *testing.T) {
 		}
 		// Shard 1's pending hash becomes its in-flight hash, as a flush
 		// that failed after its swap leaves it.
-		must(t, h.r.client.Rename(ctx, h.prefix+":{1}:pending", h.prefix+":{1}:inflight").Err())
+		h.leaveInFlight(p, 1)
 
 		s, err = p.SampleBuffer(ctx, 16)
 		must(t, err)

@@ -195,7 +195,7 @@ func TestClusterFullCycle(t *testing.T) {
 			touchFaultUsers(t, p, 60, "2026-03-01T10:00:00Z", want)
 			shards := map[string]bool{}
 			for id := 1; id <= 60; id++ {
-				shards[p.tracker.shard(fmt.Sprint(id)).pending] = true
+				shards[redisBuf(p).shard(fmt.Sprint(id)).pending] = true
 			}
 			equal(t, "shards with users", len(shards), DefaultShards)
 
@@ -208,7 +208,7 @@ func TestClusterFullCycle(t *testing.T) {
 			equal(t, "status pending", st.Pending, 60)
 
 			for _, id := range []int{1, 2, 3} { // as if kept through an outage
-				p.tracker.backlog.add(fmt.Sprint(id), mustTime("2026-03-01T10:05:00Z").UnixMicro())
+				redisBuf(p).backlog.add(fmt.Sprint(id), mustTime("2026-03-01T10:05:00Z").UnixMicro())
 				want[id] = "2026-03-01T10:05:00Z"
 			}
 			res, err := p.Flush(ctx)

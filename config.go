@@ -77,19 +77,25 @@ const (
 // and bound parameters of every batch, so they stay small.
 const maxIDLengthLimit = 4096
 
-// Config configures the plugin. The zero value of every field but Redis means
-// "use the default" given in its comment; New fills those in, Initialize
+// Config configures the plugin. The zero value of every field means "use
+// the default" given in its comment; New fills those in, Initialize
 // validates the result against the database.
 type Config struct {
-	// Redis holds the pending timestamps and the locks. Required. Any
-	// redis.UniversalClient works: *redis.Client, a Sentinel failover client
-	// or *redis.ClusterClient. Every call honours its context's deadline: a
-	// *redis.Client or *redis.ClusterClient without ContextTimeoutEnabled
-	// (the go-redis default) is not used directly; Initialize opens the
-	// plugin's own client from a copy of its options with
-	// ContextTimeoutEnabled set (hooks added with AddHook are not copied),
-	// and Close closes it. Other clients are used as they are, each call on
-	// a goroutine bounded by its context (see redisclient.go).
+	// Redis holds the pending timestamps and the locks, shared by every
+	// instance of the app. Any redis.UniversalClient works: *redis.Client,
+	// a Sentinel failover client or *redis.ClusterClient. Default nil: the
+	// buffer and the locks are in process (memoryBuffer), for an app that
+	// runs as one instance; what a crash loses is in the README ("Without
+	// Redis"). TouchTimeout, BacklogSize, BreakerCooldown and LockTTL apply
+	// to Redis only.
+	//
+	// Every call honours its context's deadline: a *redis.Client or
+	// *redis.ClusterClient without ContextTimeoutEnabled (the go-redis
+	// default) is not used directly; Initialize opens the plugin's own
+	// client from a copy of its options with ContextTimeoutEnabled set
+	// (hooks added with AddHook are not copied), and Close closes it. Other
+	// clients are used as they are, each call on a goroutine bounded by its
+	// context (see redisclient.go).
 	Redis redis.UniversalClient
 	// Prefix starts every Redis key the plugin writes. Default "lastseen".
 	Prefix string
@@ -354,9 +360,14 @@ func hasRedis(c Config) bool {
 	return v.Kind() != reflect.Pointer || !v.IsNil()
 }
 
-// checkBuffer checks the request path and Redis buffer settings.
+// checkBuffer checks the request path and buffer settings. A typed nil
+// Redis client is refused rather than taken for "no Redis": an app whose
+// client was never set up must not silently run each instance on a buffer
+// of its own.
 func checkBuffer(c Config, _ *dialect) error {
 	switch {
+	case c.Redis != nil && !hasRedis(c):
+		return invalid("Config.Redis is a nil %T: give a client, or leave Config.Redis unset for the in-process buffer", c.Redis)
 	case strings.ContainsAny(c.Prefix, "{}"):
 		return invalid("Prefix %q must not contain '{' or '}' (they are Redis Cluster hash tags)", c.Prefix)
 	case c.Shards < 1 || c.Shards > 1024:

@@ -104,9 +104,10 @@ func TestConfigMistakes(t *testing.T) {
 			change func(*Config)
 			want   string
 		}{
-			{"missing Redis", func(c *Config) { c.Redis = nil }, "Config.Redis is required"},
-			{"typed-nil Redis client", func(c *Config) { c.Redis = (*redis.Client)(nil) }, "Config.Redis is required"},
-			{"typed-nil Redis cluster client", func(c *Config) { c.Redis = (*redis.ClusterClient)(nil) }, "Config.Redis is required"},
+			{"typed-nil Redis client", func(c *Config) { c.Redis = (*redis.Client)(nil) },
+				"Config.Redis is a nil *redis.Client: give a client, or leave Config.Redis unset for the in-process buffer"},
+			{"typed-nil Redis cluster client", func(c *Config) { c.Redis = (*redis.ClusterClient)(nil) },
+				"Config.Redis is a nil *redis.ClusterClient: give a client, or leave Config.Redis unset for the in-process buffer"},
 			{"Prefix with a brace", func(c *Config) { c.Prefix = "app{1}" },
 				`Prefix "app{1}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
 			{"Prefix with a closing brace", func(c *Config) { c.Prefix = "app}" },

@@ -327,8 +327,8 @@ func crashAt(t *testing.T, h *harness, point string) {
 	}
 	touchFaultUsers(t, p, crashUsers, "2026-03-01T10:00:00Z", want)
 	shardOf := func(id int) int {
-		k := p.tracker.shard(strconv.Itoa(id))
-		for n, s := range p.tracker.shards {
+		k := redisBuf(p).shard(strconv.Itoa(id))
+		for n, s := range redisBuf(p).shards {
 			if s == k {
 				return n
 			}
@@ -365,7 +365,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 	if len(inShard) <= crashBatch {
 		t.Fatalf("shard %d has %d users, want more than one batch", s, len(inShard))
 	}
-	keys := p.tracker.shards[s]
+	keys := redisBuf(p).shards[s]
 	inflight, err := h.r.client.HLen(ctx, keys.inflight).Result()
 	must(t, err)
 	expect := map[string]struct{ committed, inflight int }{ // at each point, in shard s
@@ -433,7 +433,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 		t.Fatalf("the dead flusher's lock has PTTL %v, want 0 < PTTL <= %v", ttl, DefaultLockTTL)
 	}
 	var locks []string
-	for _, k := range p.tracker.shards {
+	for _, k := range redisBuf(p).shards {
 		locks = append(locks, k.lock)
 	}
 	held, err := h.r.client.Exists(ctx, locks...).Result()

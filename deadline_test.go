@@ -77,9 +77,9 @@ func TestEveryCallBoundedDuringBlackhole(t *testing.T) {
 			p, db := h.plugin(cfg)
 			must(t, db.AutoMigrate(&Session{}))
 			want := seedFaultUsers(t, db, 5)
-			p.tracker.timeout = time.Second // the first touch loads the script
+			redisBuf(p).timeout = time.Second // the first touch loads the script
 			touchFaultUsers(t, p, 3, "2026-03-01T09:10:00Z", map[int]string{})
-			p.tracker.timeout = cfg.TouchTimeout
+			redisBuf(p).timeout = cfg.TouchTimeout
 			must(t, db.Create(&Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-03-01T08:00:00Z")}).Error)
 
 			px.SetDrop(true)
@@ -169,7 +169,7 @@ func TestOwnClientFollowsAppOptions(t *testing.T) {
 	snapshot := goleak.IgnoreCurrent()
 	p, db := h.plugin(h.config())
 	must(t, db.AutoMigrate(&User{}))
-	own := p.rdb
+	own := redisBuf(p).rdb.Load()
 	equal(t, "own client", own.own, true)
 	equal(t, "own client honours deadlines", own.deadlines, true)
 	equal(t, "own client's database", own.UniversalClient.(*redis.Client).Options().DB, 3)
@@ -180,7 +180,7 @@ func TestOwnClientFollowsAppOptions(t *testing.T) {
 	ok, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:20:00Z"))
 	must(t, err)
 	equal(t, "recorded", ok, true)
-	n, err := app.Exists(ctx, p.tracker.shard("1").pending).Result()
+	n, err := app.Exists(ctx, redisBuf(p).shard("1").pending).Result()
 	must(t, err)
 	equal(t, "pending hash in database 3, seen by the app's client", n, int64(1))
 

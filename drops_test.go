@@ -33,7 +33,7 @@ func TestBacklogDropsCountedDuringBlackhole(t *testing.T) {
 	cfg.BreakerCooldown = time.Hour
 	cfg.BacklogSize = 100
 	p, _ := h.plugin(cfg)
-	waitForRedis(t, p.rdb)
+	waitForRedis(t, redisBuf(p).rdb.Load())
 	first, newer := mustTime("2026-03-01T09:20:00Z"), mustTime("2026-03-01T09:25:00Z")
 	touch := func(id int, at time.Time) {
 		t.Helper()
@@ -46,7 +46,7 @@ func TestBacklogDropsCountedDuringBlackhole(t *testing.T) {
 	for id := 1; id <= 110; id++ {
 		touch(id, first)
 	}
-	equal(t, "breaker", p.tracker.breaker.State(), gobreaker.StateOpen)
+	equal(t, "breaker", redisBuf(p).cb.State(), gobreaker.StateOpen)
 	equal(t, "stats after 110 touches", p.Stats(), Stats{Touches: 110, RedisErrors: 110, Backlogged: 100, BacklogDropped: 10, Backlog: 100})
 
 	p.hooks = &flushHooks{AfterBacklogTake: func(n int) {
@@ -67,11 +67,11 @@ func TestBacklogDropsCountedDuringBlackhole(t *testing.T) {
 	p.hooks = nil
 	equal(t, "stats after the failed replay", p.Stats(), Stats{Touches: 210, RedisErrors: 210, Backlogged: 200, BacklogDropped: 100,
 		Backlog: 100, Flushes: 1, FlushErrors: 1})
-	at, ok := p.tracker.backlog.get("7")
+	at, ok := redisBuf(p).backlog.get("7")
 	equal(t, "user 7 keeps its newer timestamp", ok && at == newer.UnixMicro(), true)
-	_, ok = p.tracker.backlog.get("50")
+	_, ok = redisBuf(p).backlog.get("50")
 	equal(t, "user 50 (put back, no room) in the backlog", ok, false)
-	_, ok = p.tracker.backlog.get("250")
+	_, ok = redisBuf(p).backlog.get("250")
 	equal(t, "user 250 (touched during the replay) in the backlog", ok, true)
 
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -28,8 +28,9 @@ var (
 	// ErrSchema is returned (wrapped, naming the Config field to fix) by a
 	// flush or purge whose table is missing or lacks a column the config
 	// names; the pending touches stay buffered. Initialize reports a
-	// present table without the column as ErrInvalidConfig instead, and a
-	// missing table as a warning (apps often AutoMigrate after db.Use).
+	// present table without the column as ErrInvalidConfig and ErrSchema
+	// both, and a missing table as a warning (apps often AutoMigrate after
+	// db.Use).
 	ErrSchema = errors.New("lastseen: schema does not fit the config")
 	// ErrRefused is returned (wrapped, with the count and the first database
 	// error) by a flush in which the database refused some entries on their

@@ -360,7 +360,7 @@ func (r *requestRig) phase(n int) (lat []time.Duration, openedAfter int, sentWhi
 		if rec.Code != http.StatusNoContent {
 			r.t.Fatalf("request %d: status %d, want 204", r.next, rec.Code)
 		}
-		if openedAfter == 0 && r.p.tracker.breaker.State() == gobreaker.StateOpen {
+		if openedAfter == 0 && redisBuf(r.p).cb.State() == gobreaker.StateOpen {
 			openedAfter, sentAtOpen = i+1, r.cmds.sent.Load()
 		}
 	}
@@ -396,7 +396,7 @@ func (r *requestRig) outage(what string) {
 	equal(r.t, what+": recorded", s.Recorded-s0.Recorded, 0)
 	equal(r.t, what+": breaker opened after", openedAfter, 5)
 	equal(r.t, what+": commands sent while open", sentWhileOpen, int64(0))
-	equal(r.t, what+": breaker state at the end", r.p.tracker.breaker.State(), gobreaker.StateOpen)
+	equal(r.t, what+": breaker state at the end", redisBuf(r.p).cb.State(), gobreaker.StateOpen)
 	// While open, a touch returns gobreaker's error at once, without I/O.
 	_, err := r.p.Touch(context.Background(), 999_999)
 	if !errors.Is(err, gobreaker.ErrOpenState) {
@@ -410,10 +410,10 @@ func (r *requestRig) outage(what string) {
 func (r *requestRig) recovered(what string) {
 	r.t.Helper()
 	time.Sleep(breakerCooldown) // the breaker opened before this line: it is due to half-open now
-	equal(r.t, what+": breaker after the cooldown", r.p.tracker.breaker.State(), gobreaker.StateHalfOpen)
+	equal(r.t, what+": breaker after the cooldown", redisBuf(r.p).cb.State(), gobreaker.StateHalfOpen)
 	s0 := r.p.Stats()
 	lat, _, _ := r.phase(1)
-	equal(r.t, what+": breaker after the probe", r.p.tracker.breaker.State(), gobreaker.StateClosed)
+	equal(r.t, what+": breaker after the probe", redisBuf(r.p).cb.State(), gobreaker.StateClosed)
 	lat2, openedAfter, _ := r.phase(requestsPerPhase - 1)
 	r.checkBudget(what, append(lat, lat2...))
 	s := r.p.Stats()
@@ -519,9 +519,9 @@ func TestBacklogReplayedAfterOutage(t *testing.T) {
 			equal(t, "backlogged", s.Backlogged, 70)
 			equal(t, "backlog dropped", s.BacklogDropped, 10)
 			equal(t, "backlog", s.Backlog, 50)
-			at, ok := p.tracker.backlog.get("7")
+			at, ok := redisBuf(p).backlog.get("7")
 			equal(t, "backlog user 7", ok && at == mustTime("2026-03-01T10:05:00Z").UnixMicro(), true)
-			at, ok = p.tracker.backlog.get("15")
+			at, ok = redisBuf(p).backlog.get("15")
 			equal(t, "backlog user 15", ok && at == mustTime("2026-03-01T10:00:00Z").UnixMicro(), true)
 
 			// A flush while Redis is still down fails and keeps the backlog.

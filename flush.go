@@ -7,19 +7,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 )
 
 // FlushResult counts what one Flush did. Drained = Written + Unknown + Stale
 // + Rejected + Failed.
 type FlushResult struct {
-	Drained  int           // entries taken from Redis (in-flight and pending)
+	Drained  int           // entries taken from the buffer (in-flight and pending)
 	Written  int           // rows whose last-seen column moved forward (or were inserted, Upsert)
 	Unknown  int           // ids with no row in the table, skipped (Update mode)
 	Stale    int           // rows whose column was already as new or newer
 	Rejected int           // entries with an id or timestamp that cannot be read, dropped
-	Failed   int           // entries the database refused on their own, kept in Redis for the next flush
+	Failed   int           // entries the database refused on their own, kept in the buffer for the next flush
 	Batches  int           // SQL statements that committed
 	Shards   int           // shards that had work
 	Skipped  int           // shards skipped because another instance was flushing them
@@ -57,9 +56,10 @@ func (r *FlushResult) add(o batchResult) {
 // writes each batch in one statement and removes it from Redis only after
 // the database committed it. Touches made meanwhile land in a new pending
 // hash for the next flush. Timestamps only move forward; in Update mode no
-// row is ever created.
+// row is ever created. Without Redis the same steps run on the in-process
+// buffer's maps, under in-process locks.
 //
-// On a database error the batch stays in Redis for the next flush; when the
+// On a database error the batch stays in the buffer for the next flush; when the
 // database is reachable but refuses a batch, the batch is split until the
 // refused entries are isolated, the rest is written and the refused entries
 // go back to pending (counted in Failed). It returns the counts and every
@@ -74,17 +74,18 @@ func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 }
 
 // flush is Flush without registering as a run: Close calls it after waiting
-// for the runs. It replays the backlog first, then flushes the active shards,
+// for the runs. It replays the Redis buffer's backlog first (buffer.replay),
+// then flushes the active shards,
 // FlushConcurrency at a time.
 func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
 	ctx, observed := p.observeFlush(ctx)
 	res := FlushResult{}
 	var errs []error
-	if _, err := p.tracker.replayBacklog(ctx, p.hooks); err != nil {
+	if err := p.tracker.buf.replay(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	active, err := p.activeShards(ctx)
+	active, err := p.tracker.buf.active(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	}
@@ -136,36 +137,24 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	return res, err
 }
 
-// activeShards returns the shards with a pending or in-flight hash, asking
-// Redis with one pipeline of EXISTS.
-func (p *Plugin) activeShards(ctx context.Context) ([]int, error) {
-	shards := p.tracker.shards
-	cmds := make([]*redis.IntCmd, len(shards))
-	err := p.rdb.do(ctx, func(ctx context.Context) error {
-		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, k := range shards {
-				cmds[i] = pipe.Exists(ctx, k.pending, k.inflight)
-			}
-			return nil
-		})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	var active []int
-	for i, c := range cmds {
-		if c.Val() > 0 {
-			active = append(active, i)
-		}
-	}
-	return active, nil
-}
-
 // flushJob is the scheduled flush: one structured log line per run, at
 // Debug when it found nothing to write.
 func (p *Plugin) flushJob(ctx context.Context) {
 	res, err := p.flush(ctx)
+	p.logFlush("lastseen: flush", res, err)
+	// The purge runs hourly by default: its table is checked on the
+	// flush's ticks until it is found, so a missing one shows early.
+	if !p.cfg.DisablePurge && !p.schema.sessionsOK.Load() && ctx.Err() == nil {
+		if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); errors.Is(err, ErrSchema) {
+			p.logSchemaError(&p.schema.purgeLog, "lastseen: purge will fail", err)
+		}
+	}
+}
+
+// logFlush writes the one line of a flush run (scheduled, or Close's final
+// flush): its counts, at Info, Debug when it found nothing to write, Error
+// when it failed (schema problems rate-limited).
+func (p *Plugin) logFlush(msg string, res FlushResult, err error) {
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
 		"skipped", res.Skipped, "duration", res.Duration}
@@ -174,19 +163,12 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	}
 	switch {
 	case errors.Is(err, ErrSchema):
-		p.logSchemaError(&p.schema.flushLog, "lastseen: flush failed", err, attrs...)
+		p.logSchemaError(&p.schema.flushLog, msg+" failed", err, attrs...)
 	case err != nil:
-		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
+		p.log.Error(msg+" failed", append(attrs, "err", err)...)
 	case res.Drained == 0:
-		p.log.Debug("lastseen: flush: nothing pending", attrs...)
+		p.log.Debug(msg+": nothing pending", attrs...)
 	default:
-		p.log.Info("lastseen: flush", attrs...)
-	}
-	// The purge runs hourly by default: its table is checked on the
-	// flush's ticks until it is found, so a missing one shows early.
-	if !p.cfg.DisablePurge && !p.schema.sessionsOK.Load() && ctx.Err() == nil {
-		if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); errors.Is(err, ErrSchema) {
-			p.logSchemaError(&p.schema.purgeLog, "lastseen: purge will fail", err)
-		}
+		p.log.Info(msg, attrs...)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/bsm/redislock"
 )
 
 // entry is one pending timestamp as stored in Redis and as bound for SQL.
@@ -24,8 +22,8 @@ type entry struct {
 type shardRun struct {
 	p     *Plugin
 	shard int
-	keys  shardKeys
-	token string      // the shard lock's token
+	keys  shardKeys   // the shard's Redis key names, for logs (the same names in memory)
+	lease shardLease  // the shard's lock and the buffer's operations under it
 	res   FlushResult // what this run did, merged into the flush's result
 
 	// The drain of one in-flight hash (reset by drain).
@@ -40,21 +38,21 @@ type shardRun struct {
 }
 
 // flushShard takes shard n's lock, or counts the shard Skipped when another
-// instance holds it, and runs the shard's flush while a keeper refreshes the
-// lock (keepLock). When the lock is lost meanwhile, the run stops and
-// returns an error wrapping errLockLost.
+// instance holds it, and runs the shard's flush while the lease keeps the
+// lock alive (shardLease.keep: with Redis a refresh every LockTTL/3). When
+// the lock is lost meanwhile, the run stops and returns an error wrapping
+// errLockLost.
 func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
-	keys := p.tracker.shards[n]
-	lock, err := p.obtainLock(ctx, keys.lock)
-	if errors.Is(err, redislock.ErrNotObtained) {
+	lease, err := p.tracker.buf.lockShard(ctx, n)
+	if errors.Is(err, errNotObtained) {
 		return FlushResult{Skipped: 1}, nil
 	}
 	if err != nil {
 		return FlushResult{}, fmt.Errorf("lock: %w", err)
 	}
-	defer p.releaseLock(ctx, lock)
-	run, stop := p.keepLock(ctx, lock, errLockLost)
-	r := &shardRun{p: p, shard: n, keys: keys, token: lock.Token(), res: FlushResult{Shards: 1}}
+	defer lease.release(ctx)
+	run, stop := lease.keep(ctx, errLockLost)
+	r := &shardRun{p: p, shard: n, keys: newShardKeys(p.cfg.Prefix, n), lease: lease, res: FlushResult{Shards: 1}}
 	err = r.run(run)
 	lost := errors.Is(context.Cause(run), errLockLost)
 	stop()
@@ -68,20 +66,14 @@ func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 // left by an earlier flush is drained first.
 func (r *shardRun) run(ctx context.Context) error {
 	for {
-		var moved int
-		err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
-			moved, err = swapScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.pending, r.keys.inflight}, r.token).Int()
-			return err
-		})
+		moved, err := r.lease.swap(ctx)
 		if err != nil {
 			return fmt.Errorf("swap: %w", err)
 		}
 		switch moved {
-		case -1:
-			return errLockLost
 		case 0:
 			return nil
-		case -2: // an earlier flush left an in-flight hash: finish it first
+		case swapLeftOver: // an earlier flush left an in-flight hash: finish it first
 			if err := r.drain(ctx); err != nil {
 				return err
 			}
@@ -102,12 +94,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 	r.batchNo, r.failed, r.dropped, r.firstRefusal = 0, 0, 0, nil
 	var cursor uint64
 	for {
-		var kv []string
-		var next uint64
-		err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
-			kv, next, err = r.p.rdb.HScan(ctx, r.keys.inflight, cursor, "", int64(bs)).Result()
-			return err
-		})
+		kv, next, err := r.lease.scan(ctx, cursor, bs)
 		if err != nil {
 			return fmt.Errorf("hscan: %w", err)
 		}
@@ -215,21 +202,8 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 // ack removes fields from the in-flight hash and refreshes the lock; with
 // final it also unlinks the in-flight hash. See lua/ack.lua.
 func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
-	args := make([]any, 0, len(fields)+3)
-	args = append(args, r.token, r.p.cfg.LockTTL.Milliseconds(), map[bool]string{true: "1", false: "0"}[final])
-	for _, f := range fields {
-		args = append(args, f)
-	}
-	var n int
-	err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
-		n, err = ackScript.Run(ctx, r.p.rdb, []string{r.keys.lock, r.keys.inflight, r.keys.refusals}, args...).Int()
-		return err
-	})
-	if err != nil {
+	if err := r.lease.ack(ctx, fields, final); err != nil {
 		return fmt.Errorf("ack: %w", err)
-	}
-	if n < 0 {
-		return errLockLost
 	}
 	return nil
 }
@@ -237,27 +211,15 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 // requeue moves refused entries back to pending and drops those refused
 // MaxRefusals times, each with a log line naming it. See lua/fail.lua.
 func (r *shardRun) requeue(ctx context.Context, refused []refusal) error {
-	args := make([]any, 0, 3+2*len(refused))
-	args = append(args, r.token, ceiling(r.p.now()), max(r.p.cfg.MaxRefusals, 0))
-	byField := make(map[string]refusal, len(refused))
-	for _, f := range refused {
-		args = append(args, f.field, f.value)
-		byField[f.field] = f
-	}
-	keys := []string{r.keys.lock, r.keys.inflight, r.keys.pending, r.keys.refusals}
-	var reply []any
-	err := r.p.rdb.do(ctx, func(ctx context.Context) (err error) {
-		reply, err = failScript.Run(ctx, r.p.rdb, keys, args...).Slice()
-		return err
-	})
+	dropped, err := r.lease.requeue(ctx, refused, ceiling(r.p.now()), max(r.p.cfg.MaxRefusals, 0))
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}
-	if n, _ := reply[0].(int64); n < 0 {
-		return errLockLost
+	byField := make(map[string]refusal, len(refused))
+	for _, f := range refused {
+		byField[f.field] = f
 	}
-	for _, v := range reply[1:] {
-		field, _ := v.(string)
+	for _, field := range dropped {
 		f := byField[field]
 		r.p.log.Error("lastseen: dropping a pending entry the database refused too often", "id", field, "value", f.value,
 			"refusals", r.p.cfg.MaxRefusals, "err", f.err)

@@ -117,8 +117,8 @@ func TestFlushConcurrentTouchesLoseNothing(t *testing.T) {
 					if ok {
 						recorded[g] = append(recorded[g], rec{id, at})
 					}
-					if h.r.mr != nil && i%2 == 1 {
-						h.r.mr.FastForward(time.Millisecond)
+					if i%2 == 1 {
+						h.markerTime(time.Millisecond)
 					}
 				}
 			})
@@ -143,9 +143,7 @@ func TestFlushConcurrentTouchesLoseNothing(t *testing.T) {
 				close(tick)
 				tick = make(chan struct{})
 				tickMu.Unlock()
-				if h.r.mr != nil {
-					h.r.mr.FastForward(time.Millisecond)
-				}
+				h.markerTime(time.Millisecond)
 			}
 		}()
 		close(start)
@@ -296,9 +294,7 @@ func TestFlushFailureMidShard(t *testing.T) {
 		equal(t, "written before the failure", res.Written, 10)
 		equal(t, "batches before the failure", res.Batches, 2)
 		equal(t, "drained before the failure", res.Drained, 10)
-		left, err := h.r.client.HLen(ctx, h.prefix+":{0}:inflight").Result()
-		must(t, err)
-		equal(t, "in-flight entries left", left, int64(10))
+		equal(t, "in-flight entries left", h.inFlightLen(p, 0), int64(10))
 		written := 0
 		for _, v := range columnsByID(t, db, "users", "id", "last_seen_at") {
 			if v != "" {
@@ -325,6 +321,7 @@ func TestFlushFailureMidShard(t *testing.T) {
 // at the same moment write every user exactly once between them.
 func TestFlushTwoInstancesConcurrently(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
+		h.needRedis(t, "two instances share one Redis buffer")
 		const users = 300
 		ctx := context.Background()
 		cfg := h.config()
@@ -375,6 +372,7 @@ func TestFlushTwoInstancesConcurrently(t *testing.T) {
 // with HSCAN COUNT 10, never HGETALL, and written in 10 statements.
 func TestFlushPagesWithHScan(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
+		h.needRedis(t, "counts HSCAN commands")
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Shards = 1
@@ -519,6 +517,7 @@ func TestFlushUpsertMode(t *testing.T) {
 // counted as rejected and removed; the rest of the shard is written.
 func TestFlushRejectsGarbage(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
+		h.needRedis(t, "writes garbage into the Redis hashes")
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Shards = 1

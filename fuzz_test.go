@@ -229,7 +229,7 @@ func TestHandWrittenPendingValues(t *testing.T) {
 		cfg.Throttle = time.Minute
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 12)
-		pending := p.tracker.shards[0].pending
+		pending := redisBuf(p).shards[0].pending
 		ten := strconv.FormatInt(mustTime("2026-03-01T10:00:00Z").UnixMicro(), 10)
 		hour := strconv.FormatInt(mustTime("2026-03-01T11:00:00Z").UnixMicro(), 10) // now + MaxClockSkew
 		for field, value := range map[string]string{

@@ -190,8 +190,8 @@ type redisKind struct {
 // opens a client of its own (redisclient.go); the tests of that path build
 // such clients themselves (deadline_test.go).
 type testRedis struct {
-	client redis.UniversalClient
-	mr     *miniredis.Miniredis // nil on a real server
+	client redis.UniversalClient // nil for the in-process buffer (memoryKind)
+	mr     *miniredis.Miniredis  // nil on a real server
 }
 
 func miniredisKind() redisKind {
@@ -222,6 +222,19 @@ func clusterRedisKind() redisKind {
 
 func allRedis() []redisKind { return []redisKind{miniredisKind(), realRedisKind(), clusterRedisKind()} }
 
+// memoryKind is no Redis at all: Config.Redis stays nil and the plugin
+// buffers in process (memoryBuffer). The harness shows that buffer's state
+// under the Redis key names (keys, pendingKeys), so that tests written
+// against Redis check the same state; tests about Redis itself skip it
+// (needRedis).
+func memoryKind() redisKind {
+	return redisKind{name: "memory", open: func(testing.TB) *testRedis { return &testRedis{} }}
+}
+
+// allBuffers is every buffer forEachEnv runs on: the Redis kinds and the
+// in-process buffer.
+func allBuffers() []redisKind { return append(allRedis(), memoryKind()) }
+
 // deleteKeys removes every key matching pattern, on every master of a
 // cluster.
 func deleteKeys(ctx context.Context, c redis.UniversalClient, pattern string) error {
@@ -251,6 +264,7 @@ type harness struct {
 	r       *testRedis
 	prefix  string
 	clock   *fakeClock
+	plugins []*Plugin // made by plugin(), whose memory buffers keys() shows
 }
 
 func newHarness(t testing.TB, d dbOpener, r redisKind) *harness {
@@ -259,14 +273,29 @@ func newHarness(t testing.TB, d dbOpener, r redisKind) *harness {
 	h.openDB = d.open(t)
 	h.db = h.openDB()
 	h.prefix = randomName("ls")
-	t.Cleanup(func() { _ = deleteKeys(context.Background(), h.r.client, h.prefix+":*") })
+	if h.r.client != nil {
+		t.Cleanup(func() { _ = deleteKeys(context.Background(), h.r.client, h.prefix+":*") })
+	}
 	return h
 }
 
-// forEachEnv runs fn for every dialect with miniredis, and for every
-// dialect with a real Redis and a Redis Cluster.
+// memory reports whether the harness runs on the in-process buffer.
+func (h *harness) memory() bool { return h.r.client == nil }
+
+// needRedis skips a test that is about Redis itself (its keys, commands,
+// outages, or one buffer shared by several instances) on the in-process
+// buffer.
+func (h *harness) needRedis(t testing.TB, why string) {
+	t.Helper()
+	if h.memory() {
+		t.Skipf("about Redis itself: %s", why)
+	}
+}
+
+// forEachEnv runs fn for every dialect with miniredis, with a real Redis,
+// with a Redis Cluster, and with no Redis (the in-process buffer).
 func forEachEnv(t *testing.T, fn func(t *testing.T, h *harness)) {
-	for _, r := range allRedis() {
+	for _, r := range allBuffers() {
 		for _, d := range allDialects() {
 			t.Run(d.name+"/"+r.name, func(t *testing.T) {
 				fn(t, newHarness(t, d, r))
@@ -306,6 +335,7 @@ func (h *harness) plugin(cfg Config) (*Plugin, *gorm.DB) {
 		h.t.Fatalf("db.Use: %v", err)
 	}
 	h.t.Cleanup(func() { p.Close(context.Background()) })
+	h.plugins = append(h.plugins, p)
 	return p, db
 }
 
@@ -315,7 +345,10 @@ func (h *harness) plugin(cfg Config) (*Plugin, *gorm.DB) {
 func (h *harness) expireThrottle(d time.Duration) {
 	h.t.Helper()
 	h.clock.Add(d)
-	if h.r.mr != nil {
+	switch {
+	case h.memory(): // markers end on the plugin's clock
+		return
+	case h.r.mr != nil:
 		h.r.mr.FastForward(d)
 		return
 	}
@@ -324,8 +357,13 @@ func (h *harness) expireThrottle(d time.Duration) {
 	}
 }
 
-// keys lists this harness's Redis keys, sorted, with the prefix cut off.
+// keys lists this harness's Redis keys, sorted, with the prefix cut off;
+// on the in-process buffer, the keys Redis would hold for its state
+// (memoryKeys).
 func (h *harness) keys() []string {
+	if h.memory() {
+		return h.memoryKeys()
+	}
 	ctx := context.Background()
 	var out []string
 	var mu sync.Mutex

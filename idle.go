@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -71,67 +70,36 @@ func (p *Plugin) activityTracker() *Plugin {
 
 // busy reports, for each candidate of a purge batch, whether the tracker's
 // buffer holds activity after since (the idle cutoff) that is not in the
-// column yet: a pending or in-flight entry in Redis, or the in-process
-// backlog. It asks Redis in one pipeline: HMGET of the pending and the
-// in-flight hash of each shard holding candidates. When Redis cannot be
+// column yet: a pending or in-flight entry, or with Redis the in-process
+// backlog (buffer.newest: one pipeline of HMGET of the pending and the
+// in-flight hash of each shard holding candidates). When Redis cannot be
 // read, every candidate counts as busy (the purge then deletes only
 // sessions past their expiry) and the error is returned for the log.
 func (tr *Plugin) busy(ctx context.Context, ids []any, since time.Time) ([]bool, error) {
 	t := tr.tracker
 	out := make([]bool, len(ids))
-	uids := make([]string, len(ids))
-	byShard := map[shardKeys][]int{}
+	uids := make([]string, 0, len(ids))
+	idx := make([]int, 0, len(ids))
 	for i, id := range ids {
 		uid, err := t.ids.normalize(id)
 		if err != nil {
 			continue // not an id the tracker could have buffered
 		}
-		uids[i] = uid
-		if b, ok := t.backlog.get(uid); ok && time.UnixMicro(b).After(since) {
-			out[i] = true
-		}
-		k := t.shard(uid)
-		byShard[k] = append(byShard[k], i)
+		uids = append(uids, uid)
+		idx = append(idx, i)
 	}
-	if len(byShard) == 0 {
+	if len(uids) == 0 {
 		return out, nil
 	}
-	type read struct {
-		idx               []int
-		pending, inflight *redis.SliceCmd
-	}
-	reads := make([]read, 0, len(byShard))
-	err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-		reads = reads[:0] // run again after Close swapped clients
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for k, idx := range byShard {
-				fields := make([]string, len(idx))
-				for j, i := range idx {
-					fields[j] = uids[i]
-				}
-				reads = append(reads, read{idx, pipe.HMGet(ctx, k.pending, fields...), pipe.HMGet(ctx, k.inflight, fields...)})
-			}
-			return nil
-		})
-		return err
-	})
+	got, err := t.buf.newest(ctx, uids, t.now(), false)
 	if err != nil {
 		for i := range out {
 			out[i] = true
 		}
 		return out, err
 	}
-	now := t.now()
-	for _, r := range reads {
-		for _, cmd := range []*redis.SliceCmd{r.pending, r.inflight} {
-			for j, v := range cmd.Val() {
-				if s, ok := v.(string); ok {
-					if at, valid := parseMicros(s, now); valid && at.After(since) {
-						out[r.idx[j]] = true
-					}
-				}
-			}
-		}
+	for j, at := range got {
+		out[idx[j]] = at.After(since)
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 )
 
@@ -85,7 +86,7 @@ func TestSlowBatchKeepsItsLock(t *testing.T) {
 				equal(t, "written", res.Written, 10)
 				equal(t, "batches", res.Batches, 2)
 				equal(t, "UPDATE statements", updates.Load(), int64(2))
-				lockKey := p.tracker.shards[0].lock
+				lockKey := newShardKeys(p.cfg.Prefix, 0).lock
 				t.Logf("refreshes of the shard lock during 2 batches of %v: %d", slowBatch, refreshes.get(lockKey))
 				if refreshes.get(lockKey) < 2 { // at least one per batch: each outlives LockTTL
 					t.Errorf("shard lock refreshed %d times, want at least 2", refreshes.get(lockKey))
@@ -124,9 +125,9 @@ func TestSlowPurgeKeepsItsLock(t *testing.T) {
 			must(t, err)
 			equal(t, "deleted", res.Deleted, 6)
 			equal(t, "batches", res.Batches, 3)
-			t.Logf("refreshes of the purge lock: %d", refreshes.get(p.purgeLockKey()))
-			if refreshes.get(p.purgeLockKey()) < 2 {
-				t.Errorf("purge lock refreshed %d times, want at least 2", refreshes.get(p.purgeLockKey()))
+			t.Logf("refreshes of the purge lock: %d", refreshes.get(keys.PurgeLock(p.cfg.Prefix)))
+			if refreshes.get(keys.PurgeLock(p.cfg.Prefix)) < 2 {
+				t.Errorf("purge lock refreshed %d times, want at least 2", refreshes.get(keys.PurgeLock(p.cfg.Prefix)))
 			}
 		})
 	}
@@ -140,12 +141,13 @@ func TestSlowPurgeKeepsItsLock(t *testing.T) {
 // Stale 5, no row moves back).
 func TestLostLockStopsForwardOnly(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
+		h.needRedis(t, "another instance takes the Redis lock; the in-process lock is never lost")
 		cfg := h.config()
 		cfg.Shards, cfg.BatchSize = 1, 5
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 10)
 		touchFaultUsers(t, p, 10, "2026-03-01T09:20:00Z", want)
-		lockKey := p.tracker.shards[0].lock
+		lockKey := newShardKeys(p.cfg.Prefix, 0).lock
 		ctx := context.Background()
 		p.hooks = &flushHooks{AfterCommit: func(_, batch int) {
 			if batch == 1 { // another instance holds the lock from now on

@@ -324,8 +324,8 @@ func TestInitializeValidation(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{"no redis", func(c *Config) { c.Redis = nil }, "lastseen: invalid config: Config.Redis is required"},
-		{"typed nil redis", func(c *Config) { c.Redis = (*redis.Client)(nil) }, "lastseen: invalid config: Config.Redis is required"},
+		{"typed nil redis", func(c *Config) { c.Redis = (*redis.Client)(nil) },
+			"lastseen: invalid config: Config.Redis is a nil *redis.Client: give a client, or leave Config.Redis unset for the in-process buffer"},
 		{"prefix with a hash tag", func(c *Config) { c.Prefix = "app{1}" },
 			`lastseen: invalid config: Prefix "app{1}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
 		{"too many shards", func(c *Config) { c.Shards = 1025 }, "lastseen: invalid config: Shards is 1025, want 1 to 1024"},

@@ -71,28 +71,14 @@ func (p *Plugin) overlay(db *gorm.DB) {
 }
 
 // overlayRead returns the buffered values of uids: Redis through the
-// breaker within TouchTimeout (nothing from it on failure), then the backlog.
+// breaker within TouchTimeout (nothing from it on failure), and the backlog.
 func (p *Plugin) overlayRead(ctx context.Context, uids []string) map[string]time.Time {
 	t := p.tracker
-	reply, err := t.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
-		m, err := t.buffered(ctx, rdb, uids)
-		return []any{m}, err
-	})
-	latest, _ := firstMap(reply)
+	latest, err := t.buffered(ctx, uids, true)
 	if err != nil {
-		latest = map[string]time.Time{}
 		t.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; the overlay leaves the column's values", "err", err) })
 	}
-	t.fromBacklog(uids, latest)
 	return latest
-}
-
-func firstMap(reply []any) (map[string]time.Time, bool) {
-	if len(reply) == 1 {
-		m, ok := reply[0].(map[string]time.Time)
-		return m, ok
-	}
-	return nil, false
 }
 
 // selects reports whether the statement loads the last-seen column: no

@@ -75,7 +75,9 @@ func TestOverlayLoadsBufferedValues(t *testing.T) {
 		for i, u := range ptrs {
 			equal(t, fmt.Sprint("Find pointers: user ", u.ID), seenAt(*u), want[i+2])
 		}
-		equal(t, "round trips of one query", rt.pipelines.Load()+rt.singles.Load(), int64(1))
+		if !h.memory() {
+			equal(t, "round trips of one query", rt.pipelines.Load()+rt.singles.Load(), int64(1))
+		}
 		var one User
 		must(t, db.First(&one, 1).Error)
 		equal(t, "First: user 1", seenAt(one), want[0])

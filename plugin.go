@@ -2,9 +2,11 @@
 // seen without turning the users table into a write hotspot, and purges
 // expired sessions in small batches.
 //
-// A request records "user X seen at T" in Redis at most once per user per
-// throttle window; a scheduled flush moves the pending timestamps into the
-// users table in bulk, one statement per batch, only forward in time.
+// A request records "user X seen at T" in a buffer at most once per user
+// per throttle window; a scheduled flush moves the pending timestamps into
+// the users table in bulk, one statement per batch, only forward in time.
+// The buffer is Redis, shared by every instance of the app, or, with
+// Config.Redis nil, in process for an app that runs as one instance.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	p := lastseen.New(lastseen.Config{Redis: rdb})
@@ -22,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bsm/redislock"
 	"gorm.io/gorm"
 )
 
@@ -46,9 +47,7 @@ type Plugin struct {
 	sessions *sessionTarget
 	dialect  *dialect
 
-	rdb       *redisClient // every Redis call goes through it (redisclient.go)
-	tracker   *tracker
-	locker    *redislock.Client
+	tracker   *tracker // the request path; tracker.buf is the buffer (openBuffer)
 	sched     *scheduler
 	runs      sync.WaitGroup  // flushes and purges running now; Close waits for them (startRun)
 	closing   context.Context // canceled by Close: running purges stop after their batch
@@ -93,15 +92,16 @@ func (p *Plugin) Config() Config { return p.cfg }
 
 // Initialize is called by db.Use. It validates the configuration against the
 // database's dialect and the models, and returns an error wrapping
-// ErrInvalidConfig that names the first problem: no Redis client, an
+// ErrInvalidConfig that names the first problem: an
 // unsupported dialect, a batch size over the dialect's bind-parameter limit,
 // a model GORM cannot parse or without exactly one primary key, a missing or
 // non-time last-seen or expiry field, a cron spec that does not parse. A
 // Redis that is configured but unreachable is logged, not an error: presence
 // is best effort. Unless DisableScheduler is set it starts the flush and
 // purge jobs (see schedulesPurge for which plugin purges when several share
-// a session table). It refuses a Prefix another lastseen plugin on db
-// already uses. Calling it again after it succeeded does nothing.
+// a session table). With Redis it refuses a Prefix another lastseen plugin
+// with Redis on db already uses (in-process buffers are each their own).
+// Calling it again after it succeeded does nothing.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -111,18 +111,19 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
-	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
-	if o := p.prefixTaken(db); o != nil {
-		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
-	}
-	if p.realClock && db.Config.NowFunc != nil { // one clock with the Expired scope (Config.Now)
+	p.log = p.cfg.Logger.With("plugin", p.name, "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
+	if p.realClock && db.Config.NowFunc != nil {                                                      // one clock with the Expired scope (Config.Now)
 		p.cfg.Now = db.Config.NowFunc
 		p.now = p.cfg.Now
 	}
-	rdb := newRedisClient(p.cfg.Redis)
-	t, err := newTracker(p.cfg, rdb, p.realClock, p.users.ids, p.log, &p.stats)
+	buf := p.openBuffer() // buffer_interface.go: the one choice between Redis and memory; after the clock is final
+	if o := p.prefixTaken(db, buf); o != nil {
+		_ = buf.close()
+		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
+	}
+	t, err := newTracker(p.cfg, buf, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
-		rdb.close()
+		_ = buf.close()
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	var sched *scheduler
@@ -133,13 +134,11 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 			err = sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob)
 		}
 		if err != nil {
-			t.close()
-			rdb.close()
+			_ = t.close()
 			return err
 		}
 	}
-	p.rdb, p.tracker, p.sched = rdb, t, sched
-	p.locker = redislock.New(rdb.UniversalClient)
+	p.tracker, p.sched = t, sched
 	if p.cfg.Overlay {
 		if err := p.registerOverlay(db); err != nil { // overlay.go
 			return fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)
@@ -150,7 +149,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.db = db.Session(&gorm.Session{NewDB: true})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := rdb.do(ctx, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
+	if err := buf.ping(ctx); err != nil {
 		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
 	}
 	cancel()
@@ -161,12 +160,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 }
 
 // validate fills p.dialect, p.users and p.sessions or returns the first
-// configuration problem: the Redis client, the dialect, the values
-// (checkConfig), then the models (resolveTargets).
+// configuration problem: the dialect, the values (checkConfig), then the
+// models (resolveTargets).
 func (p *Plugin) validate(db *gorm.DB) error {
-	if !hasRedis(p.cfg) {
-		return invalid("Config.Redis is required")
-	}
 	d, ok := dialects[db.Dialector.Name()]
 	if !ok {
 		return invalid("dialect %q is not supported (want postgres, mysql or sqlite)", db.Dialector.Name())
@@ -229,14 +225,15 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // runs a final flush so that every touch recorded before Close reaches the
 // database. It returns when that is done or ctx ends, with the final flush's
 // error or ctx's; the final flush gets FlushTimeout when ctx has no
-// deadline. Touches still in the in-process backlog after the final flush
-// (Redis unreachable) are dropped, counted in Stats.BacklogDropped and
-// logged. Then it closes the Redis client the plugin opened for itself, if
-// any (see Config.Redis). Calling it again, also while the first call runs,
-// returns the first call's result once it is known. Touch keeps working
-// after Close (into Redis; a touch that fails then is dropped, as nothing
-// flushes the backlog any more); Flush and PurgeExpiredSessions return
-// ErrClosed.
+// deadline. With Redis, touches still in the in-process backlog after the
+// final flush (Redis unreachable) are dropped, counted in
+// Stats.BacklogDropped and logged; then it closes the Redis client the
+// plugin opened for itself, if any (see Config.Redis). Calling it again,
+// also while the first call runs, returns the first call's result once it
+// is known. Touch keeps working after Close (into Redis, where a touch that
+// fails is dropped, as nothing flushes the backlog any more; without Redis
+// into the in-process buffer, which nothing flushes any more, so those
+// touches are lost); Flush and PurgeExpiredSessions return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {
@@ -275,19 +272,15 @@ func (p *Plugin) Close(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			fctx, cancel = context.WithTimeout(ctx, p.cfg.FlushTimeout)
 		}
-		if _, err := p.flush(fctx); err != nil {
+		res, err := p.flush(fctx)
+		cancel()
+		p.logFlush("lastseen: flush at Close", res, err)
+		if err != nil {
 			errs = append(errs, err)
 		}
-		cancel()
 	}
-	p.tracker.closed.Store(true)
-	p.tracker.drops.backlog(len(p.tracker.backlog.take()), dropAtClose)
-	p.tracker.close()
-	if p.rdb.own { // touches, Pending and Status go on, on the app's client
-		p.tracker.rdb.Store(&redisClient{UniversalClient: p.cfg.Redis, kind: "the app's client after Close"})
-	}
-	if err := p.rdb.close(); err != nil {
-		errs = append(errs, fmt.Errorf("lastseen: close: redis client: %w", err))
+	if err := p.tracker.close(); err != nil {
+		errs = append(errs, fmt.Errorf("lastseen: close: %w", err))
 	}
 	err := errors.Join(errs...)
 	p.mu.Lock()

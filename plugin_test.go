@@ -146,6 +146,7 @@ func failWrites(t testing.TB, db *gorm.DB) (set func(bool)) {
 // the next flush writes the newest; the column never moves backwards.
 func TestCase003NewestWinsAcrossFlushes(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
+		h.needRedis(t, "two instances share one Redis buffer")
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Throttle = time.Minute

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Presence counts: when a touch opens a throttle window, the touch script
@@ -147,28 +145,15 @@ func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, er
 	})
 }
 
-// countHLL sends one PFCOUNT per shard, of the keys keysOf names, in one
-// pipeline and returns their sum.
+// countHLL counts the distinct users of the presence sets keysOf names for
+// each shard, summed over the shards (buffer.count: with Redis one
+// pipeline of one PFCOUNT per shard; in memory exact).
 func (p *Plugin) countHLL(ctx context.Context, what string, keysOf func(shardKeys) []string) (int64, error) {
-	t := p.tracker
-	cmds := make([]*redis.IntCmd, len(t.shards))
-	err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, k := range t.shards {
-				cmds[i] = pipe.PFCount(ctx, keysOf(k)...)
-			}
-			return nil
-		})
-		return err
-	})
+	n, err := p.tracker.buf.count(ctx, keysOf)
 	if err != nil {
 		return 0, fmt.Errorf("lastseen: %s: %w", what, err)
 	}
-	var sum int64
-	for _, cmd := range cmds {
-		sum += cmd.Val()
-	}
-	return sum, nil
+	return n, nil
 }
 
 // checkCounts checks the presence count settings.

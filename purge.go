@@ -7,8 +7,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/bsm/redislock"
-	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -46,14 +44,16 @@ type PurgeResult struct {
 //
 // It holds the purge lock in Redis (bsm/redislock, key Prefix+":purge:lock",
 // time-to-live LockTTL, refreshed every LockTTL/3 and after each batch;
-// the run stops when the lock is lost) for the whole run, so
+// the run stops when the lock is lost, errPurgeLockLost) for the whole run, so
 // only one instance purges at a time; when another instance holds it, it
-// returns ErrLocked at once. A session the database refuses to delete on
-// its own (a RESTRICT foreign key, a trigger) is isolated by halving its
-// batch, the rest is deleted and the run goes on past it (PurgeResult.Refused,
-// FirstRefusal); a refusal no row can cause (read-only, permission denied)
-// stops the run with ErrSystemic. Other errors stop the run and name the
-// batch they happened in ("lastseen: purge batch 3: ..."). The run stops between
+// returns ErrLocked at once. Without Redis the lock is in process: a second
+// purge of the same plugin running meanwhile returns ErrLocked. A session
+// the database refuses to delete on its own (a RESTRICT foreign key, a
+// trigger) is isolated by halving its batch, the rest is deleted and the
+// run goes on past it (PurgeResult.Refused, FirstRefusal); a refusal no row
+// can cause (read-only, permission denied) stops the run with ErrSystemic.
+// Other errors stop the run and name the batch they happened in
+// ("lastseen: purge batch 3: ..."). The run stops between
 // batches, never inside one: when ctx ends it returns ctx.Err(), when Close
 // is called it returns ErrClosed; the batch in progress commits first.
 // PurgeResult.Stopped reports every early end. Before db.Use it returns
@@ -87,11 +87,9 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
 }
 
-func (p *Plugin) purgeLockKey() string { return keys.PurgeLock(p.cfg.Prefix) }
-
 func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
-	lock, err := p.obtainLock(ctx, p.purgeLockKey())
-	if errors.Is(err, redislock.ErrNotObtained) {
+	lock, err := p.tracker.buf.lockPurge(ctx)
+	if errors.Is(err, errNotObtained) {
 		p.stats.purgeSkipped.Add(1)
 		return PurgeResult{}, ErrLocked
 	}
@@ -100,11 +98,11 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 		p.stats.purgeErrors.Add(1)
 		return PurgeResult{}, fmt.Errorf("lastseen: purge lock: %w", err)
 	}
-	defer p.releaseLock(ctx, lock)
+	defer lock.release(ctx)
 
 	// The run stops when ctx ends, Close is called or the lock is lost
 	// (keepLock), whichever comes first.
-	kept, stop := p.keepLock(ctx, lock, errPurgeLockLost)
+	kept, stop := lock.keep(ctx, errPurgeLockLost)
 	defer stop()
 	run, cancel := context.WithCancelCause(kept)
 	defer cancel(nil)
@@ -122,7 +120,7 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 
 // purge is one run under the lock. ctx ending (with its cause) stops the run
 // between batches.
-func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (PurgeResult, error) {
+func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock lease) (PurgeResult, error) {
 	start := time.Now()
 	m := p.sessions.model
 	res := PurgeResult{Cutoff: p.now().UTC()}
@@ -175,7 +173,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock *redislock.Lock) (
 
 // purgeBatch deletes one batch of ids, then refreshes the lock and pauses.
 // It returns ctx's cause when the run must stop.
-func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lock, res *PurgeResult, batch int, ids []any) error {
+func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock lease, res *PurgeResult, batch int, ids []any) error {
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
@@ -198,11 +196,11 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock *redislock.Lo
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
-	if err := p.refreshLock(ctx, lock); err != nil {
+	if err := lock.refresh(ctx); err != nil {
 		switch stop := context.Cause(ctx); {
 		case stop != nil:
 			return stop
-		case errors.Is(err, redislock.ErrNotObtained):
+		case errors.Is(err, errLockLost):
 			return fmt.Errorf("lastseen: purge batch %d: lost the purge lock", batch)
 		}
 		return fmt.Errorf("lastseen: purge batch %d: refresh lock: %w", batch, err)

@@ -7,74 +7,56 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm/clause"
 )
 
 // Pending returns the user's timestamp that is not yet in the database: the
-// newer of the pending and the in-flight entry. ok is false when there is
-// none. Errors: ErrInvalidUserID, or Redis's error wrapped.
+// newest of the pending and the in-flight entry in the buffer and, with
+// Redis, the in-process backlog. ok is false when there is none. Errors:
+// ErrInvalidUserID, or Redis's error wrapped.
 func (p *Plugin) Pending(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
+	at, ok, _, err = p.pending(ctx, userID)
+	return at, ok, err
+}
+
+// pending is Pending that also returns, when the buffer failed, what the
+// process itself holds (held: the backlog's timestamp).
+func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool, held time.Time, err error) {
 	t := p.tracker
 	if t == nil {
-		return time.Time{}, false, ErrNotInitialized
+		return time.Time{}, false, time.Time{}, ErrNotInitialized
 	}
 	uid, err := t.ids.normalize(userID)
 	if err != nil {
-		return time.Time{}, false, err
+		return time.Time{}, false, time.Time{}, err
 	}
-	keys := t.shard(uid)
-	var pending, inflight *redis.StringCmd
-	err = t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			pending = pipe.HGet(ctx, keys.pending, uid)
-			inflight = pipe.HGet(ctx, keys.inflight, uid)
-			return nil
-		})
-		return err
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return time.Time{}, false, fmt.Errorf("lastseen: pending user %s: %w", uid, err)
+	got, err := t.buf.newest(ctx, []string{uid}, t.now(), false)
+	if err != nil {
+		return time.Time{}, false, got[0], fmt.Errorf("lastseen: pending user %s: %w", uid, err)
 	}
-	now := t.now()
-	for _, cmd := range []*redis.StringCmd{pending, inflight} {
-		if v, err := cmd.Result(); err == nil {
-			if ts, valid := parseMicros(v, now); valid && ts.After(at) {
-				at, ok = ts, true
-			}
-		}
-	}
-	if b, found := t.backlog.get(uid); found {
-		if ts := time.UnixMicro(b).UTC(); ts.After(at) {
-			at, ok = ts, true
-		}
-	}
-	return at, ok, nil
+	return got[0], !got[0].IsZero(), got[0], nil
 }
 
 // LastSeen returns the freshest known time the user was seen: the newest of
-// the pending and in-flight entries in Redis, the in-process backlog, and
-// the database column. ok is false when none has a value. When Redis cannot
-// be read within 5×TouchTimeout (100ms by default) it answers from the
-// backlog and the column alone (best effort, as presence is) and logs a
-// rate-limited warning. Errors: ErrInvalidUserID,
+// the buffered entries (pending, in-flight, and with Redis the in-process
+// backlog) and the database column. ok is false when none has a value.
+// When Redis cannot be read within 5×TouchTimeout (100ms by default) it
+// answers from the backlog and the column alone (best effort, as presence
+// is) and logs a rate-limited warning. Errors: ErrInvalidUserID,
 // ErrNotInitialized, or the database's error wrapped.
 func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
 	if p.tracker == nil {
 		return time.Time{}, false, ErrNotInitialized
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*p.cfg.TouchTimeout) // Redis is best effort here
-	at, ok, err = p.Pending(rctx, userID)
+	at, ok, held, err := p.pending(rctx, userID)
 	cancel()
 	if errors.Is(err, ErrInvalidUserID) {
 		return at, ok, err
 	}
 	if err != nil {
 		p.tracker.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; LastSeen answers from the database", "err", err) })
-		uid, _ := p.users.ids.normalize(userID)
-		if b, found := p.tracker.backlog.get(uid); found {
-			at, ok = time.UnixMicro(b).UTC(), true
-		}
+		at, ok = held, !held.IsZero()
 	}
 	uid, _ := p.users.ids.normalize(userID)
 	id, _ := p.users.ids.parse(uid)

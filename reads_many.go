@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm/clause"
 )
 
@@ -48,19 +47,11 @@ func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, erro
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*p.cfg.TouchTimeout) // Redis is best effort here
-	var got map[string]time.Time
-	err := t.redis(rctx, func(ctx context.Context, rdb *redisClient) (err error) {
-		got, err = t.buffered(ctx, rdb, distinct)
-		return err
-	})
+	latest, err := t.buffered(rctx, distinct, false)
 	cancel()
-	latest := map[string]time.Time{}
-	if err == nil { // on an error got is not read: a call cut short may still fill it in
-		latest = got
-	} else {
+	if err != nil {
 		t.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; LastSeenMany answers from the database", "err", err) })
 	}
-	t.fromBacklog(distinct, latest)
 	if err := p.columns(ctx, distinct, latest); err != nil {
 		return nil, err
 	}
@@ -78,65 +69,23 @@ func raise(m map[string]time.Time, uid string, at time.Time) {
 	}
 }
 
-// buffered reads the pending and in-flight entries of uids (distinct,
-// canonical) in one pipeline: HMGET of both hashes of each shard holding
-// some of them. It returns the newest valid entry per user found, also
-// when some commands failed, with the first error.
-func (t *tracker) buffered(ctx context.Context, rdb *redisClient, uids []string) (map[string]time.Time, error) {
-	type group struct {
-		keys              shardKeys
-		uids              []string
-		pending, inflight *redis.SliceCmd
-	}
-	groups := map[string]*group{}
-	for _, uid := range uids {
-		k := t.shard(uid)
-		g := groups[k.pending]
-		if g == nil {
-			g = &group{keys: k}
-			groups[k.pending] = g
-		}
-		g.uids = append(g.uids, uid)
-	}
+// buffered returns the newest buffered timestamp of each of uids
+// (distinct, canonical) that has one (buffer.newest: with Redis one
+// pipeline, HMGET of both hashes of each shard holding some of them, and
+// the backlog), also when the read failed, with the error. guard bounds the
+// read as a touch is (the overlay on the query path).
+func (t *tracker) buffered(ctx context.Context, uids []string, guard bool) (map[string]time.Time, error) {
 	latest := make(map[string]time.Time, len(uids))
-	if len(groups) == 0 {
+	if len(uids) == 0 {
 		return latest, nil
 	}
-	_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, g := range groups {
-			g.pending = pipe.HMGet(ctx, g.keys.pending, g.uids...)
-			g.inflight = pipe.HMGet(ctx, g.keys.inflight, g.uids...)
-		}
-		return nil
-	})
-	if err != nil && ctx.Err() != nil { // cut short: the replies may still be filled in (redisClient.do)
-		return latest, err
-	}
-	now := t.now()
-	for _, g := range groups {
-		for _, cmd := range []*redis.SliceCmd{g.pending, g.inflight} {
-			for i, v := range cmd.Val() { // nil Val when the command failed
-				if s, ok := v.(string); ok && i < len(g.uids) {
-					if ts, valid := parseMicros(s, now); valid {
-						raise(latest, g.uids[i], ts)
-					}
-				}
-			}
+	got, err := t.buf.newest(ctx, uids, t.now(), guard)
+	for i, at := range got {
+		if !at.IsZero() {
+			latest[uids[i]] = at
 		}
 	}
 	return latest, err
-}
-
-// fromBacklog raises latest to the backlog's timestamps of uids.
-func (t *tracker) fromBacklog(uids []string, latest map[string]time.Time) {
-	if t.backlog.len() == 0 {
-		return
-	}
-	for _, uid := range uids {
-		if b, found := t.backlog.get(uid); found {
-			raise(latest, uid, time.UnixMicro(b).UTC())
-		}
-	}
 }
 
 // columns raises latest to the last-seen column of the rows of uids: one

@@ -17,7 +17,13 @@ import (
 func refusalCount(t *testing.T, p *Plugin, id int) int {
 	t.Helper()
 	uid := fmt.Sprint(id)
-	n, err := p.cfg.Redis.HGet(context.Background(), p.tracker.shard(uid).refusals, uid).Int()
+	if b, ok := p.tracker.buf.(*memoryBuffer); ok {
+		s := b.shard(uid)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.refusals[uid]
+	}
+	n, err := p.cfg.Redis.HGet(context.Background(), redisBuf(p).shard(uid).refusals, uid).Int()
 	if errors.Is(err, redis.Nil) {
 		return 0
 	}
@@ -94,7 +100,7 @@ func TestRefusedEntryDroppedAfterMaxRefusals(t *testing.T) {
 		checkFaultColumns(t, h.db, "at the end", want)
 	}
 	forEachDialect(t, run)
-	for _, r := range []redisKind{realRedisKind(), clusterRedisKind()} {
+	for _, r := range []redisKind{realRedisKind(), clusterRedisKind(), memoryKind()} {
 		t.Run("sqlite/"+r.name, func(t *testing.T) { run(t, newHarness(t, sqliteOpener(), r)) })
 	}
 }

@@ -105,12 +105,13 @@ func sessionPluginsOf(db *gorm.DB, table string) []*Plugin {
 	return append(tracking, others...)
 }
 
-// prefixTaken returns the other initialized lastseen plugin on db that
-// uses p's Prefix for another table, or nil: two tracked models in one
-// buffer would write one model's ids into the other's table.
-func (p *Plugin) prefixTaken(db *gorm.DB) *Plugin {
+// prefixTaken returns the other initialized lastseen plugin on db whose
+// buffer shares buf's namespace (buffer.shared: the Redis Prefix), or nil:
+// two tracked models in one buffer would write one model's ids into the
+// other's table. In-process buffers are each their plugin's own.
+func (p *Plugin) prefixTaken(db *gorm.DB, buf buffer) *Plugin {
 	for _, o := range pluginsOn(db) {
-		if o != p && o.cfg.Prefix == p.cfg.Prefix {
+		if o != p && o.tracker != nil && buf.shared() != "" && o.tracker.buf.shared() == buf.shared() {
 			return o
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // MaxBufferSample bounds SampleBuffer's perHash: HRANDFIELD returns that
@@ -55,7 +53,9 @@ func (s BufferSample) OldestAge() time.Duration {
 // average (about 6% with 16). An in-flight hash left by a failed flush is
 // sampled like any other, so a stuck flush shows at once. Errors:
 // ErrNotInitialized before db.Use, a perHash out of range, or Redis's
-// error prefixed "lastseen: sample buffer".
+// error prefixed "lastseen: sample buffer". Without Redis it reads the
+// in-process buffer's sizes and up to perHash entries of each set (in Go's
+// randomized map order), with no I/O and the same accuracy.
 func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, error) {
 	t := p.tracker
 	if t == nil {
@@ -64,77 +64,24 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	if perHash < 0 || perHash > MaxBufferSample {
 		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, MaxBufferSample)
 	}
-	s := BufferSample{At: p.now().UTC(), Backlog: t.backlog.len(), Exact: true}
-	lens := make([]*redis.IntCmd, 0, 2*len(t.shards))
-	samples := make([]*redis.Cmd, 0, 2*len(t.shards))
-	err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-		lens, samples = lens[:0], samples[:0] // run again after Close swapped clients
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for _, k := range t.shards {
-				for _, key := range []string{k.pending, k.inflight} {
-					lens = append(lens, pipe.HLen(ctx, key))
-					if perHash > 0 {
-						samples = append(samples, pipe.Do(ctx, "HRANDFIELD", key, perHash, "WITHVALUES"))
-					}
-				}
-			}
-			return nil
-		})
-		return err
-	})
+	s := BufferSample{At: p.now().UTC(), Backlog: t.buf.backlogLen(), Exact: true}
+	sizes, values, err := t.buf.sample(ctx, perHash)
 	if err != nil {
 		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: %w", err)
 	}
-	for i, c := range lens {
-		n := c.Val()
-		if i%2 == 0 {
-			s.Pending += n
-		} else {
-			s.InFlight += n
-		}
-		if n > int64(perHash) {
+	for _, z := range sizes {
+		s.Pending += z.pending
+		s.InFlight += z.inflight
+		if z.pending > int64(perHash) || z.inflight > int64(perHash) {
 			s.Exact = false
 		}
 	}
-	for _, c := range samples {
-		for _, v := range sampledValues(c.Val()) {
-			if at, ok := parseMicros(v, s.At); ok && (s.Oldest.IsZero() || at.Before(s.Oldest)) {
-				s.Oldest = at
-			}
+	for _, v := range values {
+		if at, ok := parseMicros(v, s.At); ok && (s.Oldest.IsZero() || at.Before(s.Oldest)) {
+			s.Oldest = at
 		}
 	}
 	return s, nil
-}
-
-// sampledValues returns the values of an HRANDFIELD ... WITHVALUES reply in
-// each shape it comes in: a flat field, value, ... array (RESP2), an array
-// of [field, value] pairs (RESP3), or a map (miniredis under RESP3).
-func sampledValues(reply any) []string {
-	var out []string
-	switch r := reply.(type) {
-	case []any:
-		for i, e := range r {
-			switch e := e.(type) {
-			case []any:
-				if len(e) == 2 {
-					if v, ok := e[1].(string); ok {
-						out = append(out, v)
-					}
-				}
-			case string:
-				if i%2 == 1 {
-					out = append(out, e)
-				}
-			}
-		}
-	case map[any]any:
-		for _, v := range r {
-			if v, ok := v.(string); ok {
-				out = append(out, v)
-			}
-		}
-	}
-	return out
 }
 
 // BreakerState is the state of the circuit breaker in front of Redis on
@@ -149,10 +96,10 @@ const (
 )
 
 // Breaker returns the circuit breaker's state now; BreakerClosed before
-// db.Use.
+// db.Use, and always without Redis (the in-process buffer has no breaker).
 func (p *Plugin) Breaker() BreakerState {
 	if p.tracker == nil {
 		return BreakerClosed
 	}
-	return BreakerState(p.tracker.breaker.State().String())
+	return p.tracker.buf.breaker()
 }

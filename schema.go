@@ -92,7 +92,7 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 	ctx, cancel := context.WithTimeout(context.Background(), schemaTimeout)
 	defer cancel()
 	db = fresh(ctx, db)
-	if db.Exec("SELECT 1").Error != nil {
+	if ping(db) != nil {
 		p.log.Warn("lastseen: database unreachable at start; the first flush and purge check the tables")
 		return nil
 	}
@@ -104,7 +104,7 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 		exists, problem := c.inspect(db.Migrator())
 		switch {
 		case problem != "":
-			return invalid("%s", problem)
+			return schemaConfigError(problem)
 		case !exists:
 			p.log.Warn("lastseen: "+c.missing(), "table", c.model.table)
 		case i == 0:
@@ -153,7 +153,7 @@ func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *at
 	case problem != "":
 		return fmt.Errorf("%w: %s: %s", ErrSchema, op, problem)
 	case !exists:
-		if err := db.Exec("SELECT 1").Error; err != nil {
+		if err := ping(db); err != nil {
 			return fmt.Errorf("lastseen: %s: check table %s: %w", op, c.model.table, err)
 		}
 		return fmt.Errorf("%w: %s: %s", ErrSchema, op, c.missing())
@@ -191,4 +191,16 @@ func (p *Plugin) logSchemaError(l *logLimiter, msg string, err error, attrs ...a
 		return
 	}
 	p.log.Error(msg, append(attrs, "err", err, "repeats", repeats)...)
+}
+
+// schemaConfigError is Initialize's error for a present table without a
+// column the config names: it reads as a configuration problem and matches
+// both ErrInvalidConfig and ErrSchema with errors.Is.
+type schemaConfigError string
+
+func (e schemaConfigError) Error() string { return ErrInvalidConfig.Error() + ": " + string(e) }
+
+// Is reports ErrInvalidConfig and ErrSchema.
+func (e schemaConfigError) Is(target error) bool {
+	return target == ErrInvalidConfig || target == ErrSchema
 }

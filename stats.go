@@ -85,7 +85,7 @@ func (p *Plugin) Stats() Stats {
 		s.LastFlush = time.Unix(0, ns).UTC()
 	}
 	if p.tracker != nil {
-		s.Backlog = int64(p.tracker.backlog.len())
+		s.Backlog = int64(p.tracker.buf.backlogLen())
 	}
 	return s
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ShardStatus is one shard's part of the Redis buffer, as Status read it.
@@ -70,39 +68,30 @@ func (s Status) OldestAge() time.Duration {
 // here. On a buffer of a million users with the default BatchSize that is
 // about a thousand small round trips; call it on demand, not on every
 // request. Errors: ErrNotInitialized before db.Use, or the first Redis
-// error, prefixed "lastseen: status".
+// error, prefixed "lastseen: status". Without Redis it reads the
+// in-process buffer the same way, with no I/O; each set is copied under
+// its shard's mutex, so touches of that shard wait for the copy.
 func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	t := p.tracker
 	if t == nil {
 		return Status{}, ErrNotInitialized
 	}
-	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(t.shards)), Backlog: t.backlog.len()}
-	pending := make([]*redis.IntCmd, len(t.shards))
-	inflight := make([]*redis.IntCmd, len(t.shards))
-	err := t.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, k := range t.shards {
-				pending[i] = pipe.HLen(ctx, k.pending)
-				inflight[i] = pipe.HLen(ctx, k.inflight)
-			}
-			return nil
-		})
-		return err
-	})
+	sizes, err := t.buf.sizes(ctx)
 	if err != nil {
-		return Status{}, fmt.Errorf("lastseen: status: hlen: %w", err)
+		return Status{}, fmt.Errorf("lastseen: status: %w", err)
 	}
-	for i, k := range t.shards {
+	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(sizes)), Backlog: t.buf.backlogLen()}
+	for i, z := range sizes {
 		s := &st.Shards[i]
-		s.Shard, s.Pending, s.InFlight = i, pending[i].Val(), inflight[i].Val()
+		s.Shard, s.Pending, s.InFlight = i, z.pending, z.inflight
 		for _, h := range []struct {
-			key string
-			n   int64
-		}{{k.pending, s.Pending}, {k.inflight, s.InFlight}} {
+			inflight bool
+			n        int64
+		}{{false, s.Pending}, {true, s.InFlight}} {
 			if h.n == 0 {
 				continue
 			}
-			if err := p.scanOldest(ctx, h.key, st.At, s); err != nil {
+			if err := p.scanOldest(ctx, i, h.inflight, st.At, s); err != nil {
 				return Status{}, fmt.Errorf("lastseen: status shard %d: %w", i, err)
 			}
 		}
@@ -116,22 +105,12 @@ func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// scanOldest walks one hash with HSCAN and folds its oldest readable
-// timestamp and its unreadable entries into s. HSCAN may return an entry
-// twice; unreadable fields are deduplicated per hash.
-func (p *Plugin) scanOldest(ctx context.Context, key string, now time.Time, s *ShardStatus) error {
+// scanOldest walks one hash (buffer.walk: HSCAN with Redis) and folds its
+// oldest readable timestamp and its unreadable entries into s. HSCAN may
+// return an entry twice; unreadable fields are deduplicated per hash.
+func (p *Plugin) scanOldest(ctx context.Context, n int, inflight bool, now time.Time, s *ShardStatus) error {
 	var unreadable map[string]struct{}
-	var cursor uint64
-	for {
-		var kv []string
-		var next uint64
-		err := p.tracker.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
-			kv, next, err = rdb.HScan(ctx, key, cursor, "", int64(p.cfg.BatchSize)).Result()
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("hscan %s: %w", key, err)
-		}
+	err := p.tracker.buf.walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
 		for i := 0; i+1 < len(kv); i += 2 {
 			_, errID := p.users.ids.parse(kv[i])
 			at, ok := parseMicros(kv[i+1], now)
@@ -146,10 +125,7 @@ func (p *Plugin) scanOldest(ctx context.Context, key string, now time.Time, s *S
 				s.Oldest = at
 			}
 		}
-		if cursor = next; cursor == 0 {
-			break
-		}
-	}
+	})
 	s.Unreadable += int64(len(unreadable))
-	return nil
+	return err
 }

@@ -54,15 +54,22 @@ func TestStatus(t *testing.T) {
 			must(t, err)
 			equal(t, "recorded", recorded, true)
 		}
-		junk := h.prefix + ":{7}:pending"
-		must(t, h.r.client.HSet(ctx, junk, "21", "not-a-time", "abc", "1772357400000000").Err())
+		// Two unreadable entries in shard 7, written past the plugin: a
+		// Redis-only case (the in-process buffer holds only what touches
+		// put there).
+		junk := int64(2)
+		if h.memory() {
+			junk = 0
+		} else {
+			must(t, h.r.client.HSet(ctx, h.prefix+":{7}:pending", "21", "not-a-time", "abc", "1772357400000000").Err())
+		}
 
 		st, err := p.Status(ctx)
 		must(t, err)
 		equal(t, "at", st.At.Format(time.RFC3339), "2026-03-01T09:31:00Z")
-		equal(t, "pending", st.Pending, 4)
+		equal(t, "pending", st.Pending, 2+junk)
 		equal(t, "in-flight", st.InFlight, 3)
-		equal(t, "unreadable", st.Unreadable, 2)
+		equal(t, "unreadable", st.Unreadable, junk)
 		equal(t, "oldest", st.Oldest.Format(time.RFC3339), "2026-03-01T09:00:00Z")
 		equal(t, "oldest age", st.OldestAge(), 31*time.Minute)
 		equal(t, "backlog", st.Backlog, 0)
@@ -71,6 +78,9 @@ func TestStatus(t *testing.T) {
 			5:  {Shard: 5, Pending: 0, InFlight: 1, Oldest: mustTime("2026-03-01T09:20:00Z")},
 			7:  {Shard: 7, Pending: 2, Unreadable: 2},
 			12: {Shard: 12, Pending: 1, Oldest: mustTime("2026-03-01T09:29:00Z")},
+		}
+		if junk == 0 {
+			delete(want, 7)
 		}
 		for i, s := range st.Shards {
 			w, ok := want[i]
@@ -88,7 +98,7 @@ func TestStatus(t *testing.T) {
 		res, err := p.Flush(ctx)
 		must(t, err)
 		equal(t, "flush written", res.Written, 5)
-		equal(t, "flush rejected", res.Rejected, 2)
+		equal(t, "flush rejected", res.Rejected, int(junk))
 		after, err := p.Status(ctx)
 		must(t, err)
 		equal(t, "after flush: pending", after.Pending, 0)

@@ -35,8 +35,10 @@ func TestCommandLineMistakesExit2(t *testing.T) {
 			"run \"lastseen demo --help\" for its flags\n"},
 		{[]string{"demo", "--skew", "1"}, "lastseen: --skew is 1, want more than 1\nrun \"lastseen demo --help\" for its flags\n"},
 		{[]string{"demo", "--fast", "--redis", mr.Addr()},
-			"lastseen: --fast needs the in-process Redis: a real Redis expires throttle markers in real time\n" +
+			"lastseen: --fast needs the in-process Redis or --memory: a real Redis expires throttle markers in real time\n" +
 				"run \"lastseen demo --help\" for its flags\n"},
+		{[]string{"demo", "--memory", "--redis", mr.Addr()}, "lastseen: --redis and --memory can't be used together\n" +
+			"run \"lastseen demo --help\" for its flags\n"},
 		{[]string{"bench", "--zipf", "1", "--postgres", "x", "--redis", "y"},
 			"lastseen: bench: --zipf is 1, want more than 1 (math/rand/v2's Zipf needs s > 1)\nrun \"lastseen bench --help\" for its flags\n"},
 		{[]string{"bench", "nosuch", "--postgres", "x", "--redis", "y"},

@@ -25,7 +25,8 @@ type demoCmd struct {
 	Anonymous  float64       `default:"0.1" help:"Fraction of requests without a signed-in user."`
 	Skew       float64       `default:"1.1" help:"Zipf exponent s (> 1): how much the busiest users dominate."`
 	Seed       uint64        `default:"1" help:"Seed of the workload: the same seed sends the same requests."`
-	Fast       bool          `help:"Do not pace: run the workload on the simulated clock as fast as it goes and flush every --flush-every of simulated time instead of the scheduler (in-process Redis only)."`
+	Fast       bool          `help:"Do not pace: run the workload on the simulated clock as fast as it goes and flush every --flush-every of simulated time instead of the scheduler (in-process Redis or --memory only)."`
+	Memory     bool          `help:"Run without Redis: the plugin buffers in process (Config.Redis nil), as a single-instance app does." xor:"redis"`
 	Verbose    bool          `help:"Log every flush to stderr."`
 
 	out    io.Writer     // the summary; run sets it
@@ -90,7 +91,7 @@ func (c *demoCmd) validate() error {
 	case c.Skew <= 1:
 		return runenv.Usagef("lastseen: --skew is %v, want more than 1", c.Skew)
 	case c.Fast && c.hasRedis():
-		return runenv.Usagef("lastseen: --fast needs the in-process Redis: a real Redis expires throttle markers in real time")
+		return runenv.Usagef("lastseen: --fast needs the in-process Redis or --memory: a real Redis expires throttle markers in real time")
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 // demoResult is what the demo measured and checked.
 type demoResult struct {
 	Prefix, Table     string
-	Simulated         bool // the plugin ran on the simulated clock (in-process Redis)
+	Simulated         bool // the plugin ran on the simulated clock (in-process Redis, or --memory)
 	Requests          int
 	Authenticated     int
 	Distinct          int // distinct signed-in users
@@ -86,7 +86,11 @@ func (c *demoCmd) print(out io.Writer, res *demoResult) {
 		res.Requests, res.Authenticated, res.Requests-res.Authenticated, res.Distinct)
 	fmt.Fprintf(out, "  touches       %d: %d recorded (opened a throttle window), %d throttled (%d answered by the in-process cache)\n",
 		s.Touches, s.Recorded, s.Throttled, s.CacheHits)
-	fmt.Fprintf(out, "  redis         %d calls, %d commands (%d touch scripts)\n", res.RedisCalls, res.RedisCommands, res.TouchScripts)
+	if c.Memory {
+		fmt.Fprintf(out, "  redis         none: the in-process buffer (--memory)\n")
+	} else {
+		fmt.Fprintf(out, "  redis         %d calls, %d commands (%d touch scripts)\n", res.RedisCalls, res.RedisCommands, res.TouchScripts)
+	}
 	fmt.Fprintf(out, "  flushes       %d (the last at Close): %d rows written in %d SQL statements (and %d queries)\n",
 		s.Flushes, s.RowsWritten, res.Writes, res.Reads)
 	fmt.Fprintf(out, "  table check   %d rows with last_seen_at set, %d distinct users seen: %s\n",

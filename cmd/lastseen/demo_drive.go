@@ -16,7 +16,10 @@ func (r *demoRun) printHeader() {
 	}
 	clockName := "simulated (throttle markers expired with miniredis FastForward)"
 	redisName := "miniredis (in-process)"
-	if !r.res.Simulated {
+	switch {
+	case c.Memory:
+		clockName, redisName = "simulated (throttle windows end on the plugin's clock)", "no Redis (the in-process buffer)"
+	case !r.res.Simulated:
 		clockName, redisName = "real", r.conn.redisName()
 	}
 	fmt.Fprintf(out, "lastseen demo\n")
@@ -54,7 +57,9 @@ func (r *demoRun) drive(ctx context.Context, work []demoRequest) error {
 		}
 		if res.Simulated {
 			r.clock.Set(at)
-			r.mr.FastForward(at.Sub(simNow))
+			if r.mr != nil {
+				r.mr.FastForward(at.Sub(simNow))
+			}
 			simNow = at
 		}
 		sent := time.Now()
@@ -78,7 +83,9 @@ func (r *demoRun) drive(ctx context.Context, work []demoRequest) error {
 	r.closed = true
 	res.Wall = time.Since(wallStart)
 	res.Stats = r.p.Stats()
-	res.RedisCalls, res.RedisCommands, res.TouchScripts = r.hook.calls.Load(), r.hook.commands.Load(), r.hook.touches.Load()
+	if r.hook != nil {
+		res.RedisCalls, res.RedisCommands, res.TouchScripts = r.hook.calls.Load(), r.hook.commands.Load(), r.hook.touches.Load()
+	}
 	res.Writes, res.Reads = r.writes.Load(), r.reads.Load()
 	return nil
 }

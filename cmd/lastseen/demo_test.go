@@ -131,7 +131,9 @@ func checkAgainstModel(t *testing.T, c *demoCmd, res *demoResult) {
 	equal(t, "throttled", s.Throttled, int64(m.authenticated-m.recorded))
 	equal(t, "redis errors", s.RedisErrors, 0)
 	equal(t, "backlogged", s.Backlogged, 0)
-	equal(t, "touch scripts = touches the local cache did not answer", res.TouchScripts, s.Touches-s.CacheHits)
+	if !c.Memory {
+		equal(t, "touch scripts = touches the local cache did not answer", res.TouchScripts, s.Touches-s.CacheHits)
+	}
 	equal(t, "flushes", s.Flushes, int64(m.flushes))
 	equal(t, "flush errors", s.FlushErrors, 0)
 	equal(t, "rows written", s.RowsWritten, int64(m.rows))
@@ -274,7 +276,9 @@ func TestDemoRealRedis(t *testing.T) {
 			equal(t, "touches", s.Touches, int64(res.Authenticated))
 			equal(t, "recorded + throttled", s.Recorded+s.Throttled, s.Touches)
 			equal(t, "redis errors", s.RedisErrors, 0)
-			equal(t, "touch scripts = touches the local cache did not answer", res.TouchScripts, s.Touches-s.CacheHits)
+			if !c.Memory {
+				equal(t, "touch scripts = touches the local cache did not answer", res.TouchScripts, s.Touches-s.CacheHits)
+			}
 			equal(t, "rows set = distinct users", res.RowsSet, int64(res.Distinct))
 			equal(t, "users outside the window", fmt.Sprint(res.Mismatches), "[]")
 			equal(t, "rows written = drained (no unknown or stale)", s.RowsWritten, s.Drained)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -118,15 +120,23 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() ti
 		SessionModel:     f.sessionModel(),
 		PurgeBatchSize:   f.PurgeBatchSize,
 		DisableScheduler: true,
-		Logger:           slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Now:              now,
+		// Errors only: the commands check the tables themselves and name
+		// the flag to fix (checkTable); the plugin's start-up warnings
+		// about the same tables would say it twice.
+		Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelError})),
+		Now:    now,
 	})
+	e := &opsEnv{p: p, db: db, rdb: rdb, f: f, errOut: errOut}
 	if err := db.Use(p); err != nil {
-		closeDB(db)
-		rdb.Close()
+		if errors.Is(err, lastseen.ErrSchema) { // a column the flags name is missing: say which flag
+			if cerr := cmp.Or(e.checkUsers(), e.checkSessions()); cerr != nil {
+				err = cerr
+			}
+		}
+		e.close()
 		return nil, err
 	}
-	return &opsEnv{p: p, db: db, rdb: rdb, f: f, errOut: errOut}, nil
+	return e, nil
 }
 
 func (e *opsEnv) close() {

@@ -1,0 +1,297 @@
+package lastseen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
+)
+
+// redisBuffer is the buffer in Redis (Config.Redis), shared by every
+// instance of the app: one touchScript round trip per recorded touch, an
+// atomic RENAME of a shard's pending hash for the flush, and bsm/redislock
+// locks; key layout in buffer.go and internal/keys. The circuit breaker and
+// the in-process backlog exist because Redis can fail: a touch Redis does
+// not answer within TouchTimeout, or while the breaker is open, is kept in
+// the backlog and replayed into Redis by the next flush.
+//
+// Every Redis call goes through rdb, the plugin's bounded client
+// (redisclient.go): opened from Config.Redis by newRedisBuffer, closed by
+// close, after which calls go on on the app's client.
+type redisBuffer struct {
+	cfg      Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
+	app      redis.UniversalClient
+	rdb      atomic.Pointer[redisClient] // the plugin's client; after close the app's
+	prefix   string
+	shards   []shardKeys
+	throttle time.Duration
+	timeout  time.Duration // TouchTimeout
+	lockTTL  time.Duration
+	now      func() time.Time
+	locker   *redislock.Client
+	cb       *gobreaker.CircuitBreaker[[]any]
+	backlog  backlog
+	stats    *counters
+	log      *slog.Logger
+	warn     rate.Sometimes
+	drops    dropLog            // counts and logs every timestamp dropped (backlog.go)
+	closed   atomic.Bool        // close ran: nothing will flush the backlog any more
+	hooks    func() *flushHooks // the plugin's test hooks (hooks.go), nil in production
+}
+
+var _ buffer = (*redisBuffer)(nil)
+
+// newRedisBuffer opens the buffer on cfg.Redis: its own bounded client
+// (newRedisClient), which close closes. hooks returns the plugin's test
+// hooks.
+func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() *flushHooks) *redisBuffer {
+	rdb := newRedisClient(cfg.Redis)
+	b := &redisBuffer{
+		cfg:      cfg,
+		app:      cfg.Redis,
+		prefix:   cfg.Prefix,
+		throttle: cfg.Throttle,
+		timeout:  cfg.TouchTimeout,
+		lockTTL:  cfg.LockTTL,
+		now:      cfg.Now,
+		locker:   redislock.New(rdb.UniversalClient),
+		backlog:  backlog{max: cfg.BacklogSize, m: map[string]int64{}},
+		stats:    stats,
+		log:      log,
+		warn:     rate.Sometimes{Interval: 10 * time.Second},
+		drops:    dropLog{log: log, stats: stats},
+		hooks:    hooks,
+	}
+	b.rdb.Store(rdb)
+	for n := range cfg.Shards {
+		b.shards = append(b.shards, newShardKeys(cfg.Prefix, n))
+	}
+	b.cb = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
+		Name:    "lastseen-redis",
+		Timeout: cfg.BreakerCooldown,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= 5
+		},
+		// The caller's own deadline or cancellation says nothing about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, errCallerEnded) },
+	})
+	return b
+}
+
+// testHooks returns the plugin's test hooks, nil in production.
+func (b *redisBuffer) testHooks() *flushHooks {
+	if b.hooks == nil {
+		return nil
+	}
+	return b.hooks()
+}
+
+// redis runs fn, one Redis call or pipeline, on the buffer's client,
+// bounded by ctx (redisClient.do). When close swapped the plugin's own
+// client for the app's while fn ran, fn fails with redis.ErrClosed and runs
+// once more on the app's client.
+func (b *redisBuffer) redis(ctx context.Context, fn func(context.Context, *redisClient) error) error {
+	for {
+		c := b.rdb.Load()
+		err := c.do(ctx, func(ctx context.Context) error { return fn(ctx, c) })
+		if err == nil || !errors.Is(err, redis.ErrClosed) || b.rdb.Load() == c {
+			return err
+		}
+	}
+}
+
+func (b *redisBuffer) shard(uid string) shardKeys {
+	return b.shards[keys.ShardOf(uid, len(b.shards))]
+}
+
+// touch runs touchScript (one EVALSHA) through the breaker within
+// TouchTimeout; on failure it keeps the timestamp in the backlog (keep),
+// counts it (RedisErrors, or Canceled when the caller's ctx ended first)
+// and returns the cause.
+func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time) (bool, time.Duration, error) {
+	k := b.shard(uid)
+	ts := micros(at)
+	hk, ha := presenceArgs(&b.cfg, k, at, now) // presence.go: HyperLogLogs, same EVALSHA
+	reply, err := b.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
+		return touchScript.Run(ctx, rdb, append([]string{k.marker + uid, k.pending}, hk...),
+			append([]any{uid, ts, b.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
+	})
+	if err != nil {
+		if errors.Is(err, errCallerEnded) {
+			b.stats.canceled.Add(1)
+		} else {
+			b.stats.redisErrors.Add(1)
+			b.warn.Do(func() {
+				b.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", b.backlog.len())
+			})
+		}
+		b.keep(uid, ts)
+		return false, 0, err
+	}
+	recorded, ttl := parseTouchReply(reply, b.throttle)
+	return recorded, ttl, nil
+}
+
+func parseTouchReply(reply []any, window time.Duration) (recorded bool, ttl time.Duration) {
+	if len(reply) != 2 {
+		return false, 0
+	}
+	flag, _ := reply[0].(int64)
+	ms, _ := reply[1].(int64)
+	if ms > window.Milliseconds() {
+		ms = window.Milliseconds()
+	}
+	return flag == 1, time.Duration(ms) * time.Millisecond
+}
+
+// call runs fn against Redis through the circuit breaker, giving up after
+// the touch timeout. On a client that enforces context deadlines (see
+// redisClient) it runs on the caller's goroutine; otherwise on one of its
+// own. When the caller's ctx has ended, before the call or during it, the
+// error wraps errCallerEnded and ctx's error, and the breaker does not count
+// it: the caller gave up, Redis did not fail.
+func (b *redisBuffer) call(ctx context.Context, fn func(context.Context, *redisClient) ([]any, error)) ([]any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCallerEnded, err)
+	}
+	return b.cb.Execute(func() ([]any, error) {
+		tctx, cancel := context.WithTimeout(ctx, b.timeout)
+		defer cancel()
+		var v []any
+		err := b.redis(tctx, func(ctx context.Context, rdb *redisClient) (err error) {
+			v, err = fn(ctx, rdb)
+			return err
+		})
+		switch {
+		case err == nil:
+			return v, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: %w", errCallerEnded, err)
+		case tctx.Err() != nil:
+			return nil, fmt.Errorf("redis did not answer within %v: %w", b.timeout, err)
+		}
+		return nil, err
+	})
+}
+
+// newest reads uids' pending and in-flight values in one pipeline, HMGET
+// of both hashes of each shard holding some of them (with guard through the
+// breaker within TouchTimeout, as a touch), and folds in the backlog. When
+// some commands failed it returns what the others read, with the error.
+func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error) {
+	out := make([]time.Time, len(uids))
+	byShard := map[shardKeys][]int{}
+	for i, uid := range uids {
+		if ts, ok := b.backlog.get(uid); ok {
+			out[i] = time.UnixMicro(ts).UTC()
+		}
+		k := b.shard(uid)
+		byShard[k] = append(byShard[k], i)
+	}
+	type read struct {
+		idx               []int
+		pending, inflight *redis.SliceCmd
+	}
+	var reads []read
+	pipeline := func(ctx context.Context, rdb *redisClient) ([]any, error) {
+		reads = make([]read, 0, len(byShard)) // run again after close swapped clients
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for k, idx := range byShard {
+				fields := make([]string, len(idx))
+				for j, i := range idx {
+					fields[j] = uids[i]
+				}
+				reads = append(reads, read{idx, pipe.HMGet(ctx, k.pending, fields...), pipe.HMGet(ctx, k.inflight, fields...)})
+			}
+			return nil
+		})
+		return nil, err
+	}
+	var err error
+	if guard {
+		if _, err = b.call(ctx, pipeline); err != nil {
+			return out, err // the pipeline may still be running: read nothing of it
+		}
+	} else {
+		err = b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+			_, err := pipeline(ctx, rdb)
+			return err
+		})
+		if err != nil && ctx.Err() != nil { // cut short: the pipeline may still be running (redisClient.do)
+			return out, err
+		}
+	}
+	for _, r := range reads {
+		for _, cmd := range []*redis.SliceCmd{r.pending, r.inflight} {
+			for j, v := range cmd.Val() { // nil Val when the command failed
+				if s, ok := v.(string); ok && j < len(r.idx) {
+					if at, valid := parseMicros(s, now); valid && at.After(out[r.idx[j]]) {
+						out[r.idx[j]] = at
+					}
+				}
+			}
+		}
+	}
+	return out, err
+}
+
+// count sends one PFCOUNT per shard, of the keys keysOf names, in one
+// pipeline and returns their sum.
+func (b *redisBuffer) count(ctx context.Context, keysOf func(shardKeys) []string) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(b.shards))
+	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range b.shards {
+				cmds[i] = pipe.PFCount(ctx, keysOf(k)...)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, cmd := range cmds {
+		sum += cmd.Val()
+	}
+	return sum, nil
+}
+
+func (b *redisBuffer) replay(ctx context.Context) error {
+	_, err := b.replayBacklog(ctx)
+	return err
+}
+
+func (b *redisBuffer) ping(ctx context.Context) error {
+	return b.redis(ctx, func(ctx context.Context, rdb *redisClient) error { return rdb.Ping(ctx).Err() })
+}
+func (b *redisBuffer) shared() string        { return b.prefix }
+func (b *redisBuffer) backlogLen() int       { return b.backlog.len() }
+func (b *redisBuffer) breaker() BreakerState { return BreakerState(b.cb.State().String()) }
+
+// close drops what is left in the backlog (Close's final flush could not
+// replay it: nothing will flush it any more), counted in BacklogDropped and
+// logged, and closes the client the plugin opened for itself, if any: touches
+// and reads after Close go on, on the app's client.
+func (b *redisBuffer) close() error {
+	b.closed.Store(true)
+	b.drops.backlog(len(b.backlog.take()), dropAtClose)
+	own := b.rdb.Load()
+	if !own.own {
+		return nil
+	}
+	b.rdb.Store(&redisClient{UniversalClient: b.app, kind: "the app's client after Close"})
+	if err := own.close(); err != nil {
+		return fmt.Errorf("redis client: %w", err)
+	}
+	return nil
+}
