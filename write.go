@@ -235,8 +235,9 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 }
 
 // ping runs SELECT 1 as a query (GORM's row callbacks, not Exec's), so that
-// an app counting its write statements does not count it.
+// an app counting its write statements does not count it. Scan, not Row:
+// Row returns a nil *sql.Row when a callback failed the statement.
 func ping(db *gorm.DB) error {
 	var one int
-	return db.Raw("SELECT 1").Row().Scan(&one)
+	return db.Raw("SELECT 1").Scan(&one).Error
 }
