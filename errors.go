@@ -82,4 +82,13 @@ var (
 	// errBatchTimeout is the cause of a purge batch's select or transaction
 	// that ran past PurgeBatchTimeout.
 	errBatchTimeout = errors.New("PurgeBatchTimeout")
+	// errStatementTimeout is the cause of a flush statement that ran past
+	// StatementTimeout: the shard's flush stops, the batch stays in Redis.
+	errStatementTimeout = errors.New("StatementTimeout")
+	// errCallerEnded marks a touch whose caller's context ended before Redis
+	// answered: kept in the backlog, not counted by the circuit breaker.
+	errCallerEnded = errors.New("the caller's context ended")
+	// errPurgeLockLost: the purge lock expired or was taken over while the
+	// purge ran (lockKeeper); the run stops between batches.
+	errPurgeLockLost = errors.New("lastseen: purge: lost the purge lock")
 )

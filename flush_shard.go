@@ -41,7 +41,10 @@ type shardRun struct {
 }
 
 // flushShard takes shard n's lock, or counts the shard Skipped when another
-// instance holds it, and runs the shard's flush.
+// instance holds it, and runs the shard's flush while the lease keeps the
+// lock alive (shardLease.keep: with Redis a refresh every LockTTL/3). When
+// the lock is lost meanwhile, the run stops and returns an error wrapping
+// errLockLost.
 func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 	lease, err := p.tracker.buf.lockShard(ctx, n)
 	if errors.Is(err, errNotObtained) {
@@ -51,8 +54,14 @@ func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 		return FlushResult{}, fmt.Errorf("lock: %w", err)
 	}
 	defer lease.release(ctx)
+	run, stop := lease.keep(ctx, errLockLost)
 	r := &shardRun{p: p, shard: n, keys: newShardKeys(p.cfg.Prefix, n), lease: lease, res: FlushResult{Shards: 1}}
-	err = r.run(ctx)
+	err = r.run(run)
+	lost := errors.Is(context.Cause(run), errLockLost)
+	stop()
+	if lost && !errors.Is(err, errLockLost) {
+		err = fmt.Errorf("%w: %w", errLockLost, err)
+	}
 	return r.res, err
 }
 
