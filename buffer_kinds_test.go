@@ -96,7 +96,7 @@ func putInFlight(t testing.TB, p *Plugin, uid string, at time.Time) {
 	t.Helper()
 	switch b := p.tracker.buf.(type) {
 	case *redisBuffer:
-		must(t, b.rdb.HSet(context.Background(), b.shard(uid).inflight, uid, micros(at)).Err())
+		must(t, b.rdb.Load().HSet(context.Background(), b.shard(uid).inflight, uid, micros(at)).Err())
 	case *memoryBuffer:
 		s := b.shard(uid)
 		s.mu.Lock()

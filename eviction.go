@@ -40,7 +40,7 @@ const evictionCheckInterval = time.Minute
 // evict, and counts the keys evicted between two checks into
 // Stats.Evictions.
 type evictionWatch struct {
-	rdb     redis.UniversalClient
+	rdb     func() *redisClient // the plugin's client (redisclient.go)
 	log     *slog.Logger
 	now     func() time.Time
 	stats   *counters
@@ -54,8 +54,8 @@ type evictionWatch struct {
 	evicted map[string]int64 // evicted_keys per master address at the last check
 }
 
-func newEvictionWatch(cfg Config, log *slog.Logger, stats *counters) *evictionWatch {
-	return &evictionWatch{rdb: cfg.Redis, log: log, now: cfg.Now, stats: stats, require: cfg.RequireNoEviction,
+func newEvictionWatch(cfg Config, rdb func() *redisClient, log *slog.Logger, stats *counters) *evictionWatch {
+	return &evictionWatch{rdb: rdb, log: log, now: cfg.Now, stats: stats, require: cfg.RequireNoEviction,
 		policy: PolicyUnknown, evicted: map[string]int64{}}
 }
 
@@ -162,11 +162,24 @@ func (w *evictionWatch) logPolicy() {
 }
 
 // read asks every master of a cluster (ClusterClient.ForEachMaster), or
-// the one server of any other client.
+// the one server of any other client, within ctx (redisClient.do).
 func (w *evictionWatch) read(ctx context.Context) []nodeEviction {
-	cc, ok := w.rdb.(*redis.ClusterClient)
+	c := w.rdb()
+	var nodes []nodeEviction
+	if err := c.do(ctx, func(ctx context.Context) error {
+		nodes = readAll(ctx, c.UniversalClient)
+		return nil
+	}); err != nil {
+		return []nodeEviction{{policy: PolicyUnknown}}
+	}
+	return nodes
+}
+
+// readAll is read on one client.
+func readAll(ctx context.Context, rdb redis.UniversalClient) []nodeEviction {
+	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
-		return []nodeEviction{readNode(ctx, w.rdb, "")}
+		return []nodeEviction{readNode(ctx, rdb, "")}
 	}
 	var mu sync.Mutex
 	var nodes []nodeEviction

@@ -15,6 +15,24 @@ type flushHooks struct {
 	// BeforeUnlink: every batch is written and acknowledged; the final
 	// acknowledgement, which unlinks the in-flight hash, comes next.
 	BeforeUnlink func(shard int)
+	// AfterBacklogTake: a flush took n entries out of the backlog to replay
+	// them into Redis; touches that fail now find an empty backlog.
+	AfterBacklogTake func(n int)
+	// LockRefreshed: the lock under key was refreshed by its keeper
+	// (lockKeeper), while the flush or purge holding it runs.
+	LockRefreshed func(key string)
+}
+
+func (h *flushHooks) afterBacklogTake(n int) {
+	if h != nil && h.AfterBacklogTake != nil {
+		h.AfterBacklogTake(n)
+	}
+}
+
+func (h *flushHooks) lockRefreshed(key string) {
+	if h != nil && h.LockRefreshed != nil {
+		h.LockRefreshed(key)
+	}
 }
 
 func (h *flushHooks) afterSwap(shard int) {

@@ -127,7 +127,12 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		args = append(args, f.name, f.value)
 	}
 	key := manifestKey(p.cfg.Prefix)
-	kv, err := manifestScript.Run(ctx, p.cfg.Redis, []string{key}, args...).StringSlice()
+	c := p.redis()
+	var kv []string
+	err := c.do(ctx, func(ctx context.Context) (err error) {
+		kv, err = manifestScript.Run(ctx, c.UniversalClient, []string{key}, args...).StringSlice()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("lastseen: buffer manifest %s: %w", key, err)
 	}
@@ -157,20 +162,22 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 	return nil
 }
 
-// checkRedis is Initialize's look at Redis, within one second: PING, the
-// eviction policy (refused under RequireNoEviction when it can evict) and
-// the manifest. An unreachable Redis is logged and not an error. Without
-// Redis (the in-process buffer, one process's own) there is nothing to
-// check.
-func (p *Plugin) checkRedis() error {
-	if !hasRedis(p.cfg) { // the in-process buffer: nothing shared, nothing evicted
+// checkRedis is Initialize's look at Redis through buf, within one second:
+// PING, the eviction policy (refused under RequireNoEviction when it can
+// evict) and the manifest. An unreachable Redis is logged and not an error.
+// Without Redis (the in-process buffer, one process's own) there is nothing
+// to check.
+func (p *Plugin) checkRedis(buf buffer) error {
+	rb, ok := buf.(*redisBuffer)
+	if !ok { // the in-process buffer: nothing shared, nothing evicted
 		p.manifestOK.Store(true)
 		return nil
 	}
-	p.eviction = newEvictionWatch(p.cfg, p.log, &p.stats)
+	p.redis = rb.rdb.Load // the plugin's own client (redisclient.go): every call bounded by its context
+	p.eviction = newEvictionWatch(p.cfg, p.redis, p.log, &p.stats)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := p.cfg.Redis.Ping(ctx).Err(); err != nil {
+	if err := buf.ping(ctx); err != nil {
 		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
 		return nil
 	}
