@@ -171,7 +171,7 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 		p.stats.invalid.Add(1)
 		return false, err
 	}
-	recorded, ttl, err := t.buf.touch(ctx, uid, at, now)
+	recorded, ttl, err := t.buf.touch(ctx, uid, at, now, t.window(at, now))
 	if err != nil {
 		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, err)
 	}
@@ -198,4 +198,14 @@ func (t *tracker) cached(userID any) bool {
 	}
 	deadline, ok := t.cache.GetIfPresent(qk)
 	return ok && t.ticks() < deadline
+}
+
+// window is the throttle window a touch at at opens when it is recorded at
+// now: the window is anchored at the time the user was seen, so a touch of
+// a past time (a late event, a replay) opens only what is left of its own
+// window, and one whose window has already ended opens none (1ms, Redis's
+// PX floor) and never holds back the user's current touch. A time ahead of
+// now (within MaxClockSkew) opens a whole window.
+func (t *tracker) window(at, now time.Time) time.Duration {
+	return max(time.Millisecond, min(t.throttle, t.throttle-now.Sub(at)))
 }
