@@ -133,8 +133,10 @@ func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time, 
 				b.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", b.backlog.len())
 			})
 		}
-		b.keep(uid, ts)
-		return false, 0, err
+		if b.keep(uid, ts) {
+			return false, 0, fmt.Errorf("%w: %w", ErrBuffered, err)
+		}
+		return false, 0, fmt.Errorf("%w: %w", ErrDropped, err)
 	}
 	recorded, ttl := parseTouchReply(reply, window)
 	return recorded, ttl, nil

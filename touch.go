@@ -142,7 +142,9 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // wrapping ctx's, which the breaker does not count as a Redis failure,
 // Stats.Canceled), an error wrapping the cause: the timestamp is then kept
 // in the in-process backlog (up to BacklogSize users) and written to Redis
-// by the next flush, so callers may ignore that error.
+// by the next flush, so callers may ignore that error: it wraps
+// ErrBuffered, or ErrDropped when the backlog was full (or closed) and the
+// timestamp is lost (counted in Stats.BacklogDropped).
 func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorded bool, err error) {
 	return p.touch(ctx, userID, at, p.now())
 }
