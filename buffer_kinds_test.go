@@ -117,7 +117,7 @@ func putBacklog(t testing.TB, p *Plugin, uid string, at time.Time) {
 	case *redisBuffer:
 		b.backlog.add(uid, micros(at))
 	case *memoryBuffer:
-		if _, _, err := b.touch(context.Background(), uid, at, p.now()); err != nil {
+		if _, _, err := b.touch(context.Background(), uid, at, p.now(), p.cfg.Throttle); err != nil {
 			t.Fatal(err)
 		}
 	}
