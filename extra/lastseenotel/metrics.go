@@ -15,6 +15,7 @@ import (
 type instruments struct {
 	touches, flushRuns, flushEntries, flushSkipped     metric.Int64ObservableCounter
 	purgeRuns, purgeDeleted, redisErrors, backlogDrops metric.Int64ObservableCounter
+	evictions                                          metric.Int64ObservableCounter
 	bufferReadErrors                                   metric.Int64ObservableCounter
 	pending, inflight, backlog, breaker                metric.Int64ObservableGauge
 	oldestAge, lastFlush                               metric.Float64ObservableGauge
@@ -62,6 +63,7 @@ func (i *Instrumentation) createInstruments(meter metric.Meter) error {
 	g.redisErrors = counter("lastseen.redis.errors", "{error}", "Redis calls that failed or timed out, by lastseen.operation (touch).")
 	g.backlog = gauge("lastseen.backlog.size", "{user}", "Users kept in this process's memory because Redis did not answer.")
 	g.backlogDrops = counter("lastseen.backlog.dropped", "{touch}", "Touches dropped because the in-process backlog was full.")
+	g.evictions = counter("lastseen.redis.evicted_keys", "{key}", "Keys Redis evicted (INFO stats evicted_keys, every master) seen by the plugin's checks; any increase means buffered timestamps may be lost.")
 	g.breaker = gauge("lastseen.breaker.state", "1", "Circuit breaker in front of Redis, per lastseen.state: 1 for the current state, 0 for the others.")
 	i.flushDuration = hist("lastseen.flush.duration", "Duration of flush runs by lastseen.result: ok or error.", FlushBuckets)
 	i.purgeDuration = hist("lastseen.purge.duration", "Duration of purge runs that held the lock, by lastseen.result: ok or error.", PurgeBuckets)
@@ -70,7 +72,7 @@ func (i *Instrumentation) createInstruments(meter metric.Meter) error {
 	}
 	reg, err := meter.RegisterCallback(i.observe, g.touches, g.pending, g.inflight, g.oldestAge, g.bufferReadErrors,
 		g.flushRuns, g.flushEntries, g.flushSkipped, g.lastFlush, g.purgeRuns, g.purgeDeleted, g.redisErrors,
-		g.backlog, g.backlogDrops, g.breaker)
+		g.backlog, g.backlogDrops, g.breaker, g.evictions)
 	if err != nil {
 		return err
 	}
@@ -107,6 +109,7 @@ func (i *Instrumentation) observe(ctx context.Context, o metric.Observer) error 
 	o.ObserveInt64(g.redisErrors, s.RedisErrors, i.with(attribute.String("lastseen.operation", "touch")))
 	o.ObserveInt64(g.backlog, s.Backlog, i.with())
 	o.ObserveInt64(g.backlogDrops, s.BacklogDropped, i.with())
+	o.ObserveInt64(g.evictions, s.Evictions, i.with())
 	state := i.p.Breaker()
 	for _, st := range []lastseen.BreakerState{lastseen.BreakerClosed, lastseen.BreakerHalfOpen, lastseen.BreakerOpen} {
 		v := int64(0)

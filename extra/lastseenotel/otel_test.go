@@ -240,6 +240,7 @@ lastseen.purge.runs {run} {lastseen.result=error} 0
 lastseen.purge.runs {run} {lastseen.result=locked} 0
 lastseen.purge.runs {run} {lastseen.result=ok} 0
 lastseen.redis.errors {error} {lastseen.operation=touch} 0
+lastseen.redis.evicted_keys {key} {} 0
 lastseen.touches {touch} {lastseen.result=cached} 1
 lastseen.touches {touch} {lastseen.result=error} 0
 lastseen.touches {touch} {lastseen.result=invalid} 0
@@ -293,6 +294,7 @@ lastseen.purge.runs {run} {lastseen.result=error} 1
 lastseen.purge.runs {run} {lastseen.result=locked} 1
 lastseen.purge.runs {run} {lastseen.result=ok} 1
 lastseen.redis.errors {error} {lastseen.operation=touch} 0
+lastseen.redis.evicted_keys {key} {} 0
 lastseen.touches {touch} {lastseen.result=cached} 1
 lastseen.touches {touch} {lastseen.result=error} 0
 lastseen.touches {touch} {lastseen.result=invalid} 0

@@ -83,7 +83,7 @@ type Collector struct {
 
 	touches, flushRuns, flushRows, flushSkipped     *prometheus.Desc
 	lastFlush, purgeRuns, purgeDeleted, redisErrors *prometheus.Desc
-	backlog, backlogDropped, breaker                *prometheus.Desc
+	backlog, backlogDropped, breaker, evictions     *prometheus.Desc
 	pending, inflight, oldestAge, bufferErrors      *prometheus.Desc
 	flushDuration, purgeDuration                    *prometheus.HistogramVec
 	bufferReadErrors                                atomic.Int64
@@ -151,6 +151,7 @@ func newCollector(p *lastseen.Plugin, o options) *Collector {
 		redisErrors:    desc("redis_errors_total", "Redis calls that failed or timed out, by operation (touch).", "operation"),
 		backlog:        desc("backlog_users", "Users kept in this process's memory because Redis did not answer; the next flush sends them."),
 		backlogDropped: desc("backlog_dropped_total", "Touches dropped because the in-process backlog was full."),
+		evictions:      desc("redis_evicted_keys_total", "Keys Redis evicted (INFO stats evicted_keys, every master, whatever their prefix) seen by the plugin's checks since it started; any increase means buffered timestamps may be lost: set maxmemory-policy noeviction."),
 		breaker:        desc("redis_breaker_state", "State of the circuit breaker in front of Redis on the touch path: 1 for the current state, 0 for the others.", "state"),
 		flushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lastseen_flush_duration_seconds", Help: "Duration of flush runs by result: ok or error.",
@@ -167,7 +168,7 @@ func newCollector(p *lastseen.Plugin, o options) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.touches, c.pending, c.inflight, c.oldestAge, c.bufferErrors,
 		c.flushRuns, c.flushRows, c.flushSkipped, c.lastFlush, c.purgeRuns, c.purgeDeleted,
-		c.redisErrors, c.backlog, c.backlogDropped, c.breaker} {
+		c.redisErrors, c.backlog, c.backlogDropped, c.breaker, c.evictions} {
 		ch <- d
 	}
 	c.flushDuration.Describe(ch)
@@ -207,6 +208,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.redisErrors, s.RedisErrors, "touch")
 	gauge(c.backlog, float64(s.Backlog))
 	counter(c.backlogDropped, s.BacklogDropped)
+	counter(c.evictions, s.Evictions)
 	state := c.p.Breaker()
 	for _, st := range []lastseen.BreakerState{lastseen.BreakerClosed, lastseen.BreakerHalfOpen, lastseen.BreakerOpen} {
 		gauge(c.breaker, map[bool]float64{true: 1}[st == state], string(st))
