@@ -141,6 +141,20 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 // Debug when it found nothing to write.
 func (p *Plugin) flushJob(ctx context.Context) {
 	res, err := p.flush(ctx)
+	p.logFlush("lastseen: flush", res, err)
+	// The purge runs hourly by default: its table is checked on the
+	// flush's ticks until it is found, so a missing one shows early.
+	if !p.cfg.DisablePurge && !p.schema.sessionsOK.Load() && ctx.Err() == nil {
+		if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); errors.Is(err, ErrSchema) {
+			p.logSchemaError(&p.schema.purgeLog, "lastseen: purge will fail", err)
+		}
+	}
+}
+
+// logFlush writes the one line of a flush run (scheduled, or Close's final
+// flush): its counts, at Info, Debug when it found nothing to write, Error
+// when it failed (schema problems rate-limited).
+func (p *Plugin) logFlush(msg string, res FlushResult, err error) {
 	attrs := []any{"drained", res.Drained, "written", res.Written, "unknown", res.Unknown, "stale", res.Stale,
 		"rejected", res.Rejected, "failed", res.Failed, "batches", res.Batches, "shards", res.Shards,
 		"skipped", res.Skipped, "duration", res.Duration}
@@ -149,19 +163,12 @@ func (p *Plugin) flushJob(ctx context.Context) {
 	}
 	switch {
 	case errors.Is(err, ErrSchema):
-		p.logSchemaError(&p.schema.flushLog, "lastseen: flush failed", err, attrs...)
+		p.logSchemaError(&p.schema.flushLog, msg+" failed", err, attrs...)
 	case err != nil:
-		p.log.Error("lastseen: flush failed", append(attrs, "err", err)...)
+		p.log.Error(msg+" failed", append(attrs, "err", err)...)
 	case res.Drained == 0:
-		p.log.Debug("lastseen: flush: nothing pending", attrs...)
+		p.log.Debug(msg+": nothing pending", attrs...)
 	default:
-		p.log.Info("lastseen: flush", attrs...)
-	}
-	// The purge runs hourly by default: its table is checked on the
-	// flush's ticks until it is found, so a missing one shows early.
-	if !p.cfg.DisablePurge && !p.schema.sessionsOK.Load() && ctx.Err() == nil {
-		if err := p.checkTable(ctx, "purge", p.sessionsCheck(), &p.schema.sessionsOK); errors.Is(err, ErrSchema) {
-			p.logSchemaError(&p.schema.purgeLog, "lastseen: purge will fail", err)
-		}
+		p.log.Info(msg, attrs...)
 	}
 }

@@ -20,6 +20,22 @@ type Seen struct {
 	At time.Time
 }
 
+// SeenIDs returns the batch's ids as T, the key field's Go type, for a
+// `WHERE id IN ?` in an OnBatch hook:
+//
+//	ids := lastseen.SeenIDs[int64](batch)
+//	tx.Model(&Client{}).Where("id IN ?", ids)...
+//
+// It panics when an id is not a T (a hook given another model's batch, or
+// T not the key field's type): Seen.ID is always the key field's Go type.
+func SeenIDs[T any](batch []Seen) []T {
+	ids := make([]T, len(batch))
+	for i, s := range batch {
+		ids[i] = s.ID.(T)
+	}
+	return ids
+}
+
 // withHook runs write, the batch's one bulk statement, and, when
 // Config.OnBatch is set, runs both in one transaction with the hook after
 // the statement: the hook's statements commit or roll back with the batch's

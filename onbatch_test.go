@@ -26,3 +26,15 @@ func TestSeenIDsHaveKeyType(t *testing.T) {
 		equal(t, fmt.Sprintf("%T to %v", c.id, c.to), fmt.Sprintf("%T %v", got, got), c.want)
 	}
 }
+
+// TestSeenIDsTyped: SeenIDs returns the ids as the key field's type, in
+// batch order, and panics for another type.
+func TestSeenIDsTyped(t *testing.T) {
+	batch := []Seen{{ID: int64(3)}, {ID: int64(1)}, {ID: int64(2)}}
+	equal(t, "ids", fmt.Sprint(SeenIDs[int64](batch)), "[3 1 2]")
+	equal(t, "empty", len(SeenIDs[string](nil)), 0)
+	defer func() {
+		equal(t, "panics for another type", recover() != nil, true)
+	}()
+	_ = SeenIDs[string](batch)
+}

@@ -112,8 +112,8 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
-	p.log = p.cfg.Logger.With("plugin", "lastseen", "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
-	if p.realClock && db.Config.NowFunc != nil {                                                          // one clock with the Expired scope (Config.Now)
+	p.log = p.cfg.Logger.With("plugin", p.name, "table", p.users.model.table, "prefix", p.cfg.Prefix) // every line names the tracked table
+	if p.realClock && db.Config.NowFunc != nil {                                                      // one clock with the Expired scope (Config.Now)
 		p.cfg.Now = db.Config.NowFunc
 		p.now = p.cfg.Now
 	}
@@ -260,7 +260,9 @@ func (p *Plugin) Close(ctx context.Context) error {
 		}
 	}
 	if len(errs) == 0 {
-		if _, err := p.flush(ctx); err != nil {
+		res, err := p.flush(ctx)
+		p.logFlush("lastseen: flush at Close", res, err)
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

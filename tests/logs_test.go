@@ -62,7 +62,7 @@ func TestFlushJobLogLines(t *testing.T) {
 	equal(t, "lines from db.Use", out.take(), "")
 
 	flushJob(p, ctx)
-	common := `"plugin":"lastseen","table":"users","prefix":"` + h.prefix + `",`
+	common := `"plugin":"lastseen:github.com/lastseen/lastseen.User.LastSeenAt","table":"users","prefix":"` + h.prefix + `",`
 	equal(t, "empty flush", out.take(), `{"level":"DEBUG","msg":"lastseen: flush: nothing pending",`+common+
 		`"drained":0,"written":0,"unknown":0,"stale":0,"rejected":0,"failed":0,"batches":0,"shards":0,"skipped":0}`+"\n")
 
@@ -90,7 +90,7 @@ func TestPurgeJobLogLines(t *testing.T) {
 	equal(t, "lines from db.Use", out.take(), "")
 
 	purgeJob(p, ctx)
-	common := `"plugin":"lastseen","table":"users","prefix":"` + h.prefix + `","session_table":"sessions",`
+	common := `"plugin":"lastseen:github.com/lastseen/lastseen.User.LastSeenAt","table":"users","prefix":"` + h.prefix + `","session_table":"sessions",`
 	equal(t, "empty purge", out.take(), `{"level":"DEBUG","msg":"lastseen: purge: nothing expired",`+common+
 		`"deleted":0,"batches":0,"retries":0,"cutoff":"2026-03-01T09:30:00Z","stopped":false}`+"\n")
 
