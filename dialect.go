@@ -70,6 +70,10 @@ type dialect struct {
 	// columnTypes looks up the SQL types a statement must cast to, where
 	// the dialect needs them (PostgreSQL's unnest arrays).
 	columnTypes func(db *gorm.DB, t *writeTarget) error
+	// health fills the tracked table's indexes on the last-seen column
+	// and, where the database has them, its HOT counters and fillfactor
+	// (health.go).
+	health func(db *gorm.DB, h *TableHealth) error
 }
 
 // maxBatch is the largest BatchSize: two bind parameters per user.

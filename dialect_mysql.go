@@ -27,6 +27,7 @@ var mysqlDialect = &dialect{
 	exactIn:            mysqlExactIn,
 	columnTypes:        mysqlColumnTypes,
 	upsertDoubleCounts: true,
+	health:             mysqlHealth,
 }
 
 // mysqlErrorText is how go-sql-driver/mysql writes a server error:
@@ -133,7 +134,7 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
 	b.WriteString(") AS v ON t.? = v.id")
 	vars = append(vars, pk)
-	if !t.intKey { // index lookup first, then the exact filter (mysqlExactIn)
+	if t.exactKey { // index lookup first, then the exact filter (mysqlExactIn)
 		b.WriteString(" AND BINARY t.? = BINARY v.id")
 		vars = append(vars, pk)
 	}

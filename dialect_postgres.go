@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,6 +29,7 @@ var postgresDialect = &dialect{
 	columnTypes: postgresColumnTypes,
 	count:       postgresCount,
 	maxUnsigned: math.MaxInt64,
+	health:      postgresHealth,
 }
 
 // sqlState returns the SQLSTATE of a PostgreSQL error anywhere in err's
@@ -89,48 +91,62 @@ func postgresCount(t *writeTarget, ids []any) clause.Expr {
 // '\\' escaped by a backslash (PostgreSQL manual, "Array Value Input"). It is
 // a driver.Valuer returning text, so the statement casts it (CAST(? AS
 // text[])) and the library needs no driver package: GORM would expand a Go
-// slice into a list of parameters instead.
-type pgArray []string
+// slice into a list of parameters instead. The literal is built once, in
+// one buffer, by pgIDs and pgTimes.
+type pgArray string
 
 // Value implements driver.Valuer.
-func (a pgArray) Value() (driver.Value, error) {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, e := range a {
-		if i > 0 {
-			b.WriteByte(',')
+func (a pgArray) Value() (driver.Value, error) { return string(a), nil }
+
+// appendQuoted appends s as a quoted array element.
+func appendQuoted(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
 		}
-		b.WriteByte('"')
-		for _, r := range e {
-			if r == '"' || r == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteRune(r)
-		}
-		b.WriteByte('"')
+		b = append(b, s[i])
 	}
-	b.WriteByte('}')
-	return b.String(), nil
+	return append(b, '"')
 }
 
 // pgIDs writes ids as their decimal or string form (a UUID as its String).
+// Integers need no quotes; everything else is quoted and escaped.
 func pgIDs(ids []any) pgArray {
-	a := make(pgArray, len(ids))
+	b := make([]byte, 0, 2+len(ids)*12)
+	b = append(b, '{')
 	for i, id := range ids {
-		a[i] = fmt.Sprint(id)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		switch v := id.(type) {
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		case uint64:
+			b = strconv.AppendUint(b, v, 10)
+		case string:
+			b = appendQuoted(b, v)
+		default:
+			b = appendQuoted(b, fmt.Sprint(v))
+		}
 	}
-	return a
+	return pgArray(append(b, '}'))
 }
 
 // pgTimes writes times in UTC with microseconds and a "Z" offset, which
 // timestamptz reads as that instant and timestamp (without time zone) reads
-// as the UTC wall time, as the library treats naive columns.
+// as the UTC wall time, as the library treats naive columns. The text needs
+// no quotes.
 func pgTimes(ts []time.Time) pgArray {
-	a := make(pgArray, len(ts))
+	b := make([]byte, 0, 2+len(ts)*28)
+	b = append(b, '{')
 	for i, t := range ts {
-		a[i] = t.UTC().Format("2006-01-02T15:04:05.999999Z07:00")
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = t.UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z07:00")
 	}
-	return a
+	return pgArray(append(b, '}'))
 }
 
 // postgresColumnTypes reads the primary key's and the time column's types

@@ -25,6 +25,7 @@ var sqliteDialect = &dialect{
 	badText:     sqliteBadText,
 	exactIn:     sqliteExactIn,
 	maxUnsigned: math.MaxInt64,
+	health:      sqliteHealth,
 }
 
 // sqliteResultCode returns SQLite's primary result code of err ("8"
@@ -98,7 +99,7 @@ func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	pk := clause.Column{Name: t.pk}
 	b.WriteString(")) AS v WHERE t.? = v.id")
 	vars = append(vars, pk)
-	if !t.intKey { // index lookup first, then the exact filter (sqliteExactIn)
+	if t.exactKey { // index lookup first, then the exact filter (sqliteExactIn)
 		b.WriteString(" AND t.? = v.id COLLATE BINARY")
 		vars = append(vars, pk)
 	}

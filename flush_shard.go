@@ -29,7 +29,8 @@ type shardRun struct {
 	// The drain of one in-flight hash (reset by drain).
 	now          time.Time           // the clock when the drain started, for parseMicros
 	batch        []entry             // readable entries not yet written
-	seen         map[string]struct{} // fields of the current batch: HSCAN may return a field twice
+	seen         map[string]struct{} // fields taken from the current page, and those not acknowledged when it was fetched
+	prev         map[string]struct{} // fields taken from the previous page (see nextPage)
 	rejected     []string            // unreadable fields, acknowledged with the next batch
 	batchNo      int                 // batches committed, from 1
 	failed       int                 // entries the database refused, back in pending or dropped
@@ -75,25 +76,31 @@ func (r *shardRun) run(ctx context.Context) error {
 	}
 }
 
-// drain streams the in-flight hash with HSCAN in pages of BatchSize, writes
-// it batch by batch, then unlinks it. It returns ErrRefused (wrapped) when
+// drain streams the in-flight hash with HSCAN in pages of BatchSize (the
+// next page fetched while the current one is written), writes it batch by
+// batch, then unlinks it. It returns ErrRefused (wrapped) when
 // the database refused entries, which went back to pending.
 func (r *shardRun) drain(ctx context.Context) error {
 	bs := r.p.cfg.BatchSize
 	r.now = r.p.now()
-	r.batch, r.seen, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), nil
+	r.batch, r.seen, r.prev, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), make(map[string]struct{}, bs), nil
 	r.batchNo, r.failed, r.dropped, r.firstRefusal = 0, 0, 0, nil
-	var cursor uint64
-	for {
-		kv, next, err := r.lease.scan(ctx, cursor, bs)
-		if err != nil {
-			return fmt.Errorf("hscan: %w", err)
+	pages := r.prefetch(ctx, 0)
+	for pages != nil {
+		pg := <-pages
+		if pg.err != nil {
+			return fmt.Errorf("hscan: %w", pg.err)
 		}
-		if err := r.take(ctx, kv); err != nil {
+		pages = nil
+		if pg.next != 0 { // fetch the next page while this one is written
+			pages = r.prefetch(ctx, pg.next)
+		}
+		r.nextPage()
+		if err := r.take(ctx, pg.kv); err != nil {
+			if pages != nil {
+				<-pages // the fetch ends with ctx or its reply; wait for it
+			}
 			return err
-		}
-		if cursor = next; cursor == 0 {
-			break
 		}
 	}
 	if err := r.writeOut(ctx); err != nil {
@@ -117,12 +124,57 @@ func (r *shardRun) drain(ctx context.Context) error {
 	return nil
 }
 
+// hscanPage is one HSCAN reply of the in-flight hash.
+type hscanPage struct {
+	kv   []string // field, value, field, value, ...
+	next uint64   // the cursor of the next page; 0 after the last
+	err  error
+}
+
+// prefetch starts the scan of the in-flight set at cursor (HSCAN on Redis,
+// shardLease.scan), BatchSize entries a page, in a goroutine, so that the round trip overlaps the statement of
+// the batch being written. The channel gets the one reply. HSCAN
+// guarantees every field present for the whole scan is returned at least
+// once, whatever the acknowledgements remove in between (Redis SCAN
+// guarantees), as the sequential scan did.
+func (r *shardRun) prefetch(ctx context.Context, cursor uint64) <-chan hscanPage {
+	ch := make(chan hscanPage, 1)
+	go func() {
+		kv, next, err := r.lease.scan(ctx, cursor, r.p.cfg.BatchSize)
+		ch <- hscanPage{kv, next, err}
+	}()
+	return ch
+}
+
+// nextPage moves the duplicate check to the next page. HSCAN may return a
+// field twice, and with the prefetch a page is fetched while the previous
+// page's batches are written and acknowledged: a field still in the hash
+// when the page was fetched can come back. Those are the fields taken from
+// the previous page (prev, batches written or not) and the fields not yet
+// acknowledged when the previous page began (the unwritten batch and the
+// rejected fields, kept in seen); every other field was acknowledged, so
+// removed from the hash, before the page's HSCAN ran. Both sets hold at
+// most about two pages.
+func (r *shardRun) nextPage() {
+	r.prev, r.seen = r.seen, r.prev
+	clear(r.seen)
+	for _, e := range r.batch {
+		r.seen[e.field] = struct{}{}
+	}
+	for _, f := range r.rejected {
+		r.seen[f] = struct{}{}
+	}
+}
+
 // take adds one HSCAN page (field, value, field, value, ...) to the batch,
 // writing out every batch that fills up. Unreadable entries are rejected.
 func (r *shardRun) take(ctx context.Context, kv []string) error {
 	for i := 0; i+1 < len(kv); i += 2 {
 		field, value := kv[i], kv[i+1]
 		if _, dup := r.seen[field]; dup {
+			continue
+		}
+		if _, dup := r.prev[field]; dup {
 			continue
 		}
 		r.seen[field] = struct{}{}
@@ -186,7 +238,6 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	r.res.Drained += len(r.batch) + len(r.rejected)
 	r.res.Rejected += len(r.rejected)
 	r.batch, r.rejected = r.batch[:0], r.rejected[:0]
-	clear(r.seen)
 	return nil
 }
 

@@ -65,7 +65,7 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 	pk := clause.Column{Name: m.pk.DBName}
 	q := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?", clause.Column{Name: m.time.DBName}).
 		Where(clause.Eq{Column: pk, Value: id})
-	if k := p.users.ids.kind; k != idSigned && k != idUnsigned && p.dialect.exactIn != nil {
+	if p.users.ids.kind == idString && p.dialect.exactIn != nil {
 		q = q.Where(p.dialect.exactIn(pk, []any{id})) // the row of exactly this id, not one its collation folds onto
 	}
 	row := q.Limit(1).Row()

@@ -113,8 +113,13 @@ type sessionTarget struct {
 // writeTarget names the table and columns a flush writes, with the SQL types
 // PostgreSQL's statement casts to.
 type writeTarget struct {
-	table, pk, col  string
-	intKey          bool   // the primary key's Go type is an integer kind
+	table, pk, col string
+	intKey         bool // the primary key's Go type is an integer kind
+	// exactKey: the primary key's Go type is a string kind, whose ids are
+	// matched byte for byte (dialect.exactIn), not as the column's
+	// collation folds them. A Scanner key such as a UUID is matched by
+	// value: its text's case is not part of it.
+	exactKey        bool
 	pkType, colType string // PostgreSQL only, from the catalog
 	// pkCharset and pkCollation are a MySQL string key's character set and
 	// collation, from information_schema ("" when unknown).
@@ -131,7 +136,7 @@ func (p *Plugin) writeTarget(ctx context.Context) (*writeTarget, error) {
 		return u.write, nil
 	}
 	t := &writeTarget{table: u.model.table, pk: u.model.pk.DBName, col: u.model.time.DBName,
-		intKey: u.ids.kind == idSigned || u.ids.kind == idUnsigned}
+		intKey: u.ids.kind == idSigned || u.ids.kind == idUnsigned, exactKey: u.ids.kind == idString}
 	if p.dialect.columnTypes != nil {
 		if err := p.dialect.columnTypes(p.db.WithContext(ctx), t); err != nil {
 			return nil, err

@@ -213,7 +213,7 @@ func (c idCodec) parse(s string) (any, error) {
 		}
 		return n, nil
 	case idUnsigned:
-		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, c.bits)
+		n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(s), "+"), 10, c.bits) // "+7" as ParseInt reads it
 		if err != nil {
 			return nil, fmt.Errorf("not an unsigned %d-bit integer", c.bits)
 		}

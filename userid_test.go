@@ -14,7 +14,6 @@ import (
 // fmt.Stringer, as github.com/google/uuid.UUID is.
 type benchUUID [16]byte
 
-
 func (u *benchUUID) Scan(src any) error {
 	s, ok := src.(string)
 	if !ok || len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {

@@ -21,7 +21,7 @@ type refusal struct {
 	err error
 }
 
-// writeBatch writes one batch. It retries deadlocks and serialization
+// writeBatch writes one batch, sorted by primary key. It retries deadlocks and serialization
 // failures up to MaxRetries times. When the batch fails with an error the
 // server reported (one with a kind, dialect.errorKind), probeBatch decides
 // whether no row can have caused it (systemic: the batch stays in Redis and
@@ -34,6 +34,7 @@ type refusal struct {
 // unreachable, context ended) is returned, and then nothing of the batch
 // has committed.
 func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	sortBatch(batch) // batch_order.go: index order, one lock order
 	br, err := p.writeWithRetry(ctx, batch)
 	if err == nil {
 		return br, nil, nil
@@ -106,7 +107,7 @@ func (a *batchResult) merge(b batchResult) {
 func (p *Plugin) databaseUp(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return ping(p.db.WithContext(ctx)) == nil
+	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
 }
 
 // writeWithRetry writes the batch, retrying deadlocks and serialization
@@ -173,7 +174,7 @@ func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, err
 	}
 	pk := clause.Column{Name: t.pk}
 	q := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: pk, Values: ids})
-	if !t.intKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
+	if t.exactKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
 		q = q.Where(p.dialect.exactIn(pk, ids))
 	}
 	err := q.Count(&existing).Error
@@ -209,8 +210,8 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 }
 
 // ping runs SELECT 1 as a query (GORM's row callbacks, not Exec's), so that
-// an app counting its write statements does not count it.
+// an app counting its write statements does not count the start-up check.
 func ping(db *gorm.DB) error {
 	var one int
-	return db.Raw("SELECT 1").Row().Scan(&one)
+	return db.Raw("SELECT 1").Scan(&one).Error
 }

@@ -127,8 +127,8 @@ func Example_severalModels() {
 	accounts.Close(ctx)
 	tokens.Close(ctx)
 	// Output:
-	// lastseen:github.com/lastseen/lastseen_test.Account.LastSeenAt
-	// lastseen:github.com/lastseen/lastseen_test.APIToken.LastUsedAt
+	// lastseen:github.com/lastseen/lastseen/tests_test.Account.LastSeenAt
+	// lastseen:github.com/lastseen/lastseen/tests_test.APIToken.LastUsedAt
 	// flush: written 1 err <nil>
 	// flush: written 1 err <nil>
 	// account 1 last seen 2026-03-01T10:00:00Z

@@ -35,7 +35,7 @@ func TestSeveralModelsRegister(t *testing.T) {
 	devices := lastseen.New(cfg("devices", &trackedDevice{}, "LastPing"))
 	sessions := lastseen.New(cfg("sessions", &lastseen.Session{}, "LastActiveAt"))
 	equal(t, "users Name", users.Name(), "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
-	equal(t, "devices Name", devices.Name(), "lastseen:github.com/lastseen/lastseen.trackedDevice.LastPing")
+	equal(t, "devices Name", devices.Name(), "lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing")
 	equal(t, "sessions Name", sessions.Name(), "lastseen:github.com/lastseen/lastseen.Session.LastActiveAt")
 	for _, p := range []*lastseen.Plugin{users, devices, sessions} {
 		must(t, db.Use(p))
@@ -49,7 +49,7 @@ func TestSeveralModelsRegister(t *testing.T) {
 	sharing := lastseen.New(cfg("devices", &lastseen.Session{}, "ExpiresAt"))
 	err := db.Use(sharing)
 	equal(t, "same Prefix, another model", fmt.Sprint(err),
-		`lastseen: invalid config: Prefix "`+h.prefix+`:devices" is already the buffer of lastseen:github.com/lastseen/lastseen.trackedDevice.LastPing on this *gorm.DB: give each tracked model its own Prefix`)
+		`lastseen: invalid config: Prefix "`+h.prefix+`:devices" is already the buffer of lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing on this *gorm.DB: give each tracked model its own Prefix`)
 	equal(t, "is ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
 }
 

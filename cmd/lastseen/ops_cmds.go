@@ -12,7 +12,9 @@ import (
 	"github.com/lastseen/lastseen"
 )
 
-// statusCmd prints the Redis buffer per shard and the expired sessions.
+// statusCmd prints the Redis buffer per shard, the users table's health
+// (indexes on the last-seen column, HOT share, fillfactor) and the expired
+// sessions.
 type statusCmd struct {
 	connFlags   `embed:""`
 	targetFlags `embed:""`
@@ -51,6 +53,9 @@ func (c *statusCmd) Run() error {
 	tw.Flush()
 	if st.Unreadable > 0 {
 		fmt.Fprintf(out, "unreadable entries: %d (the next flush drops them as rejected)\n", st.Unreadable)
+	}
+	if err := e.printHealth(ctx, out); err != nil { // ops_health.go
+		return err
 	}
 	if err := e.checkSessions(); err != nil {
 		fmt.Fprintf(out, "expired sessions: not counted: %s\n", strings.TrimPrefix(err.Error(), "lastseen: "))

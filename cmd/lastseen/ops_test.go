@@ -142,8 +142,8 @@ func TestOpsDefaultModels(t *testing.T) {
 				7:  "1        0          2026-03-01T09:25:00Z (5m0s ago)",
 				12: "1        0          2026-03-01T09:29:30Z (30s ago)",
 			}, "5        0          2026-03-01T09:00:00Z (30m0s ago)")...)
-		want = append(want, `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
-		equalLines(t, "status", out, want)
+		want = append(append(want, healthLines(d.name)...), `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
+		equalLines(t, "status", settled(out), want)
 
 		out = run("flush")
 		equalLines(t, "flush", splitDuration(t, out), []string{
@@ -174,8 +174,8 @@ func TestOpsDefaultModels(t *testing.T) {
 		out = run("status")
 		want = append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix)},
 			shardTable(nil, "0        0          -")...)
-		want = append(want, `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
-		equalLines(t, "status after flush", out, want)
+		want = append(append(want, healthLines(d.name)...), `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
+		equalLines(t, "status after flush", settled(out), want)
 
 		equalLines(t, "purge --dry-run", run("purge", "--dry-run"), []string{
 			"dry run  nothing deleted",

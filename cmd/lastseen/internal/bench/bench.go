@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -22,7 +23,8 @@ import (
 //	bench [requests]  the four designs (per-request, seed, lastseen,
 //	                  lastseen+local) replaying one Zipf request stream
 //	bench flush       FlushUsers pending users flushed into a table of as
-//	                  many rows, against the same batches as raw UPDATEs
+//	                  many rows, for each of FlushSchemas, against the same
+//	                  batches written raw on as many connections
 //	bench purge       PurgeExpired expired + PurgeLive live sessions purged
 //	bench all         the three in a row
 //
@@ -44,9 +46,12 @@ type Cmd struct {
 	Seed     uint64        `default:"1" help:"Seed of the request stream and of the flush data."`
 	Throttle time.Duration `default:"${default_throttle}" help:"requests: throttle window of seed and lastseen; the run stays inside one window."`
 
+	ScaleUsers []int `name:"scale-users" sep:"," placeholder:"N,N,..." help:"requests: also replay 10 requests per user through lastseen+local alone at each of these user counts (e.g. 2000,20000,200000) and print the scale curve."`
+
 	TouchTimeout time.Duration `default:"0s" help:"requests: Config.TouchTimeout of the lastseen variants; 0 keeps the library's default (20ms)."`
 
-	FlushUsers       int           `default:"1000000" help:"flush: pending users, and rows in the users table."`
+	FlushUsers       []int         `default:"1000000" sep:"," help:"flush: pending users, and rows in the users table; several sizes (10000,100000,1000000) print the scale curve."`
+	FlushSchemas     []string      `default:"plain,indexed,fillfactor90" sep:"," enum:"plain,indexed,fillfactor90" help:"flush: users table schemas to compare: plain (lastseen.User, no index on last_seen_at), indexed (with that index), fillfactor90 (no index, fillfactor 90)."`
 	FlushConcurrency int           `default:"${default_flush_concurrency}" help:"flush: Config.FlushConcurrency, shards written at the same time."`
 	PurgeExpired     int           `default:"1000000" help:"purge: expired sessions."`
 	PurgeLive        int           `default:"100000" help:"purge: live sessions (all must remain)."`
@@ -71,12 +76,18 @@ func (c *Cmd) validate() error {
 		return bad("--requests is %d, want at least 1", c.Requests)
 	case !(c.Zipf > 1):
 		return bad("--zipf is %v, want more than 1 (math/rand/v2's Zipf needs s > 1)", c.Zipf)
+	case len(c.ScaleUsers) > 0 && slices.Min(c.ScaleUsers) < 1:
+		return bad("--scale-users is %v, want counts of at least 1", c.ScaleUsers)
 	case c.Workers < 1:
 		return bad("--workers is %d, want at least 1", c.Workers)
 	case c.Throttle < time.Millisecond:
 		return bad("--throttle is %v, want at least 1ms", c.Throttle)
-	case c.FlushUsers < 1:
-		return bad("--flush-users is %d, want at least 1", c.FlushUsers)
+	case len(c.FlushUsers) == 0 || slices.Min(c.FlushUsers) < 1:
+		return bad("--flush-users is %v, want sizes of at least 1", c.FlushUsers)
+	case len(c.FlushSchemas) == 0:
+		return bad("--flush-schemas is empty")
+	case c.FlushConcurrency < 1:
+		return bad("--flush-concurrency is %d, want at least 1", c.FlushConcurrency)
 	case c.PurgeExpired < 0 || c.PurgeLive < 0:
 		return bad("--purge-expired %d / --purge-live %d, want 0 or more", c.PurgeExpired, c.PurgeLive)
 	case c.TouchTimeout < 0:
@@ -140,6 +151,9 @@ func (c *Cmd) run(ctx context.Context) (err error) {
 	rep := &report{Info: env.info(ctx)}
 	if c.What == "requests" || c.What == "all" {
 		if rep.Requests, err = env.runRequests(ctx); err != nil {
+			return err
+		}
+		if rep.Scale, err = env.runScale(ctx); err != nil { // requests_scale.go
 			return err
 		}
 	}

@@ -180,7 +180,8 @@ func TestFormat(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	ok := Cmd{Postgres: "x", Redis: "y", Users: 1, Requests: 1, Zipf: 1.1, Workers: 1, Throttle: time.Second, FlushUsers: 1}
+	ok := Cmd{Postgres: "x", Redis: "y", Users: 1, Requests: 1, Zipf: 1.1, Workers: 1, Throttle: time.Second, FlushUsers: []int{1},
+		FlushSchemas: []string{"plain"}, FlushConcurrency: 1}
 	testenv.Must(t, ok.validate())
 	for _, c := range []struct {
 		edit func(c *Cmd)
@@ -192,6 +193,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Cmd) { c.Throttle = time.Microsecond }, "lastseen: bench: --throttle is 1µs, want at least 1ms"},
 		{func(c *Cmd) { c.PurgeLive = -1 }, "lastseen: bench: --purge-expired 0 / --purge-live -1, want 0 or more"},
 		{func(c *Cmd) { c.Redis = "" }, "lastseen: bench: --redis is required"},
+		{func(c *Cmd) { c.FlushUsers = []int{10, 0} }, "lastseen: bench: --flush-users is [10 0], want sizes of at least 1"},
 	} {
 		bad := ok
 		c.edit(&bad)
@@ -209,8 +211,8 @@ func TestTinyRun(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	var out bytes.Buffer
 	c := &Cmd{What: "all", Postgres: pg, Redis: addr, Users: 40, Requests: 400, Zipf: 1.1, Workers: 4, Seed: 1,
-		Throttle: lastseen.DefaultThrottle, FlushUsers: 2500, FlushConcurrency: lastseen.DefaultFlushConcurrency,
-		PurgeExpired: 1500, PurgeLive: 150, JSON: jsonPath, out: &out, log: io.Discard}
+		Throttle: lastseen.DefaultThrottle, FlushUsers: []int{2500}, FlushSchemas: []string{"plain", "indexed"}, FlushConcurrency: lastseen.DefaultFlushConcurrency,
+		ScaleUsers: []int{30, 60}, PurgeExpired: 1500, PurgeLive: 150, JSON: jsonPath, out: &out, log: io.Discard}
 	testenv.Must(t, c.run(context.Background()))
 
 	b, err := os.ReadFile(jsonPath)
@@ -228,17 +230,31 @@ func TestTinyRun(t *testing.T) {
 		testenv.Equal(t, v.Name+" users updated", v.UsersUpdated, int64(st.distinct))
 		testenv.Equal(t, v.Name+" check", v.Check, "ok")
 	}
+	testenv.Equal(t, "scale runs", len(rep.Scale), 2)
+	for _, s := range rep.Scale {
+		want := newStream(s.Users, 10*s.Users, 1.1, 1)
+		testenv.Equal(t, fmt.Sprintf("scale %d requests", s.Users), s.Requests, 10*s.Users)
+		testenv.Equal(t, fmt.Sprintf("scale %d rows written", s.Users), s.Variant.RowsWritten, int64(want.distinct))
+		testenv.Equal(t, fmt.Sprintf("scale %d check", s.Users), s.Variant.Check, "ok")
+	}
 	testenv.Equal(t, "per-request client commands", rep.Requests.Variants[0].ClientCommands, int64(0))
-	testenv.Equal(t, "flush raw rows", rep.Flush.Raw.Rows, int64(2500))
-	testenv.Equal(t, "flush raw rows after", rep.Flush.RawAfter.Rows, int64(2500))
-	testenv.Equal(t, "flush written", rep.Flush.Lib.Rows, int64(2500))
-	testenv.Equal(t, "flush raw statements", rep.Flush.Raw.SQL.Writes, int64(len(flushBatches(2500, 16, 1000, 1))))
-	testenv.Equal(t, "flush check", rep.Flush.Check, "ok")
+	testenv.Equal(t, "flush runs", len(rep.Flush.Runs), 2)
+	for _, f := range rep.Flush.Runs {
+		testenv.Equal(t, f.Schema+" flush raw unnest rows", f.RawUnnest.Rows, int64(2500))
+		testenv.Equal(t, f.Schema+" flush raw COPY rows", f.RawCopy.Rows, int64(2500))
+		testenv.Equal(t, f.Schema+" flush raw rows after", f.RawAfter.Rows, int64(2500))
+		testenv.Equal(t, f.Schema+" flush written", f.Lib.Rows, int64(2500))
+		testenv.Equal(t, f.Schema+" flush raw statements", f.RawUnnest.SQL.Writes, int64(len(flushBatches(2500, 16, 1000, 1))))
+		testenv.Equal(t, f.Schema+" flush check", f.Check, "ok")
+	}
+	// An index on last_seen_at makes every update non-HOT.
+	testenv.Equal(t, "indexed HOT updates", rep.Flush.Runs[1].Lib.HotUpdates, int64(0))
+	testenv.Equal(t, "indexed updates", rep.Flush.Runs[1].Lib.Updates, int64(2500))
 	testenv.Equal(t, "purge deleted", rep.Purge.Result.Deleted, 1500)
 	testenv.Equal(t, "purge live left", rep.Purge.LiveLeft, int64(150))
 	testenv.Equal(t, "purge transactions", rep.Purge.SQL.Txs, int64(rep.Purge.Result.Batches))
 	testenv.Equal(t, "purge check", rep.Purge.Check, "ok")
-	for _, want := range []string{"## Requests: 400 requests", "| rows written (pg_stat_user_tables) | 400 |", "## Flush: 2,500 pending users", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issue 5"} {
+	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issues 5 and 11"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

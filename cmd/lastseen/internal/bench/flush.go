@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -9,40 +10,71 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
-// flushResult is the flush-at-scale result: the library's Flush of Users
-// pending users into a table of Users rows, against the database's own
-// limit measured in the same run.
+// flushResult is the flush-at-scale result: for each size and table
+// schema, the library's Flush of Users pending users into a table of Users
+// rows, against the database's own limit measured in the same run with the
+// same number of connections.
 type flushResult struct {
+	Shards      int        `json:"shards"`
+	BatchSize   int        `json:"batch_size"`
+	Concurrency int        `json:"flush_concurrency"` // the library's, and the raw runs' connections
+	Runs        []flushRun `json:"runs"`
+}
+
+// flushRun is one size and one schema.
+type flushRun struct {
 	Users          int                  `json:"users"`
-	Shards         int                  `json:"shards"`
-	BatchSize      int                  `json:"batch_size"`
+	Schema         string               `json:"schema"` // plain, indexed or fillfactor90 (schemas)
 	FillWall       time.Duration        `json:"redis_fill_ns"`
-	Raw            flushSide            `json:"raw"`       // before the library's flush
-	RawAfter       flushSide            `json:"raw_after"` // after it, on a third table
-	RawRowsPerSec  float64              `json:"raw_limit_rows_per_sec"`
+	RawUnnest      flushSide            `json:"raw_unnest"` // before the library's flush
+	RawCopy        flushSide            `json:"raw_copy"`   // before it too
+	RawMethod      string               `json:"raw_method"` // the faster of the two, run again after
+	RawAfter       flushSide            `json:"raw_after"`
+	RawRowsPerSec  float64              `json:"raw_limit_rows_per_sec"` // mean of the faster method before and after
 	Lib            flushSide            `json:"lastseen"`
 	Ratio          float64              `json:"lastseen_vs_raw"`
 	Redis          redisTime            `json:"lastseen_redis"`
 	Heap           heapResult           `json:"lastseen_heap"`
+	BytesPerUser   float64              `json:"lastseen_heap_bytes_per_user"`
 	Result         lastseen.FlushResult `json:"lastseen_flush_result"`
 	CheckpointNote string               `json:"checkpoint_error,omitempty"`
 	Check          string               `json:"check"`
 }
 
-// flushSide is one way of writing the timestamps.
+// flushSide is one way of writing the timestamps into a table of its own.
 type flushSide struct {
 	Table      string        `json:"table"`
 	Wall       time.Duration `json:"wall_ns"`
 	Rows       int64         `json:"rows"`
 	RowsPerSec float64       `json:"rows_per_sec"`
 	SQL        sqlStats      `json:"sql"`
+	Updates    int64         `json:"updates"`     // pg_stat_user_tables n_tup_upd
+	HotUpdates int64         `json:"hot_updates"` // n_tup_hot_upd
+}
+
+// hotShare is HotUpdates / Updates, or 0.
+func (s flushSide) hotShare() float64 { return ratio(float64(s.HotUpdates), float64(s.Updates)) }
+
+// schemas are the users tables bench flush compares: the default
+// lastseen.User (no index on last_seen_at), the same with the index the
+// default model had before (every update non-HOT), and without the index
+// at fillfactor 90 (room on each page for the new row versions).
+var schemas = map[string]tableSchema{
+	"plain":        {},
+	"indexed":      {index: true},
+	"fillfactor90": {fillfactor: 90},
+}
+
+// tableSchema is how createUsers shapes a users table.
+type tableSchema struct {
+	index      bool // CREATE INDEX on last_seen_at
+	fillfactor int  // 0: PostgreSQL's default (100)
 }
 
 // flushTime is user id's pending timestamp: within 5 minutes after
@@ -58,52 +90,73 @@ func flushTime(base time.Time, seed, id uint64) time.Time {
 
 func (e *env) runFlush(ctx context.Context) (*flushResult, error) {
 	c := e.cmd
-	n := c.FlushUsers
-	res := &flushResult{Users: n, Shards: lastseen.DefaultShards, BatchSize: lastseen.DefaultBatchSize}
+	res := &flushResult{Shards: lastseen.DefaultShards, BatchSize: lastseen.DefaultBatchSize, Concurrency: c.FlushConcurrency}
+	for _, n := range c.FlushUsers {
+		for _, schema := range c.FlushSchemas {
+			run, err := e.flushOnce(ctx, n, schema)
+			if err != nil {
+				return nil, err
+			}
+			res.Runs = append(res.Runs, *run)
+		}
+	}
+	return res, nil
+}
+
+// flushOnce measures one size and schema: the raw methods (unnest, COPY)
+// on tables of their own, the library's flush, then the faster raw method
+// again, so that a drift of the shared machine's load or of the database's
+// caches during the run does not favour either side.
+func (e *env) flushOnce(ctx context.Context, n int, schema string) (*flushRun, error) {
+	c := e.cmd
+	res := &flushRun{Users: n, Schema: schema}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	base := now.Add(-10 * time.Minute)
-	c.progress("flush: creating three tables of %d users", n)
+	ts := schemas[schema]
+	prefix := fmt.Sprintf("f%d_%s_", n, schema)
+	c.progress("flush %d %s: creating four tables of %d users", n, schema, n)
 	var libDB *gorm.DB
-	for _, t := range []struct {
-		prefix string
-		db     **gorm.DB
-		table  *string
-	}{{"flushraw_", nil, &res.Raw.Table}, {"flushlib_", &libDB, &res.Lib.Table}, {"flushrawafter_", nil, &res.RawAfter.Table}} {
-		db, pool, err := e.openPool(ctx, t.prefix, 2)
+	var libPool *sql.DB
+	for i, t := range []*flushSide{&res.RawUnnest, &res.RawCopy, &res.Lib, &res.RawAfter} {
+		db, pool, err := e.openPool(ctx, prefix+strconv.Itoa(i)+"_", c.FlushConcurrency+1)
 		if err != nil {
 			return nil, err
 		}
-		if *t.table, err = e.createUsers(ctx, db, n, base.Add(-24*time.Hour)); err != nil {
+		if t.Table, err = e.createUsers(ctx, db, n, base.Add(-24*time.Hour), ts); err != nil {
 			return nil, err
 		}
-		if t.db != nil {
-			*t.db = db
+		if t == &res.Lib {
+			libDB, libPool = db, pool
 		} else {
 			pool.Close()
 		}
 	}
-
-	// The database's limit: the same kind of batches (the library's shards,
-	// BatchSize users each, in an order as random as HSCAN's) sent as raw
-	// bulk UPDATEs over one pgx connection, no Redis; once before and once
-	// after the library's flush, on tables of their own, so that a drift of
-	// the shared machine's load or of the database's caches during the run
-	// does not favour either side.
-	batches := flushBatches(n, res.Shards, res.BatchSize, c.Seed)
+	shards := shardBatches(n, lastseen.DefaultShards, lastseen.DefaultBatchSize, c.Seed)
 	res.CheckpointNote = e.checkpoint(ctx)
-	c.progress("flush: raw UPDATE of %d rows in %d batches", n, len(batches))
-	if err := e.rawUpdates(ctx, &res.Raw, batches, base, c.Seed); err != nil {
-		return nil, err
+	for _, m := range []struct {
+		name string
+		side *flushSide
+	}{{"unnest", &res.RawUnnest}, {"copy", &res.RawCopy}} {
+		c.progress("flush %d %s: raw %s on %d connections", n, schema, m.name, c.FlushConcurrency)
+		if err := e.rawFlush(ctx, m.name, m.side, shards, base); err != nil {
+			return nil, err
+		}
+		e.checkpoint(ctx)
+	}
+	res.RawMethod = "unnest"
+	if res.RawCopy.RowsPerSec > res.RawUnnest.RowsPerSec {
+		res.RawMethod = "copy"
 	}
 
-	prefix := e.prefix + "-flush"
-	c.progress("flush: filling %d pending entries into Redis (HSET pipelines)", n)
+	keyPrefix := fmt.Sprintf("%s-flush%d%s", e.prefix, n, schema)
+	c.progress("flush %d %s: filling %d pending entries into Redis (HSET pipelines)", n, schema, n)
 	f0 := time.Now()
-	if err := e.fillPending(ctx, prefix, n, res.Shards, base, c.Seed); err != nil {
+	if err := e.fillPending(ctx, keyPrefix, n, lastseen.DefaultShards, base, c.Seed); err != nil {
 		return nil, err
 	}
 	res.FillWall = time.Since(f0)
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: prefix, DisableScheduler: true, Logger: e.pluginLogger(), FlushConcurrency: c.FlushConcurrency})
+	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: keyPrefix, DisableScheduler: true, Logger: e.pluginLogger(),
+		FlushConcurrency: c.FlushConcurrency})
 	if err := libDB.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
@@ -114,11 +167,40 @@ func (e *env) runFlush(ctx context.Context) (*flushResult, error) {
 	if note := e.checkpoint(ctx); note != "" {
 		res.CheckpointNote = note
 	}
-
-	c.progress("flush: lastseen Flush of %d pending users", n)
-	stopProfile, err := startProfile(c.CPUProfile)
-	if err != nil {
+	c.progress("flush %d %s: lastseen Flush of %d pending users", n, schema, n)
+	if err := e.libFlush(ctx, p, libPool, res); err != nil {
 		return nil, err
+	}
+	e.checkpoint(ctx)
+	c.progress("flush %d %s: raw %s again, on a fourth table", n, schema, res.RawMethod)
+	if err := e.rawFlush(ctx, res.RawMethod, &res.RawAfter, shards, base); err != nil {
+		return nil, err
+	}
+	best := res.RawUnnest
+	if res.RawMethod == "copy" {
+		best = res.RawCopy
+	}
+	res.RawRowsPerSec = (best.RowsPerSec + res.RawAfter.RowsPerSec) / 2
+	res.Ratio = res.Lib.RowsPerSec / res.RawRowsPerSec
+	var err error
+	if res.Check, err = e.checkFlush(ctx, libDB, p, res, base); err != nil {
+		return nil, err
+	}
+	c.progress("flush %d %s: raw %s %.0f and %.0f rows/s (copy %.0f, unnest %.0f), lastseen %.0f rows/s (%.2f), HOT %.0f%%, heap +%s, check %s",
+		n, schema, res.RawMethod, best.RowsPerSec, res.RawAfter.RowsPerSec, res.RawCopy.RowsPerSec, res.RawUnnest.RowsPerSec,
+		res.Lib.RowsPerSec, res.Ratio, 100*res.Lib.hotShare(), fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
+	return res, nil
+}
+
+// libFlush runs and measures the library's Flush.
+func (e *env) libFlush(ctx context.Context, p *lastseen.Plugin, pool *sql.DB, res *flushRun) error {
+	stopProfile, err := startProfile(e.cmd.CPUProfile)
+	if err != nil {
+		return err
+	}
+	before, err := e.tableStats(ctx, res.Lib.Table)
+	if err != nil {
+		return err
 	}
 	heap := startHeap(time.Millisecond)
 	e.tracer.start()
@@ -131,87 +213,56 @@ func (e *env) runFlush(ctx context.Context) (*flushResult, error) {
 	res.Heap = heap.Stop()
 	stopProfile()
 	if err != nil {
-		return nil, fmt.Errorf("lastseen: bench: flush: %w", err)
+		return fmt.Errorf("lastseen: bench: flush: %w", err)
 	}
 	res.Lib.Rows = int64(res.Result.Written)
 	res.Lib.RowsPerSec = float64(res.Lib.Rows) / res.Lib.Wall.Seconds()
-
-	if note := e.checkpoint(ctx); note != "" {
-		res.CheckpointNote = note
+	res.BytesPerUser = float64(res.Heap.PeakHeapGrowth) / float64(res.Users)
+	if err := e.flushPgStats(ctx, pool); err != nil {
+		return err
 	}
-	c.progress("flush: raw UPDATE again, on a third table")
-	if err := e.rawUpdates(ctx, &res.RawAfter, batches, base, c.Seed); err != nil {
-		return nil, err
-	}
-	res.RawRowsPerSec = (res.Raw.RowsPerSec + res.RawAfter.RowsPerSec) / 2
-	res.Ratio = res.Lib.RowsPerSec / res.RawRowsPerSec
-	if res.Check, err = e.checkFlush(ctx, libDB, p, res, base); err != nil {
-		return nil, err
-	}
-	c.progress("flush: raw %.0f and %.0f rows/s, lastseen %.0f rows/s (%.2f), heap +%s, check %s",
-		res.Raw.RowsPerSec, res.RawAfter.RowsPerSec, res.Lib.RowsPerSec, res.Ratio, fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
-	return res, nil
+	return e.countUpdates(ctx, &res.Lib, before)
 }
 
-// flushBatches groups ids 1..n by the library's shard, shuffles each
-// shard (HSCAN returns a hash in no useful order) and cuts it into batches.
-func flushBatches(n, shards, size int, seed uint64) [][]int64 {
+// countUpdates sets the side's updates and HOT updates since before.
+func (e *env) countUpdates(ctx context.Context, side *flushSide, before tableCounters) error {
+	after, err := e.tableStats(ctx, side.Table)
+	if err != nil {
+		return err
+	}
+	side.Updates, side.HotUpdates = after.Updated-before.Updated, after.HotUpdated-before.HotUpdated
+	return nil
+}
+
+// shardBatches groups ids 1..n by the library's shard, shuffles each
+// shard (HSCAN returns a hash in no useful order) and cuts it into
+// batches: shard -> batches -> ids.
+func shardBatches(n, shards, size int, seed uint64) [][][]int64 {
 	byShard := make([][]int64, shards)
 	for id := 1; id <= n; id++ {
 		s := keys.ShardOf(strconv.Itoa(id), shards)
 		byShard[s] = append(byShard[s], int64(id))
 	}
 	r := rand.New(rand.NewPCG(seed, 0xf1a5_4f1a_5411))
-	var batches [][]int64
-	for _, ids := range byShard {
+	out := make([][][]int64, shards)
+	for s, ids := range byShard {
 		r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 		for len(ids) > 0 {
 			k := min(size, len(ids))
-			batches = append(batches, ids[:k])
+			out[s] = append(out[s], ids[:k])
 			ids = ids[k:]
 		}
 	}
-	return batches
+	return out
 }
 
-// rawUpdates sends the batches as the statement shape the library's
-// PostgreSQL dialect uses (UPDATE ... FROM unnest(ids, times) with the
-// newer-only guard), typed arrays bound directly, on one pgx connection.
-func (e *env) rawUpdates(ctx context.Context, side *flushSide, batches [][]int64, base time.Time, seed uint64) error {
-	conn, err := pgx.ConnectConfig(ctx, e.pg.Copy())
-	if err != nil {
-		return fmt.Errorf("lastseen: bench: connect: %w", err)
+// flushBatches is shardBatches flattened.
+func flushBatches(n, shards, size int, seed uint64) [][]int64 {
+	var out [][]int64
+	for _, b := range shardBatches(n, shards, size, seed) {
+		out = append(out, b...)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	t := pgx.Identifier{side.Table}.Sanitize()
-	sql := "UPDATE " + t + ` AS t SET "last_seen_at" = v.ts FROM unnest($1::bigint[], $2::timestamptz[]) AS v(id, ts)` +
-		` WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)`
-	// Arguments are built before the clock starts.
-	times := make([][]time.Time, len(batches))
-	for i, b := range batches {
-		times[i] = make([]time.Time, len(b))
-		for j, id := range b {
-			times[i][j] = flushTime(base, seed, uint64(id))
-		}
-	}
-	if _, err := conn.Prepare(ctx, sql, sql); err != nil { // named by its text: the tracer sees the SQL
-		return fmt.Errorf("lastseen: bench: prepare: %w", err)
-	}
-	side.Rows = 0
-	e.tracer.start()
-	t0 := time.Now()
-	for i, b := range batches {
-		tag, err := conn.Exec(ctx, sql, b, times[i])
-		if err != nil {
-			e.tracer.stop()
-			return fmt.Errorf("lastseen: bench: raw update: %w", err)
-		}
-		side.Rows += tag.RowsAffected()
-	}
-	side.Wall = time.Since(t0)
-	side.SQL = e.tracer.stop()
-	side.RowsPerSec = float64(side.Rows) / side.Wall.Seconds()
-	return nil
+	return out
 }
 
 // fillPending writes ids 1..n straight into the library's pending hashes,
@@ -280,17 +331,17 @@ func checkPending(ctx context.Context, p *lastseen.Plugin, n int, base time.Time
 }
 
 // checkFlush compares the two tables row by row and looks for leftovers.
-func (e *env) checkFlush(ctx context.Context, db *gorm.DB, p *lastseen.Plugin, res *flushResult, base time.Time) (string, error) {
+func (e *env) checkFlush(ctx context.Context, db *gorm.DB, p *lastseen.Plugin, res *flushRun, base time.Time) (string, error) {
 	var problems []string
-	if res.Raw.Rows != int64(res.Users) || res.RawAfter.Rows != int64(res.Users) {
-		problems = append(problems, fmt.Sprintf("raw updated %d and %d rows, want %d", res.Raw.Rows, res.RawAfter.Rows, res.Users))
+	if res.RawUnnest.Rows != int64(res.Users) || res.RawCopy.Rows != int64(res.Users) || res.RawAfter.Rows != int64(res.Users) {
+		problems = append(problems, fmt.Sprintf("raw updated %d, %d and %d rows, want %d", res.RawUnnest.Rows, res.RawCopy.Rows, res.RawAfter.Rows, res.Users))
 	}
 	if res.Result.Written != res.Users || res.Result.Drained != res.Users {
 		problems = append(problems, fmt.Sprintf("flush drained %d and wrote %d, want %d", res.Result.Drained, res.Result.Written, res.Users))
 	}
 	var differ, fresh int64
 	err := db.WithContext(ctx).Raw("SELECT count(*) FROM ? AS l JOIN ? AS r ON l.? = r.? WHERE l.? IS DISTINCT FROM r.?",
-		clause.Table{Name: res.Lib.Table}, clause.Table{Name: res.Raw.Table}, clause.Column{Name: "id"}, clause.Column{Name: "id"},
+		clause.Table{Name: res.Lib.Table}, clause.Table{Name: res.RawUnnest.Table}, clause.Column{Name: "id"}, clause.Column{Name: "id"},
 		clause.Column{Name: "last_seen_at"}, clause.Column{Name: "last_seen_at"}).Scan(&differ).Error
 	if err != nil {
 		return "", fmt.Errorf("lastseen: bench: compare tables: %w", err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -23,22 +25,52 @@ type purgeResult struct {
 	SQL        sqlStats             `json:"sql"`
 	Redis      redisTime            `json:"redis"`
 	Heap       heapResult           `json:"heap"`
-	LiveLeft   int64                `json:"live_left"`
-	Left       int64                `json:"rows_left"`
-	Check      string               `json:"check"`
+	RawBefore  rawPurge             `json:"raw_before"` // the raw DELETE loop, before the library's purge
+	RawAfter   rawPurge             `json:"raw_after"`  // and after it, on a table of its own each
+	RawLimit   float64              `json:"raw_limit_rows_per_sec"`
+	Ratio      float64              `json:"lastseen_vs_raw"`
+	// The same loop resuming after the last deleted id (keyset), which
+	// does not walk the deleted rows' index entries again.
+	KeysetBefore rawPurge `json:"keyset_before"`
+	KeysetAfter  rawPurge `json:"keyset_after"`
+	KeysetLimit  float64  `json:"keyset_limit_rows_per_sec"`
+	KeysetRatio  float64  `json:"lastseen_vs_keyset"`
+	LiveLeft     int64    `json:"live_left"`
+	Left         int64    `json:"rows_left"`
+	Check        string   `json:"check"`
 }
 
 func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	c := e.cmd
 	res := &purgeResult{Expired: c.PurgeExpired, Live: c.PurgeLive, BatchSize: lastseen.DefaultPurgeBatchSize, Pause: c.PurgePause.String()}
-	db, _, err := e.openPool(ctx, "purge_", 2)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	c.progress("purge: creating %d expired and %d live sessions", c.PurgeExpired, c.PurgeLive)
-	if res.Table, err = e.createSessions(ctx, db, c.PurgeExpired, c.PurgeLive, now); err != nil {
-		return nil, err
+	c.progress("purge: creating three tables of %d expired and %d live sessions", c.PurgeExpired, c.PurgeLive)
+	var db *gorm.DB
+	var err error
+	for _, t := range []struct {
+		prefix string
+		table  *string
+	}{{"purgeraw_", &res.RawBefore.Table}, {"purgekeyset_", &res.KeysetBefore.Table}, {"purge_", &res.Table},
+		{"purgekeysetafter_", &res.KeysetAfter.Table}, {"purgerawafter_", &res.RawAfter.Table}} {
+		tdb, _, err := e.openPool(ctx, t.prefix, 2)
+		if err != nil {
+			return nil, err
+		}
+		if *t.table, err = e.createSessions(ctx, tdb, c.PurgeExpired, c.PurgeLive, now); err != nil {
+			return nil, err
+		}
+		if t.prefix == "purge_" {
+			db = tdb
+		}
+	}
+	for _, r := range []struct {
+		side   *rawPurge
+		keyset bool
+	}{{&res.RawBefore, false}, {&res.KeysetBefore, true}} {
+		e.checkpoint(ctx)
+		if err := e.rawPurge(ctx, r.side, now, res.BatchSize, r.keyset); err != nil {
+			return nil, err
+		}
 	}
 	pause := c.PurgePause
 	if pause == 0 {
@@ -66,6 +98,19 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 		return nil, fmt.Errorf("lastseen: bench: purge: %w", err)
 	}
 	res.RowsPerSec = float64(res.Result.Deleted) / res.Wall.Seconds()
+	for _, r := range []struct {
+		side   *rawPurge
+		keyset bool
+	}{{&res.KeysetAfter, true}, {&res.RawAfter, false}} {
+		e.checkpoint(ctx)
+		if err := e.rawPurge(ctx, r.side, now, res.BatchSize, r.keyset); err != nil {
+			return nil, err
+		}
+	}
+	res.RawLimit = (res.RawBefore.RowsPerSec + res.RawAfter.RowsPerSec) / 2
+	res.Ratio = ratio(res.RowsPerSec, res.RawLimit)
+	res.KeysetLimit = (res.KeysetBefore.RowsPerSec + res.KeysetAfter.RowsPerSec) / 2
+	res.KeysetRatio = ratio(res.RowsPerSec, res.KeysetLimit)
 
 	q := db.WithContext(ctx).Table(res.Table)
 	if err := q.Count(&res.Left).Error; err != nil {
@@ -77,6 +122,11 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 		return nil, fmt.Errorf("lastseen: bench: count live sessions: %w", err)
 	}
 	var problems []string
+	for _, r := range []rawPurge{res.RawBefore, res.KeysetBefore, res.KeysetAfter, res.RawAfter} {
+		if r.Deleted != int64(c.PurgeExpired) {
+			problems = append(problems, fmt.Sprintf("raw loop on %s deleted %d, want %d", r.Table, r.Deleted, c.PurgeExpired))
+		}
+	}
 	if res.Result.Deleted != c.PurgeExpired {
 		problems = append(problems, fmt.Sprintf("deleted %d, want %d", res.Result.Deleted, c.PurgeExpired))
 	}
@@ -87,6 +137,8 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	if len(problems) > 0 {
 		res.Check = fmt.Sprint(problems)
 	}
+	c.progress("purge: raw loop %.0f and %.0f rows/s, keyset %.0f and %.0f, lastseen %.0f (%.2f of raw, %.2f of keyset)", res.RawBefore.RowsPerSec,
+		res.RawAfter.RowsPerSec, res.KeysetBefore.RowsPerSec, res.KeysetAfter.RowsPerSec, res.RowsPerSec, res.Ratio, res.KeysetRatio)
 	c.progress("purge: %d deleted, %.0f rows/s, longest batch transaction %v, heap +%s, check %s",
 		res.Result.Deleted, res.RowsPerSec, res.SQL.LongestTx, fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
 	return res, nil
@@ -126,4 +178,64 @@ FROM generate_series(1, ?::bigint) AS g`,
 		return "", fmt.Errorf("lastseen: bench: vacuum %s: %w", table, err)
 	}
 	return table, nil
+}
+
+// rawPurge is the database's limit for a purge on one connection: the loop
+//
+//	DELETE FROM sessions WHERE id IN
+//	  (SELECT id FROM sessions WHERE expires_at <= $1 ORDER BY id LIMIT n)
+//
+// as one prepared statement in autocommit, until it deletes nothing; no
+// Redis, no pause. The keyset variant adds "AND id > $3", the last id the
+// previous statement deleted (WITH d AS (DELETE ... RETURNING id) SELECT
+// count(*), max(id) FROM d), as the library's FindInBatches does.
+type rawPurge struct {
+	Table      string        `json:"table"`
+	Keyset     bool          `json:"keyset"`
+	Wall       time.Duration `json:"wall_ns"`
+	Deleted    int64         `json:"deleted"`
+	Statements int           `json:"statements"`
+	RowsPerSec float64       `json:"rows_per_sec"`
+}
+
+func (e *env) rawPurge(ctx context.Context, side *rawPurge, cutoff time.Time, n int, keyset bool) error {
+	e.cmd.progress("purge: raw DELETE loop (keyset %v) on %s", keyset, side.Table)
+	side.Keyset = keyset
+	conn, err := pgx.ConnectConfig(ctx, e.pg.Copy())
+	if err != nil {
+		return fmt.Errorf("lastseen: bench: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	t := pgx.Identifier{side.Table}.Sanitize()
+	sql := "DELETE FROM " + t + ` WHERE "id" IN (SELECT "id" FROM ` + t + ` WHERE "expires_at" <= $1 ORDER BY "id" LIMIT $2)`
+	if keyset {
+		sql = "WITH d AS (DELETE FROM " + t + ` WHERE "id" IN (SELECT "id" FROM ` + t +
+			` WHERE "expires_at" <= $1 AND "id" > $3 ORDER BY "id" LIMIT $2) RETURNING "id") SELECT count(*), coalesce(max("id"), '') FROM d`
+	}
+	if _, err := conn.Prepare(ctx, sql, sql); err != nil {
+		return fmt.Errorf("lastseen: bench: prepare: %w", err)
+	}
+	last := ""
+	t0 := time.Now()
+	for {
+		var deleted int64
+		if keyset {
+			err = conn.QueryRow(ctx, sql, cutoff, n, last).Scan(&deleted, &last)
+		} else {
+			var tag pgconn.CommandTag
+			tag, err = conn.Exec(ctx, sql, cutoff, n)
+			deleted = tag.RowsAffected()
+		}
+		if err != nil {
+			return fmt.Errorf("lastseen: bench: raw purge: %w", err)
+		}
+		side.Statements++
+		side.Deleted += deleted
+		if deleted == 0 {
+			break
+		}
+	}
+	side.Wall = time.Since(t0)
+	side.RowsPerSec = float64(side.Deleted) / side.Wall.Seconds()
+	return nil
 }

@@ -22,6 +22,7 @@ type stream struct {
 	ids      []uint64
 	boxed    []any
 	distinct int
+	users    int // ids are 1..users
 }
 
 // newStream draws n requests from a Zipf(s, v=1) distribution over
@@ -32,7 +33,7 @@ func newStream(users, n int, s float64, seed uint64) stream {
 	r := rand.New(rand.NewPCG(seed, 0x5eed_1a57_5eed_1a57))
 	perm := r.Perm(users)
 	z := rand.NewZipf(r, s, 1, uint64(users-1))
-	st := stream{ids: make([]uint64, n), boxed: make([]any, n)}
+	st := stream{ids: make([]uint64, n), boxed: make([]any, n), users: users}
 	seen := make([]bool, users+1)
 	for i := range n {
 		id := uint64(perm[z.Uint64()]) + 1
@@ -93,6 +94,8 @@ type variant struct {
 	OwnWALRatio float64 `json:"own_wal_vs_per_request"`
 	P50Ratio    float64 `json:"p50_vs_per_request"`
 
+	Heap         heapResult      `json:"heap"`                // requests and the final flush
+	HeapPerUser  float64         `json:"heap_bytes_per_user"` // peak heap growth / distinct users
 	UsersUpdated int64           `json:"users_updated"`
 	Check        string          `json:"check"`
 	Library      *lastseen.Stats `json:"library_stats,omitempty"`
@@ -180,7 +183,7 @@ func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st strea
 	}
 	defer pool.Close()
 	start := time.Now().UTC().Truncate(time.Microsecond)
-	v.Table, err = e.createUsers(ctx, db, c.Users, start.Add(-24*time.Hour))
+	v.Table, err = e.createUsers(ctx, db, st.users, start.Add(-24*time.Hour), tableSchema{})
 	if err != nil {
 		return v, err
 	}
@@ -213,6 +216,7 @@ func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st strea
 	cmds0, trips0 := e.count.cmds.Load(), e.count.trips.Load()
 
 	c.progress("%s: %d requests into %s", name, len(st.ids), v.Table)
+	heap := startHeap(time.Millisecond)
 	lat, errs, first, wall := replay(ctx, d, len(st.ids), c.Workers)
 	if ctx.Err() != nil {
 		return v, ctx.Err()
@@ -237,6 +241,8 @@ func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st strea
 		v.FlushWall = time.Since(f0)
 		v.FlushRowsPerSec = float64(v.FlushRows) / v.FlushWall.Seconds()
 	}
+	v.Heap = heap.Stop()
+	v.HeapPerUser = float64(v.Heap.PeakHeapGrowth) / float64(st.distinct)
 
 	cs2, err := e.commandStats(ctx)
 	if err != nil {
@@ -283,9 +289,10 @@ func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st strea
 }
 
 // createUsers creates "<prefix>users" from lastseen.User (id bigint primary
-// key, last_seen_at timestamptz with an index: the library's default model)
-// with users rows seen at seenAt, vacuumed and analyzed.
-func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time) (string, error) {
+// key, last_seen_at timestamptz without an index: the library's default
+// model), shaped by ts (an index on last_seen_at, a fillfactor), with users
+// rows seen at seenAt, vacuumed and analyzed.
+func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time, ts tableSchema) (string, error) {
 	db = db.WithContext(ctx)
 	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
 		return "", fmt.Errorf("lastseen: bench: create users table: %w", err)
@@ -295,6 +302,17 @@ func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt ti
 		return "", err
 	}
 	table := stmt.Schema.Table
+	if ts.fillfactor > 0 {
+		if err := db.Exec("ALTER TABLE ? SET (fillfactor = "+strconv.Itoa(ts.fillfactor)+")", clause.Table{Name: table}).Error; err != nil {
+			return "", fmt.Errorf("lastseen: bench: fillfactor of %s: %w", table, err)
+		}
+	}
+	if ts.index {
+		if err := db.Exec("CREATE INDEX ? ON ? (?)", clause.Table{Name: "idx_" + table + "_last_seen_at"}, clause.Table{Name: table},
+			clause.Column{Name: "last_seen_at"}).Error; err != nil {
+			return "", fmt.Errorf("lastseen: bench: index on %s: %w", table, err)
+		}
+	}
 	err := db.Exec("INSERT INTO ? (?, ?) SELECT g, ? FROM generate_series(1, ?::bigint) AS g",
 		clause.Table{Name: table}, clause.Column{Name: "id"}, clause.Column{Name: "last_seen_at"}, seenAt, users).Error
 	if err != nil {
