@@ -10,7 +10,7 @@ import (
 	"github.com/lastseen/lastseen"
 )
 
-// Micro-benchmarks of the request path (issue 5). Run them with
+// Micro-benchmarks of the request path. Run them with
 //
 //	go test -bench . -benchmem -run '^$'
 //
@@ -58,7 +58,7 @@ func warm(b *testing.B, p *lastseen.Plugin, ids []any) {
 }
 
 // BenchmarkTouchCached is the common case: the user is inside the throttle
-// window and the in-process cache answers without I/O. Target (issue 5):
+// window and the in-process cache answers without I/O. Target:
 // under 100 ns/op and 0 allocs/op.
 func BenchmarkTouchCached(b *testing.B) {
 	p := benchPlugin(b, miniredisKind(), 0)

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis Cluster (issue 4 behaviour 7), against the real three-master
+// Redis Cluster, against the real three-master
 // cluster of LASTSEEN_REDIS_CLUSTER (.ci/run creates it with
 // `redis-cli --cluster create`). miniredis checks no slots, so only a real
 // cluster shows a CROSSSLOT.

@@ -18,7 +18,7 @@ import (
 	"gorm.io/gorm"
 )
 
-// Config mistakes (issue 4 behaviour 8): every one is refused by
+// Config mistakes: every one is refused by
 // Initialize (db.Use), before any I/O, with an error wrapping
 // ErrInvalidConfig whose text names the field, the value and what is
 // wanted. The handles below only name a dialect: nothing connects.

@@ -286,7 +286,7 @@ func runCrashChild(t *testing.T, spec *childSpec) {
 	t.Fatalf("flush ended (%v) without reaching %s", err, spec.Point)
 }
 
-// TestCrashMidFlush is issue 4 behaviour 4: a flusher in a child process is
+// TestCrashMidFlush: a flusher in a child process is
 // killed with SIGKILL at each point of a flush; requests go on meanwhile
 // (newer and older touches, and the app writing a newer value itself).
 // Redis and the database are checked at the crash: exactly what the point
@@ -561,7 +561,7 @@ func runInstanceChild(t *testing.T, spec *childSpec) {
 	p.Close(ctx)
 }
 
-// TestManyInstances is issue 4 behaviour 6: three processes touch, flush
+// TestManyInstances: three processes touch, flush
 // and purge against the same Redis and database with randomized timing.
 // Afterwards the database holds the newest recorded timestamp of every user
 // (or the newer value it had), Redis holds nothing, every expired session

@@ -9,13 +9,10 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/lastseen/lastseen"
 	"github.com/robfig/cron/v3"
-	"gorm.io/gorm"
 )
 
 // logBuffer is a slog destination tests can read while jobs write to it.
@@ -104,58 +101,4 @@ func TestInitializeRejectsBadSchedules(t *testing.T) {
 		equal(t, "error", fmt.Sprint(err), c.want)
 		equal(t, "errors.Is ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
 	}
-}
-
-// TestCloseWaitsForScheduledFlush: Close stops the cron, cancels the
-// running flush's context, waits for it to return, and then its own final
-// flush writes what the interrupted one left in flight.
-func TestCloseWaitsForScheduledFlush(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
-	ctx := context.Background()
-	cfg := h.config()
-	cfg.DisableScheduler = false
-	cfg.FlushSchedule = "@every 1s" // robfig's shortest interval
-
-	// The callback goes in before the plugin starts its cron: GORM's
-	// callback registration must not race with a running flush.
-	db := h.openDB()
-	seedUsers(t, db, 1)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	var jobReturned atomic.Bool
-	must(t, db.Callback().Raw().Before("gorm:raw").Register("test:block_first_update", func(tx *gorm.DB) {
-		if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE") {
-			once.Do(func() {
-				close(entered)
-				<-release
-				jobReturned.Store(true)
-			})
-		}
-	}))
-	p := lastseen.New(cfg)
-	must(t, db.Use(p))
-	t.Cleanup(func() { p.Close(context.Background()) })
-	_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:29:00Z"))
-	must(t, err)
-	select {
-	case <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the scheduled flush did not start within 30s")
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- p.Close(ctx) }()
-	<-internals().JobsContext(p).Done() // Close stopped the cron and canceled the jobs
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while the scheduled flush was still running", err)
-	default:
-	}
-	close(release)
-	must(t, <-closed)
-	equal(t, "scheduled flush returned before Close", jobReturned.Load(), true)
-	equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:29:00Z")
-	equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
-	s := p.Stats()
-	equal(t, "flushes (scheduled + final)", s.Flushes, 2)
-	equal(t, "flush errors (the interrupted one)", s.FlushErrors, 1)
 }

@@ -109,7 +109,7 @@ func pendingAt(t *testing.T, p *lastseen.Plugin, id any) string {
 	return at.Format(time.RFC3339)
 }
 
-// TestDerivedExpiryMovesWithLastUsed is case 004: clients and applications
+// TestDerivedExpiryMovesWithLastUsed: clients and applications
 // tracked by two plugins on one *gorm.DB; the clients' OnBatch moves
 // expires_at with last_used in the batch's transaction, so the app's own
 // cleanup keeps the client in use and deletes the idle one.

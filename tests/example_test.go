@@ -185,3 +185,36 @@ func Example_slidingSession() {
 	// purged 2 left: [busy fresh]
 	// busy expired: false
 }
+
+// The operator's Status: what waits in the buffer for the next flush, read
+// without writing anything.
+func Example_status() {
+	db, rdb, done := exampleEnv()
+	defer done()
+	now := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	db.AutoMigrate(&lastseen.User{})
+	presence := lastseen.New(lastseen.Config{
+		Redis: rdb, Prefix: "app:presence", Shards: 2, DisablePurge: true, DisableScheduler: true,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err := db.Use(presence); err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	presence.TouchAt(ctx, 1, now.Add(-2*time.Minute))
+	presence.TouchAt(ctx, 2, now.Add(-time.Minute))
+	presence.TouchAt(ctx, 3, now)
+
+	st, err := presence.Status(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("pending", st.Pending, "in flight", st.InFlight, "oldest", st.OldestAge())
+	presence.Flush(ctx)
+	st, _ = presence.Status(ctx)
+	fmt.Println("after a flush: pending", st.Pending, "in flight", st.InFlight)
+	presence.Close(ctx)
+	// Output:
+	// pending 3 in flight 0 oldest 2m0s
+	// after a flush: pending 0 in flight 0
+}

@@ -461,7 +461,7 @@ func TestRedisOutageRequestPath(t *testing.T) {
 
 // ------------------------------------- 2. touches kept while Redis is down --
 
-// TestBacklogReplayedAfterOutage is issue 4 behaviour 2: touches made while
+// TestBacklogReplayedAfterOutage: touches made while
 // Redis is unreachable are kept in the bounded backlog (newest per user, at
 // most BacklogSize users, the rest counted in BacklogDropped), and the first
 // flush after Redis is back writes them: exact values in the database.
@@ -622,7 +622,7 @@ func committedAndKept(t *testing.T, p *lastseen.Plugin, db *gorm.DB, before, tou
 	return committed
 }
 
-// TestDatabaseStoppedDuringFlush is issue 4 behaviour 3 with the server
+// TestDatabaseStoppedDuringFlush: a database failure during a flush, with the server
 // gone: a proxy in front of PostgreSQL or MariaDB refuses and cuts every
 // connection after the flush's first batch committed. The rest stays in
 // Redis; a flush while the server is down changes nothing; newer and older
@@ -699,7 +699,7 @@ func singleConnection(t *testing.T, db *gorm.DB) {
 	sqlDB.SetMaxIdleConns(1)
 }
 
-// TestDatabaseConnectionKilledDuringFlush is issue 4 behaviour 3 with the
+// TestDatabaseConnectionKilledDuringFlush: a database failure during a flush, with the
 // plugin's database connection killed between two batches
 // (pg_terminate_backend, MySQL KILL) before its last batch, of one entry:
 // the flush goes on over a new connection and writes every timestamp, with
@@ -766,7 +766,7 @@ func TestDatabaseConnectionKilledDuringFlush(t *testing.T) {
 	}
 }
 
-// TestDatabaseStatementTimeoutDuringFlush is issue 4 behaviour 3 with a
+// TestDatabaseStatementTimeoutDuringFlush: a database failure during a flush, with a
 // statement timeout: another transaction holds user 5's row, the plugin's
 // session has a 250ms statement timeout (PostgreSQL statement_timeout,
 // MariaDB max_statement_time). The batch holding user 5 is split until user
@@ -849,7 +849,7 @@ IF NEW.id = %d AND NEW.last_seen_at IS NOT NULL THEN SIGNAL SQLSTATE '45000' SET
 	}
 }
 
-// TestDatabaseRefusesOneRow is issue 4 behaviour 3 with a constraint that
+// TestDatabaseRefusesOneRow: a database failure during a flush, with a constraint that
 // refuses one row (a CHECK constraint on PostgreSQL, a trigger on MariaDB
 // and SQLite): the row is isolated and reported while the rest of its batch
 // is written; it keeps being refused, without blocking anyone else, until
@@ -912,7 +912,7 @@ func TestDatabaseRefusesOneRow(t *testing.T) {
 
 // ------------------------------------------- 5. Redis restart and failover --
 
-// TestRedisScriptCacheFlushed is issue 4 behaviour 5, part one: after
+// TestRedisScriptCacheFlushed: Redis failures, part one: after
 // SCRIPT FLUSH (what a restart or a failover to a replica leaves) every
 // script gets NOSCRIPT once and go-redis falls back to EVAL; no error
 // reaches the caller of Touch or Flush.
@@ -945,7 +945,7 @@ func TestRedisScriptCacheFlushed(t *testing.T) {
 	equal(t, "redis errors", p.Stats().RedisErrors, 0)
 }
 
-// TestRedisLostItsData is issue 4 behaviour 5, part two: a Redis that lost
+// TestRedisLostItsData: Redis failures, part two: a Redis that lost
 // its data (killed and restarted empty, or FLUSHALL in the middle of a
 // flush) loses only the presence not yet flushed; the database keeps every
 // committed value and never moves backwards, and the plugin goes on.

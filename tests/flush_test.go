@@ -680,60 +680,6 @@ func TestFlushLargestBatch(t *testing.T) {
 	})
 }
 
-// TestClose: Close runs a final flush, returns the same result when called
-// again, and Flush afterwards returns ErrClosed.
-func TestClose(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, h *harness) {
-		ctx := context.Background()
-		p, db := h.plugin(h.config())
-		seedUsers(t, db, 4)
-		for id := 1; id <= 3; id++ {
-			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:20:00Z"))
-			must(t, err)
-		}
-		must(t, p.Close(ctx))
-		must(t, p.Close(ctx))
-		got := columnsByID(t, db, "users", "id", "last_seen_at")
-		for id := 1; id <= 3; id++ {
-			equal(t, fmt.Sprint("column ", id), got[fmt.Sprint(id)], "2026-03-01T09:20:00Z")
-		}
-		equal(t, "flushes", p.Stats().Flushes, 1)
-		res, err := p.Flush(ctx)
-		equal(t, "flush after close", err, lastseen.ErrClosed)
-		equal(t, "flush after close result", res, lastseen.FlushResult{})
-		equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
-
-		// A touch after Close still reaches Redis for the next instance.
-		ok, err := p.Touch(ctx, 9)
-		must(t, err)
-		equal(t, "touch after close recorded", ok, true)
-		at, _, err := p.Pending(ctx, 9)
-		must(t, err)
-		equal(t, "pending after close", at.Format(time.RFC3339), "2026-03-01T09:30:00Z")
-
-		// A failing final flush: Close returns its error, twice, and keeps the data.
-		q, qdb := h.plugin(h.config())
-		down := failWrites(t, qdb)
-		ok, err = q.TouchAt(ctx, 4, mustTime("2026-03-01T09:25:00Z"))
-		must(t, err)
-		equal(t, "touch 4 recorded", ok, true)
-		down(true)
-		err1 := q.Close(ctx)
-		if err1 == nil || !strings.Contains(err1.Error(), "injected: database unreachable") {
-			t.Fatalf("close with the database down: %v", err1)
-		}
-		err2 := q.Close(ctx)
-		equal(t, "second close returns the first result", err2, err1)
-		down(false)
-		r, _ := h.plugin(h.config())
-		res, err = r.Flush(ctx)
-		must(t, err)
-		equal(t, "next instance writes what the failed close kept", res.Written, 1)
-		equal(t, "user 9 unknown", res.Unknown, 1)
-		equal(t, "column 4", lastSeenColumn(t, db, "users", "id", "last_seen_at", 4), "2026-03-01T09:25:00Z")
-	})
-}
-
 // TestFlushKeyOutOfRange: an id over the largest key the dialect stores for
 // a uint64 key (PostgreSQL bigint, SQLite integer) is refused by Touch and,
 // if it is in Redis anyway, rejected by the flush instead of failing every

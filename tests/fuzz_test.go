@@ -16,7 +16,7 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-// Fuzz tests (issue 4 behaviour 8). The seeds run in every `go test`; to
+// Fuzz tests of the user-id codec. The seeds run in every `go test`; to
 // fuzz: go test -run '^$' -fuzz FuzzUserID -fuzztime 1m (or FuzzParseMicros).
 
 // Primary keys of every kind the codec supports.

@@ -146,34 +146,6 @@ func TestMemoryRefusedRowRequeued(t *testing.T) {
 	})
 }
 
-// TestMemoryCloseFlushes: Close writes every touch recorded before it;
-// Flush and PurgeExpiredSessions return ErrClosed afterwards.
-func TestMemoryCloseFlushes(t *testing.T) {
-	forEachMemory(t, func(t *testing.T, h *harness) {
-		ctx := context.Background()
-		p, db := h.plugin(h.config())
-		seedUsers(t, db, 40)
-		for id := 1; id <= 40; id++ {
-			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second))
-			must(t, err)
-		}
-		must(t, p.Close(ctx))
-		got := columnsByID(t, db, "users", "id", "last_seen_at")
-		written := 0
-		for id := 1; id <= 40; id++ {
-			if got[fmt.Sprint(id)] == mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second).Format(time.RFC3339Nano) {
-				written++
-			}
-		}
-		equal(t, "rows written by Close", written, 40)
-		equal(t, "stats drained", p.Stats().Drained, 40)
-		_, err := p.Flush(ctx)
-		equal(t, "flush after Close", err, lastseen.ErrClosed)
-		_, err = p.PurgeExpiredSessions(ctx)
-		equal(t, "purge after Close", err, lastseen.ErrClosed)
-	})
-}
-
 // TestMemoryPurgeInProcessLock: the purge runs under the in-process lock:
 // while it is held, PurgeExpiredSessions returns ErrLocked (PurgeSkipped
 // 1); released, it deletes the 3 expired sessions of 5.

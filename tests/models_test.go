@@ -16,7 +16,7 @@ import (
 	"gorm.io/gorm/utils/tests"
 )
 
-// App models of the kinds issue 2 names: custom TableName, custom column,
+// App models of every kind the plugin supports: custom TableName, custom column,
 // embedded gorm.Model, integer, string and UUID primary keys, time.Time and
 // *time.Time last-seen fields.
 

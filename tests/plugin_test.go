@@ -68,11 +68,11 @@ func TestTouchFlushRoundTrip(t *testing.T) {
 	})
 }
 
-// TestCase001RequiredColumnsAndDeletedUsers is ../shared/cases/001: a users
+// TestRequiredColumnsAndDeletedUsers: a users
 // table with required columns and no defaults, and a user deleted before the
 // flush. The flush must not fail, must not create a row, and counts the
 // deleted user as unknown.
-func TestCase001RequiredColumnsAndDeletedUsers(t *testing.T) {
+func TestRequiredColumnsAndDeletedUsers(t *testing.T) {
 	type Account struct {
 		ID        int64     `gorm:"primaryKey"`
 		Email     string    `gorm:"not null;uniqueIndex;size:190"`
@@ -142,10 +142,10 @@ func failWrites(t testing.TB, db *gorm.DB) (set func(bool)) {
 	}
 }
 
-// TestCase003NewestWinsAcrossFlushes is ../shared/cases/003: a failed flush
+// TestNewestWinsAcrossFlushes: a failed flush
 // leaves its in-flight entry, newer and older touches arrive meanwhile, and
 // the next flush writes the newest; the column never moves backwards.
-func TestCase003NewestWinsAcrossFlushes(t *testing.T) {
+func TestNewestWinsAcrossFlushes(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		h.needRedis(t, "two instances share one Redis buffer")
 		ctx := context.Background()

@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,53 +146,6 @@ func TestStatementErrorKeepsBatch(t *testing.T) {
 		equal(t, "written after the fix", res.Written, 3)
 		equal(t, "user 2", lastSeenColumn(t, db, "members", "id", "last_seen_at", 2), "2026-03-01T10:00:00Z")
 	})
-}
-
-// TestCloseWaitsForAppFlush: Close waits for a Flush the app started (which
-// holds shard locks Close's own final flush would skip), and a second Close
-// made meanwhile returns the first one's result only once it is known.
-func TestCloseWaitsForAppFlush(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
-	ctx := context.Background()
-	cfg := h.config()
-	cfg.Shards, cfg.BatchSize = 1, 10
-	p, db := h.plugin(cfg)
-	must(t, db.AutoMigrate(&lastseen.User{}))
-	for id := 1; id <= 30; id++ {
-		must(t, db.Create(&lastseen.User{ID: uint64(id)}).Error)
-		_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T10:00:00Z"))
-		must(t, err)
-	}
-	committed, release := make(chan struct{}), make(chan struct{})
-	setHooks(p, &flushHooks{AfterCommit: func(shard, batch int) {
-		if batch == 1 {
-			close(committed)
-			<-release
-		}
-	}})
-	flushed := make(chan error, 1)
-	var flushDone atomic.Bool
-	go func() { _, err := p.Flush(ctx); flushDone.Store(true); flushed <- err }()
-	<-committed
-
-	type closeResult struct {
-		err           error
-		afterTheFlush bool
-	}
-	closes := make(chan closeResult, 2)
-	for range 2 {
-		go func() { err := p.Close(ctx); closes <- closeResult{err, flushDone.Load()} }()
-	}
-	close(release)
-	must(t, <-flushed)
-	for range 2 {
-		r := <-closes
-		must(t, r.err)
-		equal(t, "Close returned after the app's flush", r.afterTheFlush, true)
-	}
-	var n int64
-	must(t, db.Model(&lastseen.User{}).Where("last_seen_at IS NOT NULL").Count(&n).Error)
-	equal(t, "users written when Close returned", n, int64(30))
 }
 
 // TestLastSeenWhileRedisDown: with Redis unreachable LastSeen answers from

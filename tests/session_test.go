@@ -108,7 +108,7 @@ func (l *purgeLog) lines(t testing.TB) []map[string]any {
 	return out
 }
 
-// AppSession is the model of ../shared/cases/002.
+// AppSession is an app's session model with soft deletes.
 type AppSession struct {
 	gorm.Model
 	Token     string    `gorm:"uniqueIndex;size:64;not null"`
@@ -116,11 +116,11 @@ type AppSession struct {
 	ExpiresAt time.Time `gorm:"index;not null"`
 }
 
-// TestCase002SoftDeletedExpiredSessions is ../shared/cases/002: a session
+// TestSoftDeletedExpiredSessions: a session
 // model embedding gorm.Model. The scope follows GORM's soft-delete filter;
 // the purge deletes for real, soft-deleted expired rows included, and
 // leaves unexpired rows (soft-deleted or not) untouched.
-func TestCase002SoftDeletedExpiredSessions(t *testing.T) {
+func TestSoftDeletedExpiredSessions(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		now := mustTime("2026-03-01T12:00:00Z")
@@ -706,60 +706,6 @@ func TestPurgeOneInstance(t *testing.T) {
 		equal(t, "second tick: errors", after.PurgeErrors, 0)
 		equal(t, "second tick: deleted", after.SessionsDeleted-sum.SessionsDeleted, 3)
 		equal(t, "second tick: ids left", tableIDs(t, db, "sessions", "id"), "z")
-	})
-}
-
-// TestCloseWaitsForPurge: Close lets the batch in progress commit, stops
-// the purge after it, and returns after the purge did.
-func TestCloseWaitsForPurge(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, h *harness) {
-		p, db := h.plugin(purgeConfig(h, 2))
-		seedSessions(t, db,
-			sess("a", "2026-03-01T09:00:00Z"), sess("b", "2026-03-01T09:01:00Z"), sess("c", "2026-03-01T09:02:00Z"),
-			sess("d", "2026-03-01T09:03:00Z"), sess("e", "2026-03-01T09:04:00Z"), sess("z", "2026-03-02T00:00:00Z"))
-		entered, release := make(chan struct{}), make(chan struct{})
-		var calls atomic.Int64
-		beforeDelete(t, db, "test:block", func(*gorm.DB) {
-			if calls.Add(1) == 1 {
-				close(entered)
-				<-release
-			}
-		})
-		type outcome struct {
-			res lastseen.PurgeResult
-			err error
-		}
-		purged, closed := make(chan outcome, 1), make(chan error, 1)
-		go func() {
-			res, err := p.PurgeExpiredSessions(context.Background())
-			purged <- outcome{res, err}
-		}()
-		<-entered
-		go func() { closed <- p.Close(context.Background()) }()
-		<-internals().Closing(p) // Close has begun
-		select {
-		case err := <-closed:
-			t.Fatalf("Close returned (%v) while batch 1 was running", err)
-		default:
-		}
-		close(release)
-		must(t, <-closed)
-		// Batch 1 committed before Close returned.
-		equal(t, "ids left when Close returned", tableIDs(t, db, "sessions", "id"), "c,d,e,z")
-		out := <-purged
-		if !errors.Is(out.err, lastseen.ErrClosed) {
-			t.Errorf("purge err = %v, want ErrClosed", out.err)
-		}
-		equal(t, "deleted", out.res.Deleted, 2)
-		equal(t, "batches", out.res.Batches, 1)
-		equal(t, "stopped", out.res.Stopped, true)
-		equal(t, "ids left", tableIDs(t, db, "sessions", "id"), "c,d,e,z")
-		if _, err := p.PurgeExpiredSessions(context.Background()); err != lastseen.ErrClosed {
-			t.Errorf("purge after Close: err = %v, want ErrClosed", err)
-		}
-		if _, _, err := p.ExpiredSessions(context.Background()); err != lastseen.ErrClosed {
-			t.Errorf("ExpiredSessions after Close: err = %v, want ErrClosed", err)
-		}
 	})
 }
 
