@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 )
 
@@ -51,14 +52,74 @@ func (b *backlog) take() map[string]int64 {
 	return m
 }
 
+// Why a touch that never reached Redis was dropped, as logged (dropLog).
+const (
+	dropFull    = "backlog full"                                  // a touch found the backlog full
+	dropReplay  = "backlog full when a failed replay put it back" // new touches refilled it meanwhile
+	dropClosed  = "redis unreachable after Close"                 // nothing flushes the backlog any more
+	dropAtClose = "backlog not written to redis by Close"         // the final flush could not replay it
+)
+
+// dropLog counts touches that never reached Redis and were dropped, in
+// BacklogDropped, and logs them through a rateLimitedLog (logs.go): at
+// most one line per reason per 10s, with the number dropped, the running
+// total and the lines held back, so a loss is never silent and never
+// floods the log. (Unreadable entries a flush drops are counted in
+// Rejected and logged by the flush.)
+type dropLog struct {
+	log     *slog.Logger
+	stats   *counters
+	limited rateLimitedLog
+}
+
+// backlog counts n touches dropped for reason and logs it.
+func (d *dropLog) backlog(n int, reason string) {
+	if n <= 0 {
+		return
+	}
+	total := d.stats.backlogDropped.Add(int64(n))
+	d.limited.log(d.log, slog.LevelWarn, "lastseen: dropped touches that never reached redis: "+reason,
+		"dropped", n, "backlog_dropped_total", total)
+}
+
+// keep puts a touch that did not reach Redis into the backlog, counted in
+// Backlogged, or drops it, counted in BacklogDropped: when the backlog is
+// full, or after Close, when nothing will flush it.
+func (b *redisBuffer) keep(uid string, ts int64) {
+	switch {
+	case b.closed.Load():
+		b.drops.backlog(1, dropClosed)
+	case b.backlog.add(uid, ts):
+		b.stats.backlogged.Add(1)
+	default:
+		b.drops.backlog(1, dropFull)
+	}
+}
+
+// putBack returns entries of a replay that failed to the backlog, newest
+// per user (touches made meanwhile may be newer), and returns how many no
+// longer fit.
+func (b *redisBuffer) putBack(args []any) (dropped int) {
+	for i := 1; i < len(args); i += 2 {
+		if !b.backlog.add(args[i].(string), args[i+1].(int64)) {
+			dropped++
+		}
+	}
+	return dropped
+}
+
 // replayBacklog writes the backlog of touches that could not reach Redis
 // into the pending hashes, one script call per shard. What it cannot write
-// goes back into the backlog.
+// goes back into the backlog (putBack). After a call that timed out (Redis
+// did not answer, or ctx's deadline passed) it tries no other shard: their
+// entries go back too, for the next flush, instead of each waiting out its
+// own timeout.
 func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
 	m := b.backlog.take()
 	if len(m) == 0 {
 		return 0, nil
 	}
+	b.testHooks().BacklogTaken(len(m))
 	byShard := map[string][]any{}
 	top := ceiling(b.now())
 	for uid, ts := range m {
@@ -68,18 +129,29 @@ func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
 		}
 		byShard[k] = append(byShard[k], uid, ts)
 	}
-	written := 0
+	written, dropped := 0, 0
 	var errs []error
+	var timedOut error // Redis did not answer: the other shards wait for the next flush
 	for key, args := range byShard {
-		if err := mergeScript.Run(ctx, b.rdb, []string{key}, args...).Err(); err != nil {
-			for i := 1; i < len(args); i += 2 {
-				b.backlog.add(args[i].(string), args[i+1].(int64))
+		err := timedOut
+		if err == nil {
+			err = b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+				return mergeScript.Run(ctx, rdb, []string{key}, args...).Err()
+			})
+			if isTimeout(err) {
+				timedOut = err
 			}
-			errs = append(errs, err)
+		}
+		if err != nil {
+			dropped += b.putBack(args)
+			if err != timedOut || len(errs) == 0 || errs[len(errs)-1] != timedOut {
+				errs = append(errs, err) // a timeout once, not once per shard
+			}
 			continue
 		}
 		written += (len(args) - 1) / 2
 	}
+	b.drops.backlog(dropped, dropReplay) // counted in BacklogDropped, logged
 	if err := errors.Join(errs...); err != nil {
 		return written, fmt.Errorf("lastseen: replay backlog: %w", err)
 	}

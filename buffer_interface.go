@@ -3,6 +3,7 @@ package lastseen
 import (
 	"context"
 	"errors"
+	"github.com/lastseen/lastseen/internal/testhooks"
 	"time"
 )
 
@@ -81,8 +82,10 @@ type buffer interface {
 	// breaker is the state of the circuit breaker in front of the buffer
 	// (always BreakerClosed in memory).
 	breaker() BreakerState
-	// close releases what the buffer holds (Close calls it last).
-	close()
+	// close releases what the buffer holds (Close calls it last): the Redis
+	// buffer drops, counts and logs what is left in its backlog and closes
+	// the client it opened for itself (redisclient.go).
+	close() error
 }
 
 // lease is a held lock: the purge's, or a shard's (shardLease).
@@ -91,6 +94,12 @@ type lease interface {
 	refresh(ctx context.Context) error
 	// release gives the lock up; it is bounded even when ctx has ended.
 	release(ctx context.Context)
+	// keep keeps the lock alive while work under it runs (the Redis locks
+	// are refreshed every LockTTL/3, lockkeeper.go; the in-process ones
+	// never expire). It returns the context the work runs under, canceled
+	// with cause lost when the lock is lost, and stop, to call when the
+	// work returns, before release.
+	keep(ctx context.Context, lost error) (context.Context, func())
 }
 
 // shardLease is one shard's flush lock with the operations a flush runs
@@ -133,7 +142,7 @@ var errNotObtained = errors.New("lastseen: lock held by another flusher or purge
 // client, else in process. It is the one place that chooses.
 func (p *Plugin) openBuffer() buffer {
 	if hasRedis(p.cfg) {
-		return newRedisBuffer(p.cfg, p.log, &p.stats)
+		return newRedisBuffer(p.cfg, p.log, &p.stats, func() *testhooks.FlushHooks { return p.hooks })
 	}
 	return newMemoryBuffer(p.cfg)
 }

@@ -68,6 +68,9 @@ const (
 	DefaultActiveField          = "LastActiveAt"
 	DefaultMaxIDLength          = 128
 	DefaultMaxRefusals          = 5
+	DefaultFlushTimeout         = 5 * time.Minute
+	DefaultPurgeTimeout         = 30 * time.Minute
+	DefaultStatementTimeout     = 20 * time.Second
 )
 
 // maxIDLengthLimit is the largest MaxIDLength: ids are Redis key suffixes
@@ -85,6 +88,14 @@ type Config struct {
 	// runs as one instance; what a crash loses is in the README ("Without
 	// Redis"). TouchTimeout, BacklogSize, BreakerCooldown and LockTTL apply
 	// to Redis only.
+	//
+	// Every call honours its context's deadline: a *redis.Client or
+	// *redis.ClusterClient without ContextTimeoutEnabled (the go-redis
+	// default) is not used directly; Initialize opens the plugin's own
+	// client from a copy of its options with ContextTimeoutEnabled set
+	// (hooks added with AddHook are not copied), and Close closes it. Other
+	// clients are used as they are, each call on a goroutine bounded by its
+	// context (see redisclient.go).
 	Redis redis.UniversalClient
 	// Prefix starts every Redis key the plugin writes. Default "lastseen".
 	Prefix string
@@ -129,16 +140,21 @@ type Config struct {
 	// &User{}.
 	Model any
 	// Field names the tracked model's last-seen field, by Go field name or
-	// column name. It must be a time.Time or *time.Time. Default
-	// "LastSeenAt".
+	// column name: a time.Time, *time.Time, sql.NullTime, named time type,
+	// driver.Valuer over a time, or integer Unix time (FieldEncoding;
+	// coltype.go). Default "LastSeenAt".
 	Field string
 	// FlushSchedule is when the scheduler flushes, as robfig/cron specs
 	// (standard five fields or descriptors such as "@every 1m"), several
 	// separated by ";". Default "@every 1m".
 	FlushSchedule string
 	// LockTTL is the time-to-live of the Redis locks that keep flushes and
-	// purges of different instances apart; they are refreshed after each
-	// batch. Default 30s.
+	// purges of different instances apart. While a flush or purge runs, its
+	// lock is refreshed (redislock Refresh, PEXPIRE) every LockTTL/3 and
+	// after each batch; a run whose lock could not be refreshed for LockTTL
+	// stops. It must be longer than StatementTimeout and PurgeBatchTimeout,
+	// so that a statement never outlives a lock that stopped being
+	// refreshed. Default 30s; at least 10ms.
 	LockTTL time.Duration
 	// MaxRetries bounds how often one batch is retried after a deadlock or
 	// serialization failure. Default 3; negative means no retry.
@@ -148,7 +164,8 @@ type Config struct {
 	// pointer to a struct with exactly one primary key. Default &Session{}.
 	SessionModel any
 	// ExpiresField names the expiry field of SessionModel, by Go field name
-	// or column name; a time.Time or *time.Time. Default "ExpiresAt".
+	// or column name; any type Field takes (SessionEncoding). Default
+	// "ExpiresAt".
 	ExpiresField string
 	// PurgeSchedule is when the scheduler purges expired sessions, robfig/cron
 	// specs separated by ";" (for example "@every 1h;0 3 * * *"). Default
@@ -160,7 +177,9 @@ type Config struct {
 	// PurgePause is the pause between two purge batches. Default 50ms;
 	// negative means no pause.
 	PurgePause time.Duration
-	// PurgeBatchTimeout bounds one purge batch (select and delete). Default 10s.
+	// PurgeBatchTimeout bounds one purge batch (select and delete). Default
+	// 10s, or two thirds of LockTTL when that is shorter; it must be
+	// shorter than LockTTL.
 	PurgeBatchTimeout time.Duration
 
 	// DisablePurge leaves the purge job out of the scheduler, for apps that
@@ -205,6 +224,23 @@ type Config struct {
 	// TouchTimeout and the touch path's circuit breaker; on failure the
 	// query keeps the column's values. Default off.
 	Overlay bool
+
+	// Deadlines: every call bounded, even when Redis never answers.
+
+	// FlushTimeout is the deadline of a scheduled flush, and of Close's final
+	// flush when Close's context has no deadline of its own: the run stops
+	// then, with every batch committed so far acknowledged. Default 5m.
+	FlushTimeout time.Duration
+	// PurgeTimeout is the deadline of a scheduled purge: the run stops
+	// between batches then (PurgeExpiredSessions). Default 30m.
+	PurgeTimeout time.Duration
+	// StatementTimeout bounds each SQL statement of a flush (a batch's
+	// UPDATE or upsert, its row count, the column-type lookup, the SELECT 1
+	// probe). It must be shorter than LockTTL, so that a statement never
+	// outlives a shard lock that stopped being refreshed. Default 20s, or
+	// two thirds of LockTTL when that is shorter.
+	StatementTimeout time.Duration
+
 	// Derived columns (onbatch.go).
 
 	// OnBatch, when set, runs inside the transaction of each batch's write,
@@ -223,8 +259,8 @@ type Config struct {
 	// ExpiredSessions and the purge use the rule. Default 0: off.
 	IdleTimeout time.Duration
 	// ActiveField names SessionModel's last-active field, by Go field name
-	// or column name; a time.Time or *time.Time. Read only when IdleTimeout
-	// is positive. Default "LastActiveAt".
+	// or column name; any type Field takes (SessionEncoding). Read only when
+	// IdleTimeout is positive. Default "LastActiveAt".
 	ActiveField string
 	// Ids.
 
@@ -247,6 +283,29 @@ type Config struct {
 	// (<prefix>:{N}:refusals), so it spans flushes and instances; a write
 	// of the entry clears it. Default 5; negative never drops.
 	MaxRefusals int
+
+	// Column types (coltype.go; README "Column types").
+
+	// FieldEncoding is how Field's column stores an instant: EncodingAuto
+	// (default: learned from the field's Go type and tags), EncodingTime,
+	// EncodingUnixSeconds or EncodingUnixMillis (an integer column).
+	FieldEncoding Encoding
+	// SessionEncoding is FieldEncoding for SessionModel's ExpiresField and
+	// ActiveField. Default EncodingAuto.
+	SessionEncoding Encoding
+	// ColumnLocation is the time zone of the wall times in naive timestamp
+	// columns (PostgreSQL timestamp without time zone, MySQL/MariaDB
+	// DATETIME): when set, the flush writes and the scopes compare the wall
+	// time in it (as a literal cast to the column's type), and reads take
+	// the column's wall time in it, whatever location the driver uses. Set
+	// it to the location the app's own reads assume (time.Local for an app
+	// on MySQL with loc=Local whose plugin handle has another loc, or for
+	// PostgreSQL timestamp columns written in local time). Columns that
+	// hold instants (timestamptz, MySQL TIMESTAMP, SQLite text with an
+	// offset) and integer columns ignore it. Default nil: the driver's
+	// location, which is UTC unless the DSN sets another (pgx writes and
+	// reads timestamp as UTC; go-sql-driver/mysql uses its loc parameter).
+	ColumnLocation *time.Location
 }
 
 // withDefaults returns cfg with the Default* values filled into its zero
@@ -262,11 +321,14 @@ func withDefaults(cfg Config) Config {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	// Never more than there are shards: Shards 1 alone must stay valid.
 	cfg.FlushConcurrency = cmp.Or(cfg.FlushConcurrency, max(1, min(DefaultFlushConcurrency, cfg.Shards)))
-	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL)
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, DefaultMaxRetries)
 	cfg.PurgeBatchSize = cmp.Or(cfg.PurgeBatchSize, DefaultPurgeBatchSize)
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, DefaultPurgePause)
-	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, DefaultPurgeBatchTimeout)
+	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL) // before the timeouts that follow it
+	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, min(DefaultPurgeBatchTimeout, cfg.LockTTL*2/3))
+	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, min(DefaultStatementTimeout, cfg.LockTTL*2/3))
+	cfg.FlushTimeout = cmp.Or(cfg.FlushTimeout, DefaultFlushTimeout)
+	cfg.PurgeTimeout = cmp.Or(cfg.PurgeTimeout, DefaultPurgeTimeout)
 	cfg.Field = cmp.Or(cfg.Field, DefaultField)
 	cfg.MaxRefusals = cmp.Or(cfg.MaxRefusals, DefaultMaxRefusals)
 	cfg.FlushSchedule = cmp.Or(cfg.FlushSchedule, DefaultFlushSchedule)
@@ -364,6 +426,12 @@ func checkFlush(c Config, d *dialect) error {
 		return invalid("WriteMode %v is not Update or Upsert", c.WriteMode)
 	case c.LockTTL < 10*time.Millisecond:
 		return invalid("LockTTL is %v, want at least 10ms", c.LockTTL)
+	case c.StatementTimeout <= 0:
+		return invalid("StatementTimeout is %v, want a positive duration", c.StatementTimeout)
+	case c.LockTTL <= c.StatementTimeout:
+		return invalid("LockTTL %v cannot cover one flush statement: it must be longer than StatementTimeout (%v)", c.LockTTL, c.StatementTimeout)
+	case c.FlushTimeout <= 0:
+		return invalid("FlushTimeout is %v, want a positive duration", c.FlushTimeout)
 	}
 	return nil
 }
@@ -379,6 +447,10 @@ func checkPurge(c Config, d *dialect) error {
 			c.PurgeBatchSize, d.name, d.maxParams-1, d.maxParams)
 	case c.PurgeBatchTimeout < 0:
 		return invalid("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
+	case c.LockTTL <= c.PurgeBatchTimeout:
+		return invalid("LockTTL %v cannot cover one purge batch: it must be longer than PurgeBatchTimeout (%v)", c.LockTTL, c.PurgeBatchTimeout)
+	case c.PurgeTimeout <= 0:
+		return invalid("PurgeTimeout is %v, want a positive duration", c.PurgeTimeout)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/robfig/cron/v3"
 )
@@ -32,14 +33,21 @@ func newScheduler(log *slog.Logger) *scheduler {
 	}
 }
 
-// job wraps fn for the cron: fn gets the scheduler's context.
-func (s *scheduler) job(fn func(context.Context)) cron.Job {
-	return s.chain.Then(cron.FuncJob(func() { fn(s.ctx) }))
+// job wraps fn for the cron: fn gets the scheduler's context with a
+// deadline of timeout from the start of the run (FlushTimeout,
+// PurgeTimeout), so a run never outlives it, even when Redis never answers.
+func (s *scheduler) job(timeout time.Duration, fn func(context.Context)) cron.Job {
+	return s.chain.Then(cron.FuncJob(func() {
+		ctx, cancel := context.WithTimeout(s.ctx, timeout)
+		defer cancel()
+		fn(ctx)
+	}))
 }
 
-// add schedules fn for every spec in specs (";"-separated).
-func (s *scheduler) add(name, specs string, fn func(context.Context)) error {
-	j := s.job(fn)
+// add schedules fn for every spec in specs (";"-separated), each run with a
+// deadline of timeout.
+func (s *scheduler) add(name, specs string, timeout time.Duration, fn func(context.Context)) error {
+	j := s.job(timeout, fn)
 	for _, spec := range splitSpecs(specs) {
 		if _, err := s.cron.AddJob(spec, j); err != nil {
 			return fmt.Errorf("%w: %s schedule %q: %v", ErrInvalidConfig, name, spec, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/robfig/cron/v3"
 )
@@ -26,7 +27,7 @@ func TestSchedulerRecoversPanic(t *testing.T) {
 	var logs logBuffer
 	s := newScheduler(debugLogger(&logs))
 	fn, runs, completed := panicsOnce()
-	j := s.job(fn)
+	j := s.job(time.Minute, fn)
 	for range 3 {
 		j.Run() // must not panic
 	}
@@ -62,7 +63,7 @@ func TestSchedulerSkipsOverlappingRuns(t *testing.T) {
 	s := newScheduler(debugLogger(&logs))
 	started, release := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int64
-	must(t, s.add("flush", "@every 1m; 0 3 * * *", func(context.Context) {
+	must(t, s.add("flush", "@every 1m; 0 3 * * *", time.Minute, func(context.Context) {
 		if runs.Add(1) == 1 {
 			close(started)
 			<-release

@@ -24,12 +24,12 @@ type dialect struct {
 	update func(t *writeTarget, ids []any, ts []time.Time) clause.Expr
 	// guard returns the newer-only assignment and condition for an upsert.
 	onConflict func(t *writeTarget) clause.OnConflict
-	// compare compares two time expressions with op ("<", "<=", ">=").
-	compare func(a any, op string, b any) clause.Expr
-	// sortKey is what a time column sorts by in ORDER BY: the column itself,
-	// or on SQLite julianday(column), since text with mixed offsets does
-	// not sort by instant.
-	sortKey func(col any) clause.Expr
+	// key is what a time column or value of an encoding compares and sorts
+	// by (nil: itself): on SQLite julianday(x) for text, since text with
+	// mixed offsets does not sort by instant, and x only when it is an
+	// integer for Unix time. It is NULL for a value the guard cannot
+	// compare (see uncomparable).
+	key func(enc Encoding, x any) clause.Expr
 	// retryable reports deadlocks and serialization failures.
 	retryable func(error) bool
 	// errorKind names the kind of a database error, as the server reported
@@ -74,6 +74,38 @@ type dialect struct {
 	// and, where the database has them, its HOT counters and fillfactor
 	// (health.go).
 	health func(db *gorm.DB, h *TableHealth) error
+
+	// Column types (coltype.go, coltype_check.go).
+
+	// classify tells what a column's declared type (GORM's
+	// ColumnType.DatabaseTypeName, lower case) holds.
+	classify func(typ string) colClass
+	// naiveCast casts a wall-time literal ("2006-01-02 15:04:05.999999")
+	// to the dialect's timestamp without time zone, so that the driver's
+	// own location never shifts it (nil: no naive type, SQLite).
+	naiveCast func(wall string) clause.Expr
+	// naiveDefault is whether a time column is taken for naive until the
+	// catalog was read: MySQL, where GORM creates DATETIME.
+	naiveDefault bool
+	// uncomparable is set where a column may hold values its key cannot
+	// compare (SQLite: any value in any column); a flush then finds the
+	// rows whose key is NULL while the column is not (uncomparable.go).
+	uncomparable bool
+}
+
+// compare compares a time column (or expression) a with b, both in enc,
+// with op ("<", "<=", ">="), through the dialect's key. A nil dialect (an
+// unknown database) compares plainly.
+func (d *dialect) compare(enc Encoding, a any, op string, b any) clause.Expr {
+	return clause.Expr{SQL: "? " + op + " ?", Vars: []any{d.keyOf(enc, a), d.keyOf(enc, b)}}
+}
+
+// keyOf is x's compare and sort key in enc (dialect.key).
+func (d *dialect) keyOf(enc Encoding, x any) any {
+	if d == nil || d.key == nil {
+		return x
+	}
+	return d.key(enc, x)
 }
 
 // maxBatch is the largest BatchSize: two bind parameters per user.
@@ -87,15 +119,10 @@ var dialects = map[string]*dialect{
 	sqliteDialect.name:   sqliteDialect,
 }
 
-func plainCompare(a any, op string, b any) clause.Expr {
-	return clause.Expr{SQL: "? " + op + " ?", Vars: []any{a, b}}
-}
-
-func plainKey(col any) clause.Expr { return clause.Expr{SQL: "?", Vars: []any{col}} }
-
 // standardOnConflict is PostgreSQL's and SQLite's ON CONFLICT (pk) DO UPDATE
-// with the newer-only guard in its WHERE.
-func standardOnConflict(compare func(a any, op string, b any) clause.Expr) func(t *writeTarget) clause.OnConflict {
+// with the newer-only guard in its WHERE, compared through key (nil: plain).
+func standardOnConflict(key func(enc Encoding, x any) clause.Expr) func(t *writeTarget) clause.OnConflict {
+	d := &dialect{key: key}
 	return func(t *writeTarget) clause.OnConflict {
 		cur := clause.Column{Table: t.table, Name: t.col}
 		excluded := clause.Column{Table: "excluded", Name: t.col}
@@ -104,7 +131,7 @@ func standardOnConflict(compare func(a any, op string, b any) clause.Expr) func(
 			DoUpdates: clause.Set{{Column: clause.Column{Name: t.col}, Value: excluded}},
 			Where: clause.Where{Exprs: []clause.Expression{clause.Or(
 				clause.Expr{SQL: "? IS NULL", Vars: []any{cur}},
-				compare(cur, "<", excluded),
+				d.compare(t.codec.enc, cur, "<", excluded),
 			)}},
 		}
 	}

@@ -18,8 +18,6 @@ var mysqlDialect = &dialect{
 	maxParams:          65535,
 	update:             mysqlUpdate,
 	onConflict:         mysqlOnConflict,
-	compare:            plainCompare,
-	sortKey:            plainKey,
 	retryable:          mysqlRetryable,
 	exhausted:          mysqlExhausted,
 	errorKind:          mysqlErrorNumber,
@@ -28,6 +26,9 @@ var mysqlDialect = &dialect{
 	columnTypes:        mysqlColumnTypes,
 	upsertDoubleCounts: true,
 	health:             mysqlHealth,
+	classify:           classifyMySQL,
+	naiveCast:          func(wall string) clause.Expr { return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}} },
+	naiveDefault:       true,
 }
 
 // mysqlErrorText is how go-sql-driver/mysql writes a server error:
@@ -126,10 +127,10 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR) AS id, ? AS ts")
 	}
 	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.table}, ids[0], ts[0])
+	vars = append(vars, clause.Table{Name: t.table}, ids[0], t.codec.value(ts[0]))
 	for i := 1; i < len(ids); i++ {
 		b.WriteString(" UNION ALL SELECT ?, ?")
-		vars = append(vars, ids[i], ts[i])
+		vars = append(vars, ids[i], t.codec.value(ts[i]))
 	}
 	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
 	b.WriteString(") AS v ON t.? = v.id")

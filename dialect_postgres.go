@@ -19,9 +19,7 @@ var postgresDialect = &dialect{
 	name:        "postgres",
 	maxParams:   65535,
 	update:      postgresUpdate,
-	onConflict:  standardOnConflict(plainCompare),
-	compare:     plainCompare,
-	sortKey:     plainKey,
+	onConflict:  standardOnConflict(nil),
 	retryable:   postgresRetryable,
 	exhausted:   postgresExhausted,
 	errorKind:   sqlState,
@@ -30,6 +28,8 @@ var postgresDialect = &dialect{
 	count:       postgresCount,
 	maxUnsigned: math.MaxInt64,
 	health:      postgresHealth,
+	classify:    classifyPostgres,
+	naiveCast:   func(wall string) clause.Expr { return clause.Expr{SQL: "CAST(? AS timestamp)", Vars: []any{wall}} },
 }
 
 // sqlState returns the SQLSTATE of a PostgreSQL error anywhere in err's
@@ -71,7 +71,7 @@ func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
 	col := clause.Column{Name: t.col}
 	return clause.Expr{SQL: sql, Vars: []any{
-		clause.Table{Name: t.table}, col, pgIDs(ids), pgTimes(ts),
+		clause.Table{Name: t.table}, col, pgIDs(ids), pgTimes(t.codec, ts),
 		clause.Column{Name: t.pk}, col, col,
 	}}
 }
@@ -133,18 +133,21 @@ func pgIDs(ids []any) pgArray {
 	return pgArray(append(b, '}'))
 }
 
-// pgTimes writes times in UTC with microseconds and a "Z" offset, which
-// timestamptz reads as that instant and timestamp (without time zone) reads
-// as the UTC wall time, as the library treats naive columns. The text needs
-// no quotes.
-func pgTimes(ts []time.Time) pgArray {
-	b := make([]byte, 0, 2+len(ts)*28)
+// pgTimes writes times as the column's type reads them (timeCodec.text),
+// each element double-quoted: Unix seconds or milliseconds in decimal for
+// an integer column; for timestamptz the instant in UTC with microseconds
+// and a "Z" offset; for timestamp (without time zone) the wall time in
+// ColumnLocation. The texts hold no quote or backslash.
+func pgTimes(c *timeCodec, ts []time.Time) pgArray {
+	b := make([]byte, 0, 2+len(ts)*30)
 	b = append(b, '{')
 	for i, t := range ts {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = t.UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z07:00")
+		b = append(b, '"')
+		b = append(b, c.text(t)...)
+		b = append(b, '"')
 	}
 	return pgArray(append(b, '}'))
 }

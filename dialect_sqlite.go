@@ -13,19 +13,20 @@ import (
 
 // sqliteDialect is SQLite's entry in dialects.
 var sqliteDialect = &dialect{
-	name:        "sqlite",
-	maxParams:   32766,
-	update:      sqliteUpdate,
-	onConflict:  standardOnConflict(julianCompare),
-	compare:     julianCompare,
-	sortKey:     julianKey,
-	retryable:   sqliteRetryable,
-	exhausted:   sqliteExhausted,
-	errorKind:   sqliteResultCode,
-	badText:     sqliteBadText,
-	exactIn:     sqliteExactIn,
-	maxUnsigned: math.MaxInt64,
-	health:      sqliteHealth,
+	name:         "sqlite",
+	maxParams:    32766,
+	update:       sqliteUpdate,
+	onConflict:   standardOnConflict(sqliteKey),
+	key:          sqliteKey,
+	retryable:    sqliteRetryable,
+	exhausted:    sqliteExhausted,
+	errorKind:    sqliteResultCode,
+	badText:      sqliteBadText,
+	exactIn:      sqliteExactIn,
+	maxUnsigned:  math.MaxInt64,
+	classify:     classifySQLite,
+	uncomparable: true,
+	health:       sqliteHealth,
 }
 
 // sqliteResultCode returns SQLite's primary result code of err ("8"
@@ -68,21 +69,27 @@ func sqliteExactIn(col any, vals []any) clause.Expr {
 	return clause.Expr{SQL: "? COLLATE BINARY IN ?", Vars: []any{col, vals}}
 }
 
-// julianCompare compares SQLite text timestamps as instants: julianday parses
+// sqliteKey compares SQLite text timestamps as instants: julianday parses
 // every offset ("+09:00", "Z") that drivers write, where comparing the text
-// would order "10:00+09:00" after "02:00+00:00". Its resolution is 1ms.
-func julianCompare(a any, op string, b any) clause.Expr {
-	return clause.Expr{SQL: "julianday(?) " + op + " julianday(?)", Vars: []any{a, b}}
+// would order "10:00+09:00" after "02:00+00:00"; its resolution is 1ms. Unix
+// time compares as integers, and only integers: text or a real in an
+// integer column (SQLite stores any value anywhere) has a NULL key, never
+// ordered before or after another value.
+func sqliteKey(enc Encoding, x any) clause.Expr {
+	if enc == EncodingTime {
+		return clause.Expr{SQL: "julianday(?)", Vars: []any{x}}
+	}
+	return clause.Expr{SQL: "(CASE WHEN typeof(?) = 'integer' THEN ? END)", Vars: []any{x, x}}
 }
-
-func julianKey(col any) clause.Expr { return clause.Expr{SQL: "julianday(?)", Vars: []any{col}} }
 
 // sqliteUpdate uses UPDATE ... FROM (SQLite 3.33+) over a VALUES list:
 //
 //	UPDATE "users" AS t SET "last_seen_at" = v.ts
 //	FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES (?, ?), (?, ?))) AS v
 //	WHERE t."id" = v.id [AND t."id" = v.id COLLATE BINARY, for a string key]
-//	AND (t."last_seen_at" IS NULL OR julianday(t."last_seen_at") < julianday(v.ts))
+//	AND (t."last_seen_at" IS NULL OR julianday("t"."last_seen_at") < julianday(v.ts))
+//
+// (the guard compares through sqliteKey: integers for Unix time).
 func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
 	b.WriteString("UPDATE ? AS t SET ? = v.ts FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES ")
@@ -94,7 +101,7 @@ func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 			b.WriteString(", ")
 		}
 		b.WriteString("(?, ?)")
-		vars = append(vars, ids[i], ts[i])
+		vars = append(vars, ids[i], t.codec.value(ts[i]))
 	}
 	pk := clause.Column{Name: t.pk}
 	b.WriteString(")) AS v WHERE t.? = v.id")
@@ -103,8 +110,9 @@ func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 		b.WriteString(" AND t.? = v.id COLLATE BINARY")
 		vars = append(vars, pk)
 	}
-	b.WriteString(" AND (t.? IS NULL OR julianday(t.?) < julianday(v.ts))")
-	vars = append(vars, col, col)
+	b.WriteString(" AND (t.? IS NULL OR ?)")
+	guard := (&dialect{key: sqliteKey}).compare(t.codec.enc, clause.Column{Table: "t", Name: t.col}, "<", clause.Expr{SQL: "v.ts"})
+	vars = append(vars, col, guard)
 	return clause.Expr{SQL: b.String(), Vars: vars}
 }
 

@@ -62,6 +62,14 @@ var (
 	// again at the next flush, and a hook that must tolerate one bad row does
 	// so itself.
 	ErrOnBatch = errors.New("lastseen: OnBatch failed")
+	// ErrUncomparable is returned (wrapped, with the count, the column, its
+	// encoding and the first id) by a flush in which the forward-only guard
+	// could not compare a row's value with the entry's timestamp: on SQLite,
+	// text in a Unix-time INTEGER column, or an integer in a timestamp
+	// column. Those entries are neither written nor Stale: they go back to
+	// pending for the next flush and count in FlushResult.Uncomparable and
+	// Stats.Uncomparable (see uncomparable.go).
+	ErrUncomparable = errors.New("lastseen: column value cannot be compared")
 )
 
 // Internal errors, never returned bare to callers.
@@ -74,4 +82,13 @@ var (
 	// errBatchTimeout is the cause of a purge batch's select or transaction
 	// that ran past PurgeBatchTimeout.
 	errBatchTimeout = errors.New("PurgeBatchTimeout")
+	// errStatementTimeout is the cause of a flush statement that ran past
+	// StatementTimeout: the shard's flush stops, the batch stays in Redis.
+	errStatementTimeout = errors.New("StatementTimeout")
+	// errCallerEnded marks a touch whose caller's context ended before Redis
+	// answered: kept in the backlog, not counted by the circuit breaker.
+	errCallerEnded = errors.New("the caller's context ended")
+	// errPurgeLockLost: the purge lock expired or was taken over while the
+	// purge ran (lockKeeper); the run stops between batches.
+	errPurgeLockLost = errors.New("lastseen: purge: lost the purge lock")
 )

@@ -37,8 +37,8 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 		return 0, time.Time{}, nil
 	}
 	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
-	var at columnTime // dialect.go: SQLite may return text
-	err = q().Select("?", col).Order(clause.OrderBy{Expression: sortTime(db, col)}).Limit(1).Row().Scan(&at)
+	at := codecScan{c: m.enc} // coltype.go: the column's encoding; SQLite may return text
+	err = q().Select("?", col).Order(sortTime(db, m.enc, col)).Limit(1).Row().Scan(&at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows): // purged between the two queries
 		return count, time.Time{}, nil

@@ -11,7 +11,7 @@ import (
 )
 
 // FlushResult counts what one Flush did. Drained = Written + Unknown + Stale
-// + Rejected + Failed.
+// + Rejected + Failed + Uncomparable.
 type FlushResult struct {
 	Drained  int           // entries taken from the buffer (in-flight and pending)
 	Written  int           // rows whose last-seen column moved forward (or were inserted, Upsert)
@@ -27,6 +27,10 @@ type FlushResult struct {
 	// Dropped counts the Failed entries refused for the MaxRefusals-th
 	// time: removed from Redis for good, each logged with its id.
 	Dropped int
+	// Uncomparable counts entries whose row holds a value the forward-only
+	// guard cannot compare (ErrUncomparable), kept in Redis for the next
+	// flush; never counted Stale.
+	Uncomparable int
 }
 
 func (r *FlushResult) merge(o FlushResult) {
@@ -40,6 +44,7 @@ func (r *FlushResult) merge(o FlushResult) {
 	r.Batches += o.Batches
 	r.Shards += o.Shards
 	r.Skipped += o.Skipped
+	r.Uncomparable += o.Uncomparable
 }
 
 func (r *FlushResult) add(o batchResult) {
@@ -127,6 +132,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.flushSkipped.Add(int64(res.Skipped))
 	p.stats.dropped.Add(int64(res.Dropped))
 	p.stats.failed.Add(int64(res.Failed))
+	p.stats.uncomparable.Add(int64(res.Uncomparable))
 	err = errors.Join(errs...)
 	if err != nil {
 		p.stats.flushErrors.Add(1)
@@ -160,6 +166,9 @@ func (p *Plugin) logFlush(msg string, res FlushResult, err error) {
 		"skipped", res.Skipped, "duration", res.Duration}
 	if res.Dropped > 0 {
 		attrs = append(attrs, "dropped", res.Dropped)
+	}
+	if res.Uncomparable > 0 {
+		attrs = append(attrs, "uncomparable", res.Uncomparable)
 	}
 	switch {
 	case errors.Is(err, ErrSchema):

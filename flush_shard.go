@@ -36,10 +36,15 @@ type shardRun struct {
 	failed       int                 // entries the database refused, back in pending or dropped
 	dropped      int                 // of those, dropped after MaxRefusals refusals
 	firstRefusal error               // the database's error for the first refused entry
+	uncomparable int                 // entries the guard could not compare, back in pending (uncomparable.go)
+	firstUncomp  error               // the error of the first of them
 }
 
 // flushShard takes shard n's lock, or counts the shard Skipped when another
-// instance holds it, and runs the shard's flush.
+// instance holds it, and runs the shard's flush while the lease keeps the
+// lock alive (shardLease.keep: with Redis a refresh every LockTTL/3). When
+// the lock is lost meanwhile, the run stops and returns an error wrapping
+// errLockLost.
 func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 	lease, err := p.tracker.buf.lockShard(ctx, n)
 	if errors.Is(err, errNotObtained) {
@@ -49,8 +54,14 @@ func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 		return FlushResult{}, fmt.Errorf("lock: %w", err)
 	}
 	defer lease.release(ctx)
+	run, stop := lease.keep(ctx, errLockLost)
 	r := &shardRun{p: p, shard: n, keys: newShardKeys(p.cfg.Prefix, n), lease: lease, res: FlushResult{Shards: 1}}
-	err = r.run(ctx)
+	err = r.run(run)
+	lost := errors.Is(context.Cause(run), errLockLost)
+	stop()
+	if lost && !errors.Is(err, errLockLost) {
+		err = fmt.Errorf("%w: %w", errLockLost, err)
+	}
 	return r.res, err
 }
 
@@ -85,6 +96,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 	r.now = r.p.now()
 	r.batch, r.seen, r.prev, r.rejected = make([]entry, 0, bs), make(map[string]struct{}, bs), make(map[string]struct{}, bs), nil
 	r.batchNo, r.failed, r.dropped, r.firstRefusal = 0, 0, 0, nil
+	r.uncomparable, r.firstUncomp = 0, nil
 	pages := r.prefetch(ctx, 0)
 	for pages != nil {
 		pg := <-pages
@@ -120,6 +132,9 @@ func (r *shardRun) drain(ctx context.Context) error {
 			ErrRefused, r.failed, r.dropped, r.p.cfg.MaxRefusals, r.firstRefusal)
 	case r.failed > 0:
 		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
+	}
+	if r.uncomparable > 0 {
+		return fmt.Errorf("%d entries, back in pending for the next flush: %w", r.uncomparable, r.firstUncomp)
 	}
 	return nil
 }
@@ -222,13 +237,31 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	}
 	fields = append(fields, r.rejected...)
 	if len(refused) > 0 {
-		if err := r.requeue(ctx, refused); err != nil {
+		if err := r.requeue(ctx, refused, max(r.p.cfg.MaxRefusals, 0)); err != nil {
 			return err
 		}
+	}
+	// Uncomparable entries go back to pending whatever MaxRefusals; the ack
+	// below clears the refusal count fail.lua gave them (uncomparable.go).
+	uncomp := r.p.takeUncomparable(r.batch, br.uncomparable)
+	if len(uncomp) > 0 {
+		if err := r.requeue(ctx, uncomp, 0); err != nil {
+			return err
+		}
+	}
+	if len(refused) > 0 {
 		r.res.Failed += len(refused)
 		r.failed += len(refused)
 		if r.firstRefusal == nil {
 			r.firstRefusal = refused[0].err
+		}
+	}
+	if len(uncomp) > 0 {
+		r.res.Uncomparable += len(uncomp)
+		r.uncomparable += len(uncomp)
+		if r.firstUncomp == nil {
+			r.firstUncomp = uncomp[0].err
+			r.p.limited.log(r.p.log, slog.LevelError, "lastseen: column value cannot be compared; the entry goes back to pending", "err", r.firstUncomp)
 		}
 	}
 	if err := r.ack(ctx, fields, false); err != nil {
@@ -251,9 +284,10 @@ func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
 }
 
 // requeue moves refused entries back to pending and drops those refused
-// MaxRefusals times, each with a log line naming it. See lua/fail.lua.
-func (r *shardRun) requeue(ctx context.Context, refused []refusal) error {
-	dropped, err := r.lease.requeue(ctx, refused, ceiling(r.p.now()), max(r.p.cfg.MaxRefusals, 0))
+// limit times (MaxRefusals; 0 never), each with a log line naming it. See
+// lua/fail.lua.
+func (r *shardRun) requeue(ctx context.Context, refused []refusal, limit int) error {
+	dropped, err := r.lease.requeue(ctx, refused, ceiling(r.p.now()), limit)
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}

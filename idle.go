@@ -29,26 +29,33 @@ func checkIdle(c Config, d *dialect) error {
 	return nil
 }
 
-// expiryRule is the WHERE condition of sessions expired at t: expiresCol at
-// or before t, or, with idle > 0, activeCol at or before t - idle. Columns
-// are qualified with the current table and compared as instants (see
-// compareTime).
-func expiryRule(db *gorm.DB, expiresCol, activeCol string, idle time.Duration, t time.Time) clause.Expr {
-	abs := compareTime(db, clause.Column{Table: clause.CurrentTable, Name: expiresCol}, "<=", t.UTC())
-	if idle <= 0 || activeCol == "" {
+// timeCol is a time column by name, with its encoding (nil: a timestamp).
+type timeCol struct {
+	name string
+	enc  *timeCodec
+}
+
+// expiryRule is the WHERE condition of sessions expired at t: the expires
+// column at or before t, or, with idle > 0, the active column at or before
+// t - idle. Columns are qualified with the current table and compared as
+// instants in their encodings (see compareTime).
+func expiryRule(db *gorm.DB, expires, active timeCol, idle time.Duration, t time.Time) clause.Expr {
+	abs := compareTime(db, expires.enc, clause.Column{Table: clause.CurrentTable, Name: expires.name}, "<=", t.UTC())
+	if idle <= 0 || active.name == "" {
 		return abs
 	}
-	idleExpr := compareTime(db, clause.Column{Table: clause.CurrentTable, Name: activeCol}, "<=", t.UTC().Add(-idle))
+	idleExpr := compareTime(db, active.enc, clause.Column{Table: clause.CurrentTable, Name: active.name}, "<=", t.UTC().Add(-idle))
 	return clause.Expr{SQL: "(? OR ?)", Vars: []any{abs, idleExpr}}
 }
 
 // expired is p's rule for its SessionModel at t.
 func (p *Plugin) expired(db *gorm.DB, t time.Time) clause.Expr {
 	s := p.sessions
+	expires := timeCol{s.model.time.DBName, s.model.enc}
 	if s.active == nil {
-		return expiryRule(db, s.model.time.DBName, "", 0, t)
+		return expiryRule(db, expires, timeCol{}, 0, t)
 	}
-	return expiryRule(db, s.model.time.DBName, s.active.DBName, p.cfg.IdleTimeout, t)
+	return expiryRule(db, expires, timeCol{s.active.DBName, s.activeEnc}, p.cfg.IdleTimeout, t)
 }
 
 // activityTracker returns the plugin on p's database that tracks the
@@ -129,7 +136,7 @@ func (p *Plugin) purgeCondition(ctx context.Context, db *gorm.DB, ids []any, cut
 			free = append(free, id)
 		}
 	}
-	abs := expiryRule(db, p.sessions.model.time.DBName, "", 0, cutoff)
+	abs := expiryRule(db, timeCol{p.sessions.model.time.DBName, p.sessions.model.enc}, timeCol{}, 0, cutoff)
 	switch {
 	case len(held) == 0:
 		return clause.And(clause.IN{Column: pk, Values: free}, expired)

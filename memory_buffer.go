@@ -234,4 +234,4 @@ func (b *memoryBuffer) ping(context.Context) error   { return nil }
 func (b *memoryBuffer) shared() string               { return "" }
 func (b *memoryBuffer) backlogLen() int              { return 0 }
 func (b *memoryBuffer) breaker() BreakerState        { return BreakerClosed }
-func (b *memoryBuffer) close()                       {}
+func (b *memoryBuffer) close() error                 { return nil }

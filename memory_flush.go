@@ -48,6 +48,11 @@ type memLease struct {
 func (l *memLease) refresh(context.Context) error { return nil }
 func (l *memLease) release(context.Context)       { l.once.Do(l.mu.Unlock) }
 
+// keep: an in-process lock never expires, so there is nothing to refresh.
+func (l *memLease) keep(ctx context.Context, _ error) (context.Context, func()) {
+	return ctx, func() {}
+}
+
 // memShardLease is a shard's flush lock with the shard's operations. scan
 // walks a copy of the in-flight set taken at cursor 0: only the lease's
 // holder changes the in-flight set.

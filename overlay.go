@@ -63,10 +63,10 @@ func (p *Plugin) overlay(db *gorm.DB) {
 			continue
 		}
 		cur, _ := m.time.ValueOf(ctx, rv)
-		if c, has := asTime(cur); has && !at.After(c) {
+		if c, has := m.enc.fromGo(cur); has && !at.After(c) { // coltype.go
 			continue
 		}
-		_ = m.time.Set(ctx, rv, &at) // GORM's setter takes a *time.Time for both field kinds
+		_ = m.time.Set(ctx, rv, m.enc.toGo(at)) // GORM's setter converts, or calls the field's Scan
 	}
 }
 
@@ -133,17 +133,4 @@ func derefValue(v any) any {
 		}
 	}
 	return v
-}
-
-// asTime reads a time.Time or *time.Time field value.
-func asTime(v any) (time.Time, bool) {
-	switch v := v.(type) {
-	case time.Time:
-		return v, !v.IsZero()
-	case *time.Time:
-		if v != nil {
-			return *v, true
-		}
-	}
-	return time.Time{}, false
 }

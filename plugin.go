@@ -119,13 +119,27 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	}
 	buf := p.openBuffer() // buffer_interface.go: the one choice between Redis and memory; after the clock is final
 	if o := p.prefixTaken(db, buf); o != nil {
+		_ = buf.close()
 		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
 	}
 	t, err := newTracker(p.cfg, buf, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
+		_ = buf.close()
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	p.tracker = t
+	var sched *scheduler
+	if !p.cfg.DisableScheduler {
+		sched = newScheduler(p.log)
+		err := sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob)
+		if err == nil && !p.cfg.DisablePurge {
+			err = sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob)
+		}
+		if err != nil {
+			_ = t.close()
+			return err
+		}
+	}
+	p.tracker, p.sched = t, sched
 	if p.cfg.Overlay {
 		if err := p.registerOverlay(db); err != nil { // overlay.go
 			return fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)
@@ -140,18 +154,8 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
 	}
 	cancel()
-
-	if !p.cfg.DisableScheduler {
-		p.sched = newScheduler(p.log)
-		if err := p.sched.add("flush", p.cfg.FlushSchedule, p.flushJob); err != nil {
-			return err
-		}
-		if !p.cfg.DisablePurge {
-			if err := p.sched.add("purge", p.cfg.PurgeSchedule, p.purgeJob); err != nil {
-				return err
-			}
-		}
-		p.sched.start()
+	if sched != nil {
+		sched.start()
 	}
 	return nil
 }
@@ -221,11 +225,16 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // by the app) and for running purges to finish their current batch, then
 // runs a final flush so that every touch recorded before Close reaches the
 // database. It returns when that is done or ctx ends, with the final flush's
-// error or ctx's. Calling it again, also while the first call runs, returns
-// the first call's result once it is known. Touch keeps working after
-// Close (into Redis; without Redis into the in-process buffer, which
-// nothing flushes any more, so those touches are lost); Flush and
-// PurgeExpiredSessions return ErrClosed.
+// error or ctx's; the final flush gets FlushTimeout when ctx has no
+// deadline. With Redis, touches still in the in-process backlog after the
+// final flush (Redis unreachable) are dropped, counted in
+// Stats.BacklogDropped and logged; then it closes the Redis client the
+// plugin opened for itself, if any (see Config.Redis). Calling it again,
+// also while the first call runs, returns the first call's result once it
+// is known. Touch keeps working after Close (into Redis, where a touch that
+// fails is dropped, as nothing flushes the backlog any more; without Redis
+// into the in-process buffer, which nothing flushes any more, so those
+// touches are lost); Flush and PurgeExpiredSessions return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {
@@ -260,13 +269,20 @@ func (p *Plugin) Close(ctx context.Context) error {
 		}
 	}
 	if len(errs) == 0 {
-		res, err := p.flush(ctx)
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			fctx, cancel = context.WithTimeout(ctx, p.cfg.FlushTimeout)
+		}
+		res, err := p.flush(fctx)
+		cancel()
 		p.logFlush("lastseen: flush at Close", res, err)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	p.tracker.close()
+	if err := p.tracker.close(); err != nil {
+		errs = append(errs, fmt.Errorf("lastseen: close: %w", err))
+	}
 	err := errors.Join(errs...)
 	p.mu.Lock()
 	p.closeErr = err

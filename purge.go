@@ -43,7 +43,8 @@ type PurgeResult struct {
 // waiting 10ms, 40ms, 160ms, ... in between.
 //
 // It holds the purge lock in Redis (bsm/redislock, key Prefix+":purge:lock",
-// time-to-live LockTTL, refreshed after each batch) for the whole run, so
+// time-to-live LockTTL, refreshed every LockTTL/3 and after each batch;
+// the run stops when the lock is lost, errPurgeLockLost) for the whole run, so
 // only one instance purges at a time; when another instance holds it, it
 // returns ErrLocked at once. Without Redis the lock is in process: a second
 // purge of the same plugin running meanwhile returns ErrLocked. A session
@@ -93,12 +94,17 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 		return PurgeResult{}, ErrLocked
 	}
 	if err != nil {
+		p.stats.purges.Add(1)
+		p.stats.purgeErrors.Add(1)
 		return PurgeResult{}, fmt.Errorf("lastseen: purge lock: %w", err)
 	}
 	defer lock.release(ctx)
 
-	// The run stops when ctx ends or Close is called, whichever comes first.
-	run, cancel := context.WithCancelCause(ctx)
+	// The run stops when ctx ends, Close is called or the lock is lost
+	// (keepLock), whichever comes first.
+	kept, stop := lock.keep(ctx, errPurgeLockLost)
+	defer stop()
+	run, cancel := context.WithCancelCause(kept)
 	defer cancel(nil)
 	defer context.AfterFunc(p.closing, func() { cancel(ErrClosed) })()
 

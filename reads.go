@@ -61,7 +61,7 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 	uid, _ := p.users.ids.normalize(userID)
 	id, _ := p.users.ids.parse(uid)
 	m := p.users.model
-	var col columnTime // dialect.go: SQLite may return text
+	col := codecScan{c: m.enc} // coltype.go: the column's encoding; SQLite may return text
 	pk := clause.Column{Name: m.pk.DBName}
 	q := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?", clause.Column{Name: m.time.DBName}).
 		Where(clause.Eq{Column: pk, Value: id})

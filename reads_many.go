@@ -105,7 +105,7 @@ func (p *Plugin) columns(ctx context.Context, uids []string, latest map[string]t
 		if err != nil {
 			return fmt.Errorf("lastseen: last seen of %d users: %w", len(uids), err)
 		}
-		err = scanColumns(rows, codec, latest)
+		err = scanColumns(rows, codec, m.enc, latest)
 		if err != nil {
 			return fmt.Errorf("lastseen: last seen of %d users: %w", len(uids), err)
 		}
@@ -122,12 +122,13 @@ type rowScanner interface {
 }
 
 // scanColumns reads (primary key, column) rows, the key into a value of its
-// own Go type, written back as its canonical text.
-func scanColumns(rows rowScanner, codec idCodec, latest map[string]time.Time) error {
+// own Go type, written back as its canonical text, the column through its
+// encoding.
+func scanColumns(rows rowScanner, codec idCodec, enc *timeCodec, latest map[string]time.Time) error {
 	defer rows.Close()
 	for rows.Next() {
 		id := reflect.New(codec.typ)
-		var c columnTime // dialect.go: SQLite may return text
+		c := codecScan{c: enc} // coltype.go: the column's encoding; SQLite may return text
 		if err := rows.Scan(id.Interface(), &c); err != nil {
 			return err
 		}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/internal/testhooks"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
@@ -21,9 +23,14 @@ import (
 // the in-process backlog exist because Redis can fail: a touch Redis does
 // not answer within TouchTimeout, or while the breaker is open, is kept in
 // the backlog and replayed into Redis by the next flush.
+//
+// Every Redis call goes through rdb, the plugin's bounded client
+// (redisclient.go): opened from Config.Redis by newRedisBuffer, closed by
+// close, after which calls go on on the app's client.
 type redisBuffer struct {
 	cfg      Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
-	rdb      redis.UniversalClient
+	app      redis.UniversalClient
+	rdb      atomic.Pointer[redisClient] // the plugin's client; after close the app's
 	prefix   string
 	shards   []shardKeys
 	throttle time.Duration
@@ -36,25 +43,35 @@ type redisBuffer struct {
 	stats    *counters
 	log      *slog.Logger
 	warn     rate.Sometimes
+	drops    dropLog                      // counts and logs every timestamp dropped (backlog.go)
+	closed   atomic.Bool                  // close ran: nothing will flush the backlog any more
+	hooks    func() *testhooks.FlushHooks // the plugin's test hooks (hooks.go), nil in production
 }
 
 var _ buffer = (*redisBuffer)(nil)
 
-func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters) *redisBuffer {
+// newRedisBuffer opens the buffer on cfg.Redis: its own bounded client
+// (newRedisClient), which close closes. hooks returns the plugin's test
+// hooks.
+func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() *testhooks.FlushHooks) *redisBuffer {
+	rdb := newRedisClient(cfg.Redis)
 	b := &redisBuffer{
 		cfg:      cfg,
-		rdb:      cfg.Redis,
+		app:      cfg.Redis,
 		prefix:   cfg.Prefix,
 		throttle: cfg.Throttle,
 		timeout:  cfg.TouchTimeout,
 		lockTTL:  cfg.LockTTL,
 		now:      cfg.Now,
-		locker:   redislock.New(cfg.Redis),
+		locker:   redislock.New(rdb.UniversalClient),
 		backlog:  backlog{max: cfg.BacklogSize, m: map[string]int64{}},
 		stats:    stats,
 		log:      log,
 		warn:     rate.Sometimes{Interval: 10 * time.Second},
+		drops:    dropLog{log: log, stats: stats},
+		hooks:    hooks,
 	}
+	b.rdb.Store(rdb)
 	for n := range cfg.Shards {
 		b.shards = append(b.shards, newShardKeys(cfg.Prefix, n))
 	}
@@ -64,9 +81,32 @@ func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters) *redisBuffer 
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.ConsecutiveFailures >= 5
 		},
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		// The caller's own deadline or cancellation says nothing about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, errCallerEnded) },
 	})
 	return b
+}
+
+// testHooks returns the plugin's test hooks, nil in production.
+func (b *redisBuffer) testHooks() *testhooks.FlushHooks {
+	if b.hooks == nil {
+		return nil
+	}
+	return b.hooks()
+}
+
+// redis runs fn, one Redis call or pipeline, on the buffer's client,
+// bounded by ctx (redisClient.do). When close swapped the plugin's own
+// client for the app's while fn ran, fn fails with redis.ErrClosed and runs
+// once more on the app's client.
+func (b *redisBuffer) redis(ctx context.Context, fn func(context.Context, *redisClient) error) error {
+	for {
+		c := b.rdb.Load()
+		err := c.do(ctx, func(ctx context.Context) error { return fn(ctx, c) })
+		if err == nil || !errors.Is(err, redis.ErrClosed) || b.rdb.Load() == c {
+			return err
+		}
+	}
 }
 
 func (b *redisBuffer) shard(uid string) shardKeys {
@@ -74,26 +114,27 @@ func (b *redisBuffer) shard(uid string) shardKeys {
 }
 
 // touch runs touchScript (one EVALSHA) through the breaker within
-// TouchTimeout; on failure it keeps the timestamp in the backlog, counts it
+// TouchTimeout; on failure it keeps the timestamp in the backlog (keep),
+// counts it (RedisErrors, or Canceled when the caller's ctx ended first)
 // and returns the cause.
 func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time) (bool, time.Duration, error) {
 	k := b.shard(uid)
 	ts := micros(at)
 	hk, ha := presenceArgs(&b.cfg, k, at, now) // presence.go: HyperLogLogs, same EVALSHA
-	reply, err := b.call(ctx, func(ctx context.Context) ([]any, error) {
-		return touchScript.Run(ctx, b.rdb, append([]string{k.marker + uid, k.pending}, hk...),
+	reply, err := b.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
+		return touchScript.Run(ctx, rdb, append([]string{k.marker + uid, k.pending}, hk...),
 			append([]any{uid, ts, b.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
 	})
 	if err != nil {
-		b.stats.redisErrors.Add(1)
-		if b.backlog.add(uid, ts) {
-			b.stats.backlogged.Add(1)
+		if errors.Is(err, errCallerEnded) {
+			b.stats.canceled.Add(1)
 		} else {
-			b.stats.backlogDropped.Add(1)
+			b.stats.redisErrors.Add(1)
+			b.warn.Do(func() {
+				b.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", b.backlog.len())
+			})
 		}
-		b.warn.Do(func() {
-			b.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", b.backlog.len())
-		})
+		b.keep(uid, ts)
 		return false, 0, err
 	}
 	recorded, ttl := parseTouchReply(reply, b.throttle)
@@ -113,27 +154,32 @@ func parseTouchReply(reply []any, window time.Duration) (recorded bool, ttl time
 }
 
 // call runs fn against Redis through the circuit breaker, giving up after
-// the touch timeout even when the client itself would wait longer (go-redis
-// honours context deadlines on sockets only with ContextTimeoutEnabled).
-func (b *redisBuffer) call(ctx context.Context, fn func(context.Context) ([]any, error)) ([]any, error) {
+// the touch timeout. On a client that enforces context deadlines (see
+// redisClient) it runs on the caller's goroutine; otherwise on one of its
+// own. When the caller's ctx has ended, before the call or during it, the
+// error wraps errCallerEnded and ctx's error, and the breaker does not count
+// it: the caller gave up, Redis did not fail.
+func (b *redisBuffer) call(ctx context.Context, fn func(context.Context, *redisClient) ([]any, error)) ([]any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCallerEnded, err)
+	}
 	return b.cb.Execute(func() ([]any, error) {
-		ctx, cancel := context.WithTimeout(ctx, b.timeout)
+		tctx, cancel := context.WithTimeout(ctx, b.timeout)
 		defer cancel()
-		type result struct {
-			v   []any
-			err error
+		var v []any
+		err := b.redis(tctx, func(ctx context.Context, rdb *redisClient) (err error) {
+			v, err = fn(ctx, rdb)
+			return err
+		})
+		switch {
+		case err == nil:
+			return v, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: %w", errCallerEnded, err)
+		case tctx.Err() != nil:
+			return nil, fmt.Errorf("redis did not answer within %v: %w", b.timeout, err)
 		}
-		done := make(chan result, 1)
-		go func() {
-			v, err := fn(ctx)
-			done <- result{v, err}
-		}()
-		select {
-		case r := <-done:
-			return r.v, r.err
-		case <-ctx.Done():
-			return nil, fmt.Errorf("redis did not answer within %v: %w", b.timeout, ctx.Err())
-		}
+		return nil, err
 	})
 }
 
@@ -156,9 +202,9 @@ func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, 
 		pending, inflight *redis.SliceCmd
 	}
 	var reads []read
-	pipeline := func(ctx context.Context) ([]any, error) {
-		reads = make([]read, 0, len(byShard))
-		_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	pipeline := func(ctx context.Context, rdb *redisClient) ([]any, error) {
+		reads = make([]read, 0, len(byShard)) // run again after close swapped clients
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for k, idx := range byShard {
 				fields := make([]string, len(idx))
 				for j, i := range idx {
@@ -176,7 +222,13 @@ func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, 
 			return out, err // the pipeline may still be running: read nothing of it
 		}
 	} else {
-		_, err = pipeline(ctx)
+		err = b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+			_, err := pipeline(ctx, rdb)
+			return err
+		})
+		if err != nil && ctx.Err() != nil { // cut short: the pipeline may still be running (redisClient.do)
+			return out, err
+		}
 	}
 	for _, r := range reads {
 		for _, cmd := range []*redis.SliceCmd{r.pending, r.inflight} {
@@ -196,11 +248,14 @@ func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, 
 // pipeline and returns their sum.
 func (b *redisBuffer) count(ctx context.Context, keysOf func(shardKeys) []string) (int64, error) {
 	cmds := make([]*redis.IntCmd, len(b.shards))
-	_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range b.shards {
-			cmds[i] = pipe.PFCount(ctx, keysOf(k)...)
-		}
-		return nil
+	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range b.shards {
+				cmds[i] = pipe.PFCount(ctx, keysOf(k)...)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -217,8 +272,27 @@ func (b *redisBuffer) replay(ctx context.Context) error {
 	return err
 }
 
-func (b *redisBuffer) ping(ctx context.Context) error { return b.rdb.Ping(ctx).Err() }
-func (b *redisBuffer) shared() string                 { return b.prefix }
-func (b *redisBuffer) backlogLen() int                { return b.backlog.len() }
-func (b *redisBuffer) breaker() BreakerState          { return BreakerState(b.cb.State().String()) }
-func (b *redisBuffer) close()                         {}
+func (b *redisBuffer) ping(ctx context.Context) error {
+	return b.redis(ctx, func(ctx context.Context, rdb *redisClient) error { return rdb.Ping(ctx).Err() })
+}
+func (b *redisBuffer) shared() string        { return b.prefix }
+func (b *redisBuffer) backlogLen() int       { return b.backlog.len() }
+func (b *redisBuffer) breaker() BreakerState { return BreakerState(b.cb.State().String()) }
+
+// close drops what is left in the backlog (Close's final flush could not
+// replay it: nothing will flush it any more), counted in BacklogDropped and
+// logged, and closes the client the plugin opened for itself, if any: touches
+// and reads after Close go on, on the app's client.
+func (b *redisBuffer) close() error {
+	b.closed.Store(true)
+	b.drops.backlog(len(b.backlog.take()), dropAtClose)
+	own := b.rdb.Load()
+	if !own.own {
+		return nil
+	}
+	b.rdb.Store(&redisClient{UniversalClient: b.app, kind: "the app's client after Close"})
+	if err := own.close(); err != nil {
+		return fmt.Errorf("redis client: %w", err)
+	}
+	return nil
+}

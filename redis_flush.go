@@ -11,17 +11,22 @@ import (
 )
 
 // The Redis buffer's side of the flush and the purge: which shards have
-// work, the redislock locks, and the scripts a shard's flush runs under its
-// lock (lua/swap.lua, ack.lua, fail.lua), each checking the lock's token.
+// work, the redislock locks (kept alive by a keeper while work runs under
+// them, lockkeeper.go), and the scripts a shard's flush runs under its lock
+// (lua/swap.lua, ack.lua, fail.lua), each checking the lock's token. Every
+// call is bounded by its context (redisBuffer.redis).
 
 // active asks Redis with one pipeline of EXISTS.
 func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
 	cmds := make([]*redis.IntCmd, len(b.shards))
-	_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range b.shards {
-			cmds[i] = pipe.Exists(ctx, k.pending, k.inflight)
-		}
-		return nil
+	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range b.shards {
+				cmds[i] = pipe.Exists(ctx, k.pending, k.inflight)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -35,9 +40,14 @@ func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
 	return active, nil
 }
 
-// obtain takes the redislock lock key for LockTTL, without retrying.
+// obtain takes the redislock lock key for LockTTL, without retrying,
+// bounded by ctx.
 func (b *redisBuffer) obtain(ctx context.Context, key string) (*redisLease, error) {
-	lock, err := b.locker.Obtain(ctx, key, b.lockTTL, nil)
+	var lock *redislock.Lock
+	err := b.redis(ctx, func(ctx context.Context, _ *redisClient) (err error) {
+		lock, err = b.locker.Obtain(ctx, key, b.lockTTL, nil)
+		return err
+	})
 	if errors.Is(err, redislock.ErrNotObtained) {
 		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
 	}
@@ -70,15 +80,29 @@ type redisLease struct {
 	lock *redislock.Lock
 }
 
+// refresh extends the lock to LockTTL (redislock Refresh: PEXPIRE if the
+// token still matches), bounded by ctx.
 func (l *redisLease) refresh(ctx context.Context) error {
-	err := l.lock.Refresh(ctx, l.b.lockTTL, nil)
+	err := l.b.redis(ctx, func(ctx context.Context, _ *redisClient) error {
+		return l.lock.Refresh(ctx, l.b.lockTTL, nil)
+	})
 	if errors.Is(err, redislock.ErrNotObtained) {
 		return fmt.Errorf("%w: %w", errLockLost, err)
 	}
 	return err
 }
 
-func (l *redisLease) release(ctx context.Context) { _ = l.lock.Release(context.WithoutCancel(ctx)) }
+// release gives the lock up (redislock Release: DEL if the token still
+// matches), bounded by ctx, or by releaseGrace when ctx has already ended:
+// on a Redis that does not answer the lock expires by its TTL instead.
+func (l *redisLease) release(ctx context.Context) {
+	cancel := context.CancelFunc(func() {})
+	if ctx.Err() != nil {
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
+	}
+	defer cancel()
+	_ = l.b.redis(ctx, func(ctx context.Context, _ *redisClient) error { return l.lock.Release(ctx) })
+}
 
 // redisShard is a shard's lock with the scripts run under it.
 type redisShard struct {
@@ -87,7 +111,11 @@ type redisShard struct {
 }
 
 func (s *redisShard) swap(ctx context.Context) (int, error) {
-	moved, err := swapScript.Run(ctx, s.b.rdb, []string{s.keys.lock, s.keys.pending, s.keys.inflight}, s.lock.Token()).Int()
+	var moved int
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+		moved, err = swapScript.Run(ctx, rdb, []string{s.keys.lock, s.keys.pending, s.keys.inflight}, s.lock.Token()).Int()
+		return err
+	})
 	switch {
 	case err != nil:
 		return 0, err
@@ -97,8 +125,15 @@ func (s *redisShard) swap(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
-func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) ([]string, uint64, error) {
-	return s.b.rdb.HScan(ctx, s.keys.inflight, cursor, "", int64(n)).Result()
+func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []string, next uint64, err error) {
+	err = s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+		kv, next, err = rdb.HScan(ctx, s.keys.inflight, cursor, "", int64(n)).Result()
+		return err
+	})
+	if err != nil {
+		return nil, 0, err // a call cut short may still fill kv in: read none of it
+	}
+	return kv, next, nil
 }
 
 // ack: see lua/ack.lua.
@@ -108,7 +143,11 @@ func (s *redisShard) ack(ctx context.Context, fields []string, final bool) error
 	for _, f := range fields {
 		args = append(args, f)
 	}
-	n, err := ackScript.Run(ctx, s.b.rdb, []string{s.keys.lock, s.keys.inflight, s.keys.refusals}, args...).Int()
+	var n int
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+		n, err = ackScript.Run(ctx, rdb, []string{s.keys.lock, s.keys.inflight, s.keys.refusals}, args...).Int()
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -126,7 +165,11 @@ func (s *redisShard) requeue(ctx context.Context, refused []refusal, ceiling int
 		args = append(args, f.field, f.value)
 	}
 	keys := []string{s.keys.lock, s.keys.inflight, s.keys.pending, s.keys.refusals}
-	reply, err := failScript.Run(ctx, s.b.rdb, keys, args...).Slice()
+	var reply []any
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+		reply, err = failScript.Run(ctx, rdb, keys, args...).Slice()
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -14,12 +14,15 @@ import (
 func (b *redisBuffer) sizes(ctx context.Context) ([]shardSizes, error) {
 	pending := make([]*redis.IntCmd, len(b.shards))
 	inflight := make([]*redis.IntCmd, len(b.shards))
-	_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range b.shards {
-			pending[i] = pipe.HLen(ctx, k.pending)
-			inflight[i] = pipe.HLen(ctx, k.inflight)
-		}
-		return nil
+	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range b.shards {
+				pending[i] = pipe.HLen(ctx, k.pending)
+				inflight[i] = pipe.HLen(ctx, k.inflight)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hlen: %w", err)
@@ -39,7 +42,12 @@ func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, 
 	}
 	var cursor uint64
 	for {
-		kv, next, err := b.rdb.HScan(ctx, key, cursor, "", int64(page)).Result()
+		var kv []string
+		var next uint64
+		err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+			kv, next, err = rdb.HScan(ctx, key, cursor, "", int64(page)).Result()
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("hscan %s: %w", key, err)
 		}
@@ -55,16 +63,20 @@ func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, 
 func (b *redisBuffer) sample(ctx context.Context, perHash int) ([]shardSizes, []string, error) {
 	lens := make([]*redis.IntCmd, 0, 2*len(b.shards))
 	samples := make([]*redis.Cmd, 0, 2*len(b.shards))
-	_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, k := range b.shards {
-			for _, key := range []string{k.pending, k.inflight} {
-				lens = append(lens, pipe.HLen(ctx, key))
-				if perHash > 0 {
-					samples = append(samples, pipe.Do(ctx, "HRANDFIELD", key, perHash, "WITHVALUES"))
+	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		lens, samples = lens[:0], samples[:0] // run again after close swapped clients
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, k := range b.shards {
+				for _, key := range []string{k.pending, k.inflight} {
+					lens = append(lens, pipe.HLen(ctx, key))
+					if perHash > 0 {
+						samples = append(samples, pipe.Do(ctx, "HRANDFIELD", key, perHash, "WITHVALUES"))
+					}
 				}
 			}
-		}
-		return nil
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, nil, err

@@ -51,18 +51,25 @@ func (l *logLimiter) allow(now time.Time) (ok bool, repeats int) {
 // tableCheck is one model's table as the config names it.
 type tableCheck struct {
 	model     *model
-	modelOpt  string // "Model" or "SessionModel"
-	modelVal  any    // the configured model, for %T
-	fieldOpt  string // "Field" or "ExpiresField"
-	fieldName string // as configured
+	modelOpt  string     // "Model" or "SessionModel"
+	modelVal  any        // the configured model, for %T
+	fieldOpt  string     // "Field" or "ExpiresField"
+	fieldName string     // as configured
+	codecs    []optCodec // the time columns whose declared types are checked (coltype_check.go)
 }
 
 func (p *Plugin) usersCheck() tableCheck {
-	return tableCheck{p.users.model, "Model", p.cfg.Model, "Field", p.cfg.Field}
+	return tableCheck{p.users.model, "Model", p.cfg.Model, "Field", p.cfg.Field,
+		[]optCodec{{"Field", p.cfg.Field, p.users.model.enc}}}
 }
 
 func (p *Plugin) sessionsCheck() tableCheck {
-	return tableCheck{p.sessions.model, "SessionModel", p.cfg.SessionModel, "ExpiresField", p.cfg.ExpiresField}
+	s := p.sessions
+	codecs := []optCodec{{"ExpiresField", p.cfg.ExpiresField, s.model.enc}}
+	if s.activeEnc != nil {
+		codecs = append(codecs, optCodec{"ActiveField", p.cfg.ActiveField, s.activeEnc})
+	}
+	return tableCheck{s.model, "SessionModel", p.cfg.SessionModel, "ExpiresField", p.cfg.ExpiresField, codecs}
 }
 
 // inspect reports whether c's table exists and, when it does, the first
@@ -102,6 +109,9 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 	}
 	for i, c := range checks {
 		exists, problem := c.inspect(db.Migrator())
+		if exists && problem == "" {
+			problem = p.checkColumnTypes(db, c) // coltype_check.go
+		}
 		switch {
 		case problem != "":
 			return schemaConfigError(problem)
@@ -149,6 +159,9 @@ func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *at
 	defer cancel()
 	db := fresh(ctx, p.db)
 	exists, problem := c.inspect(db.Migrator())
+	if exists && problem == "" {
+		problem = p.checkColumnTypes(db, c) // coltype_check.go
+	}
 	switch {
 	case problem != "":
 		return fmt.Errorf("%w: %s: %s", ErrSchema, op, problem)

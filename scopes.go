@@ -26,12 +26,12 @@ const (
 //	db.Scopes(lastseen.SeenWithin(5 * time.Minute)).Find(&users)
 func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB {
-		col := defaultLastSeenColumn
+		col, enc := defaultLastSeenColumn, (*timeCodec)(nil)
 		if p := trackerOf(db, statementTable(db)); p != nil { // registry.go
-			col = p.users.model.time.DBName
+			col, enc = p.users.model.time.DBName, p.users.model.enc
 		}
 		cutoff := db.NowFunc().UTC().Add(-d)
-		return db.Where(compareTime(db, clause.Column{Table: clause.CurrentTable, Name: col}, ">=", cutoff))
+		return db.Where(compareTime(db, enc, clause.Column{Table: clause.CurrentTable, Name: col}, ">=", cutoff))
 	}
 }
 
@@ -66,24 +66,26 @@ func ExpiredAt(t time.Time) func(*gorm.DB) *gorm.DB {
 		if ps := sessionPluginsOf(db, statementTable(db)); len(ps) > 0 { // registry.go
 			return db.Where(ps[0].expired(db, t))
 		}
-		return db.Where(expiryRule(db, defaultExpiresColumn, "", 0, t))
+		return db.Where(expiryRule(db, timeCol{name: defaultExpiresColumn}, timeCol{}, 0, t))
 	}
 }
 
-// compareTime compares a time column with a time the way db's dialect
-// needs; unknown dialects get a plain comparison.
-func compareTime(db *gorm.DB, col clause.Column, op string, t time.Time) clause.Expr {
-	if d, ok := dialects[db.Dialector.Name()]; ok {
-		return d.compare(col, op, t)
+// compareTime compares a time column in encoding c (nil: a timestamp) with
+// t the way db's dialect needs (dialect.compare), t bound in the column's
+// encoding, rounded for an integer one (timeCodec.bound); unknown dialects
+// get a plain comparison.
+func compareTime(db *gorm.DB, c *timeCodec, col clause.Column, op string, t time.Time) clause.Expr {
+	enc, v := EncodingTime, any(t.UTC())
+	if c != nil {
+		enc, v = c.enc, c.bound(t, op)
 	}
-	return plainCompare(col, op, t)
+	return dialects[db.Dialector.Name()].compare(enc, col, op, v)
 }
 
-// sortTime is the ORDER BY expression that sorts a time column by instant
-// on db's dialect; unknown dialects sort the column itself.
-func sortTime(db *gorm.DB, col clause.Column) clause.Expr {
-	if d, ok := dialects[db.Dialector.Name()]; ok {
-		return d.sortKey(col)
-	}
-	return plainKey(col)
+// sortTime is the ORDER BY expression that sorts a time column in
+// encoding c by instant on db's dialect; unknown dialects sort the column
+// itself.
+func sortTime(db *gorm.DB, c *timeCodec, col clause.Column) clause.OrderBy {
+	key := dialects[db.Dialector.Name()].keyOf(c.enc, col)
+	return clause.OrderBy{Expression: clause.Expr{SQL: "?", Vars: []any{key}}}
 }

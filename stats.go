@@ -16,6 +16,8 @@ type counters struct {
 	dropped, purgeRefused                                  atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
+	uncomparable                                           atomic.Int64 // uncomparable.go
+	canceled                                               atomic.Int64
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -26,8 +28,8 @@ type Stats struct {
 	CacheHits      int64 // throttled touches the local cache answered alone
 	Invalid        int64 // touches refused for their id or time
 	RedisErrors    int64 // touches Redis did not answer in time, or breaker open
-	Backlogged     int64 // of those, kept in the in-process backlog
-	BacklogDropped int64 // of those, dropped because the backlog was full
+	Backlogged     int64 // touches kept in the in-process backlog (of RedisErrors + Canceled)
+	BacklogDropped int64 // touches that never reached Redis and were dropped; see Canceled's comment
 	Backlog        int64 // users in the backlog now
 
 	Flushes      int64 // flush runs
@@ -53,6 +55,20 @@ type Stats struct {
 	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
 	Dropped      int64 // pending entries dropped after MaxRefusals refusals
 	PurgeRefused int64 // expired sessions the database refused to delete, per run
+	// Uncomparable counts entries a flush could not compare with their
+	// row's value (ErrUncomparable), kept in Redis for the next flush.
+	Uncomparable int64
+	// Canceled counts touches whose caller's context had ended (deadline
+	// passed, or canceled, as when an HTTP client disconnects) before Redis
+	// answered. They are kept in the backlog like RedisErrors but are not
+	// Redis failures: the circuit breaker does not count them.
+	// Each touch of RedisErrors and Canceled is counted once, in Backlogged
+	// or in BacklogDropped (the backlog was full, or Close had run);
+	// BacklogDropped also counts backlog entries dropped later: those a
+	// failed replay put back that no longer fit (new touches refilled the
+	// backlog meanwhile), and those left when Close's final flush could not
+	// write them. Each reason is logged at most once per 10s.
+	Canceled int64
 }
 
 // Stats returns the cumulative counters.
@@ -67,7 +83,8 @@ func (p *Plugin) Stats() Stats {
 		Stale: c.stale.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
-		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(),
+		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Uncomparable: c.uncomparable.Load(),
+		Canceled: c.canceled.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()

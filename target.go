@@ -19,13 +19,15 @@ type model struct {
 	table  string
 	pk     *schema.Field
 	time   *schema.Field
+	enc    *timeCodec // the time column's encoding (coltype.go)
 }
 
 var timeType = reflect.TypeOf(time.Time{})
 
 // resolveModel parses m with db's naming strategy and checks that it has one
-// primary key and that field is a time.Time or *time.Time.
-func resolveModel(db *gorm.DB, m any, field, modelOpt, fieldOpt string) (*model, error) {
+// primary key and that field is a time field of a supported type, in enc
+// (coltype.go).
+func resolveModel(db *gorm.DB, m any, field, modelOpt, fieldOpt string, enc Encoding, d *dialect, loc *time.Location) (*model, error) {
 	stmt := &gorm.Statement{DB: db}
 	if err := stmt.Parse(m); err != nil {
 		return nil, fmt.Errorf("%s %T: %v", modelOpt, m, err)
@@ -38,35 +40,33 @@ func resolveModel(db *gorm.DB, m any, field, modelOpt, fieldOpt string) (*model,
 		}
 		return nil, fmt.Errorf("%s %s has %d primary key fields %v, want exactly one", modelOpt, s.Name, len(s.PrimaryFields), names)
 	}
-	f, err := timeField(s, field, fieldOpt)
+	f, c, err := timeField(s, field, fieldOpt, enc, d, loc)
 	if err != nil {
 		return nil, err
 	}
-	return &model{schema: s, typ: s.ModelType, table: s.Table, pk: s.PrimaryFields[0], time: f}, nil
+	return &model{schema: s, typ: s.ModelType, table: s.Table, pk: s.PrimaryFields[0], time: f, enc: c}, nil
 }
 
 // timeField looks field up in s, by Go field name or column name, and
-// checks that it is a time.Time or *time.Time column.
-func timeField(s *schema.Schema, field, fieldOpt string) (*schema.Field, error) {
+// resolves its encoding (newTimeCodec).
+func timeField(s *schema.Schema, field, fieldOpt string, enc Encoding, d *dialect, loc *time.Location) (*schema.Field, *timeCodec, error) {
 	f := s.LookUpField(field)
 	if f == nil || f.DBName == "" {
-		return nil, fmt.Errorf("%s %q: %s has no such field or column", fieldOpt, field, s.Name)
+		return nil, nil, fmt.Errorf("%s %q: %s has no such field or column", fieldOpt, field, s.Name)
 	}
-	ft := f.FieldType
-	if ft.Kind() == reflect.Pointer {
-		ft = ft.Elem()
+	c, err := newTimeCodec(s, f, field, enc, fieldOpt, d, loc)
+	if err != nil {
+		return nil, nil, err
 	}
-	if ft != timeType {
-		return nil, fmt.Errorf("%s %q: %s.%s is a %s, want time.Time or *time.Time", fieldOpt, field, s.Name, f.Name, f.FieldType)
-	}
-	return f, nil
+	return f, c, nil
 }
 
 // resolveTargets resolves the user and session models against db (table,
 // primary key, time column) and the user ids' codec against dialect d.
 func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 	c := p.cfg
-	users, err := resolveModel(db, c.Model, c.Field, "Model", "Field")
+	loc := c.ColumnLocation // nil: the driver's location (coltype.go)
+	users, err := resolveModel(db, c.Model, c.Field, "Model", "Field", c.FieldEncoding, d, loc)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -82,13 +82,13 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 		ids.badText = d.badText
 	}
 	p.users = &userTarget{model: users, ids: ids}
-	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField")
+	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField", c.SessionEncoding, d, loc)
 	if err != nil {
 		return invalid("%v", err)
 	}
 	p.sessions = &sessionTarget{model: sessions}
 	if c.IdleTimeout > 0 { // idle.go
-		if p.sessions.active, err = timeField(sessions.schema, c.ActiveField, "ActiveField"); err != nil {
+		if p.sessions.active, p.sessions.activeEnc, err = timeField(sessions.schema, c.ActiveField, "ActiveField", c.SessionEncoding, d, loc); err != nil {
 			return invalid("%v", err)
 		}
 	}
@@ -106,15 +106,17 @@ type userTarget struct {
 
 // sessionTarget is the resolved session model.
 type sessionTarget struct {
-	model  *model
-	active *schema.Field // the last-active field; nil unless IdleTimeout > 0
+	model     *model
+	active    *schema.Field // the last-active field; nil unless IdleTimeout > 0
+	activeEnc *timeCodec    // its encoding
 }
 
 // writeTarget names the table and columns a flush writes, with the SQL types
 // PostgreSQL's statement casts to.
 type writeTarget struct {
 	table, pk, col string
-	intKey         bool // the primary key's Go type is an integer kind
+	codec          *timeCodec // the time column's encoding
+	intKey         bool       // the primary key's Go type is an integer kind
 	// exactKey: the primary key's Go type is a string kind, whose ids are
 	// matched byte for byte (dialect.exactIn), not as the column's
 	// collation folds them. A Scanner key such as a UUID is matched by
@@ -135,7 +137,7 @@ func (p *Plugin) writeTarget(ctx context.Context) (*writeTarget, error) {
 	if u.write != nil {
 		return u.write, nil
 	}
-	t := &writeTarget{table: u.model.table, pk: u.model.pk.DBName, col: u.model.time.DBName,
+	t := &writeTarget{table: u.model.table, pk: u.model.pk.DBName, col: u.model.time.DBName, codec: u.model.enc,
 		intKey: u.ids.kind == idSigned || u.ids.kind == idUnsigned, exactKey: u.ids.kind == idString}
 	if p.dialect.columnTypes != nil {
 		if err := p.dialect.columnTypes(p.db.WithContext(ctx), t); err != nil {

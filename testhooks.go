@@ -20,6 +20,18 @@ func init() {
 	pl := func(p any) *Plugin { return p.(*Plugin) }
 	testhooks.Register(testhooks.Internals{
 		SetFlushHooks: func(p any, h *testhooks.FlushHooks) { pl(p).hooks = h },
+		RunScheduled: func(p any, purge bool) {
+			if purge {
+				pl(p).sched.job(pl(p).cfg.PurgeTimeout, pl(p).purgeJob).Run()
+				return
+			}
+			pl(p).sched.job(pl(p).cfg.FlushTimeout, pl(p).flushJob).Run()
+		},
+		UsersColumn: func(p any) (int, bool) {
+			enc := pl(p).users.model.enc
+			return int(enc.enc), enc.naive.Load()
+		},
+		IsCallerEnded: func(err error) bool { return errors.Is(err, errCallerEnded) },
 		FlushJob:      func(p any, ctx context.Context) { pl(p).flushJob(ctx) },
 		PurgeJob:      func(p any, ctx context.Context) { pl(p).purgeJob(ctx) },
 		Scheduler: func(p any) *cron.Cron {
@@ -49,6 +61,10 @@ func init() {
 		IDCodec: func(pk *schema.Field) (func(any) (string, error), func(string) (any, error), error) {
 			c, err := newIDCodec(pk)
 			return c.normalize, c.parse, err
+		},
+		FieldEncoding: func(f *schema.Field, configured int) (int, string, error) {
+			enc, how, err := fieldEncoding(f, Encoding(configured))
+			return int(enc), how, err
 		},
 		ScanTime: func(v any) (time.Time, bool, error) {
 			var c columnTime
@@ -109,7 +125,7 @@ func (t testBuffer) InFlightLen(ctx context.Context, n int) (int64, error) {
 func (t testBuffer) PutInFlight(ctx context.Context, uid string, at time.Time) error {
 	switch b := t.p.tracker.buf.(type) {
 	case *redisBuffer:
-		return b.rdb.HSet(ctx, b.shard(uid).inflight, uid, micros(at)).Err()
+		return b.rdb.Load().HSet(ctx, b.shard(uid).inflight, uid, micros(at)).Err()
 	case *memoryBuffer:
 		s := b.shard(uid)
 		s.mu.Lock()
@@ -150,7 +166,7 @@ func (t testBuffer) Breaker() gobreaker.State {
 func (t testBuffer) Refusals(ctx context.Context, uid string) (int, error) {
 	switch b := t.p.tracker.buf.(type) {
 	case *redisBuffer:
-		return b.rdb.HGet(ctx, b.shard(uid).refusals, uid).Int()
+		return b.rdb.Load().HGet(ctx, b.shard(uid).refusals, uid).Int()
 	case *memoryBuffer:
 		s := b.shard(uid)
 		s.mu.Lock()
@@ -184,4 +200,25 @@ func (t testBuffer) LockPurge(ctx context.Context) (func(context.Context), error
 		return nil, err
 	}
 	return func(ctx context.Context) { l.release(ctx) }, nil
+}
+
+func (t testBuffer) BreakerCounts() gobreaker.Counts {
+	if b, ok := t.p.tracker.buf.(*redisBuffer); ok {
+		return b.cb.Counts()
+	}
+	return gobreaker.Counts{}
+}
+
+func (t testBuffer) SetTouchTimeout(d time.Duration) {
+	if b, ok := t.p.tracker.buf.(*redisBuffer); ok {
+		b.timeout = d
+	}
+}
+
+func (t testBuffer) Client() (redis.UniversalClient, bool, bool) {
+	if b, ok := t.p.tracker.buf.(*redisBuffer); ok {
+		c := b.rdb.Load()
+		return c.UniversalClient, c.own, c.deadlines
+	}
+	return nil, false, false
 }

@@ -61,11 +61,11 @@ func newTracker(cfg Config, buf buffer, realClock bool, ids idCodec, log *slog.L
 	return t, nil
 }
 
-func (t *tracker) close() {
+func (t *tracker) close() error {
 	if t.cache != nil {
 		t.cache.StopAllGoroutines()
 	}
-	t.buf.close()
+	return t.buf.close()
 }
 
 // cacheKey identifies a user in the local cache without allocating: integer
@@ -138,10 +138,11 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
 // than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime;
 // and, with Config.Redis set, when Redis did not answer within
-// TouchTimeout or the circuit breaker is
-// open, an error wrapping the cause: the timestamp is then kept in the
-// in-process backlog (up to BacklogSize users) and written to Redis by the
-// next flush, so callers may ignore that error.
+// TouchTimeout, the circuit breaker is open, or ctx ended first (an error
+// wrapping ctx's, which the breaker does not count as a Redis failure,
+// Stats.Canceled), an error wrapping the cause: the timestamp is then kept
+// in the in-process backlog (up to BacklogSize users) and written to Redis
+// by the next flush, so callers may ignore that error.
 func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorded bool, err error) {
 	return p.touch(ctx, userID, at, p.now())
 }

@@ -3,6 +3,7 @@ package lastseen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 // batchResult counts one written batch.
 type batchResult struct {
 	written, unknown, stale, batches int
+	uncomparable                     []string // fields of entries the guard could not compare (uncomparable.go)
 }
 
 // refusal is an entry the database refused on its own, with its error.
@@ -42,7 +44,7 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	// A deadlock or serialization failure that outlasted MaxRetries is
 	// contention, not a refusal: the batch stays for the next flush.
 	// An OnBatch failure is never split either (ErrOnBatch).
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || p.dialect.retryable(err) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) || p.dialect.retryable(err) {
 		return batchResult{}, nil, err
 	}
 	if kind := p.dialect.errorKind(err); kind != "" { // the server answered
@@ -57,6 +59,21 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	return p.isolateRefused(ctx, batch)
 }
 
+// statement returns ctx bounded by StatementTimeout, for one SQL statement
+// of a flush (or the transaction of a write and OnBatch), and a check that
+// wraps a statement's error with errStatementTimeout when that bound (not
+// ctx) ended it: such a batch is never split, it stays in Redis.
+func (p *Plugin) statement(ctx context.Context) (context.Context, context.CancelFunc, func(error) error) {
+	sctx, cancel := context.WithTimeoutCause(ctx, p.cfg.StatementTimeout, errStatementTimeout)
+	check := func(err error) error {
+		if err != nil && ctx.Err() == nil && context.Cause(sctx) == errStatementTimeout {
+			return fmt.Errorf("timed out after %v (%w): %w", p.cfg.StatementTimeout, errStatementTimeout, err)
+		}
+		return err
+	}
+	return sctx, cancel, check
+}
+
 // isolateRefused writes a batch the reachable database failed once: whole,
 // then, if refused again, in halves, recursively.
 func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
@@ -67,7 +84,8 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 	if err == nil {
 		return br, nil, nil
 	}
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || (p.dialect.errorKind(err) == "" && !p.databaseUp(ctx)) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) ||
+		(p.dialect.errorKind(err) == "" && !p.databaseUp(ctx)) {
 		return batchResult{}, nil, err
 	}
 	if kind := p.dialect.errorKind(err); p.dialect.exhausted(kind) {
@@ -100,12 +118,13 @@ func (a *batchResult) merge(b batchResult) {
 	a.unknown += b.unknown
 	a.stale += b.stale
 	a.batches += b.batches
+	a.uncomparable = append(a.uncomparable, b.uncomparable...)
 }
 
 // databaseUp tells a refused batch from an unreachable database with a
 // SELECT 1 through the same GORM handle the writes use.
 func (p *Plugin) databaseUp(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, min(5*time.Second, p.cfg.StatementTimeout))
 	defer cancel()
 	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
 }
@@ -130,31 +149,58 @@ func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchRes
 }
 
 // writeOnce runs the batch's one statement, with Config.OnBatch in the same
-// transaction when set (withHook), and counts the result.
+// transaction when set (withHook), and counts the result. The column-type
+// lookup, the write (with OnBatch) and the row count each get
+// StatementTimeout.
 func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
-	t, err := p.writeTarget(ctx)
+	tctx, cancel, check := p.statement(ctx)
+	t, err := p.writeTarget(tctx)
+	cancel()
 	if err != nil {
-		return batchResult{}, err
+		return batchResult{}, check(err)
 	}
-	db := p.db.WithContext(ctx)
+	sctx, cancel, check := p.statement(ctx)
+	defer cancel()
+	db := p.db.WithContext(sctx)
 	ids := make([]any, len(batch))
 	ts := make([]time.Time, len(batch))
 	for i, e := range batch {
 		ids[i], ts[i] = e.id, e.at
 	}
+	br, err := p.writeStatement(ctx, db, t, batch, ids, ts, check)
+	if err != nil || br.stale == 0 {
+		return br, err
+	}
+	// A row left unwritten may hold a value the guard cannot compare.
+	if u, err := p.findUncomparable(db, t, ids); err == nil && len(u) > 0 {
+		br.uncomparable, br.stale = u, br.stale-len(u)
+	} else if err != nil {
+		// The write committed; which rows were not comparable is unknown.
+		p.limited.log(p.log, slog.LevelWarn, "lastseen: cannot look for uncomparable column values", "err", err)
+	}
+	return br, nil
+}
+
+// writeStatement runs the batch's statement (withHook) on db, bounded by
+// StatementTimeout (check names a timeout), and splits the rows it did not
+// write into Unknown and Stale with a count bounded the same way.
+func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *writeTarget, batch []entry, ids []any, ts []time.Time, check func(error) error) (batchResult, error) {
 	n := len(batch)
 	if p.cfg.WriteMode == Upsert {
-		return p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
+		br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
+		return br, check(err)
 	}
 	br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) {
 		tx = tx.Exec("?", p.dialect.update(t, ids, ts))
 		return batchResult{written: int(tx.RowsAffected), batches: 1}, tx.Error
 	})
 	if err != nil {
-		return batchResult{}, err
+		return batchResult{}, check(err)
 	}
 	if br.written < n {
-		existing, err := p.countExisting(db, t, ids)
+		cctx, cancel, _ := p.statement(ctx)
+		defer cancel()
+		existing, err := p.countExisting(p.db.WithContext(cctx), t, ids)
 		if err != nil {
 			// The write committed; only the split of the rest is unknown.
 			br.stale = n - br.written
@@ -192,7 +238,7 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 	}
 	rows := make([]map[string]any, n)
 	for i := range ids {
-		rows[i] = map[string]any{t.pk: ids[i], t.col: ts[i]}
+		rows[i] = map[string]any{t.pk: ids[i], t.col: t.codec.value(ts[i])}
 	}
 	table := clause.Table{Name: t.table}
 	tx := db.Table("?", table).Clauses(clause.Insert{Table: table}, p.dialect.onConflict(t)).Create(&rows)
@@ -210,7 +256,8 @@ func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) 
 }
 
 // ping runs SELECT 1 as a query (GORM's row callbacks, not Exec's), so that
-// an app counting its write statements does not count the start-up check.
+// an app counting its write statements does not count it. Scan, not Row:
+// Row returns a nil *sql.Row when a callback failed the statement.
 func ping(db *gorm.DB) error {
 	var one int
 	return db.Raw("SELECT 1").Scan(&one).Error

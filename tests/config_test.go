@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -69,13 +68,9 @@ type (
 		ID         int64
 		LastSeenAt string
 	}
-	cfgNullTimeUser struct {
+	cfgIntUser struct {
 		ID         int64
-		LastSeenAt sql.NullTime
-	}
-	cfgUnixUser struct {
-		ID         int64
-		LastSeenAt int64 `gorm:"autoUpdateTime"`
+		LastSeenAt int64
 	}
 	cfgCompositeSession struct {
 		Token     string `gorm:"primaryKey"`
@@ -90,6 +85,15 @@ type (
 
 // TestConfigMistakes is the table of every Config mistake and the exact
 // error text users see, on each dialect (the limits differ).
+// The messages Initialize gives for a time field of an unsupported type
+// (coltype.go).
+const (
+	wantTimeField = "want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, " +
+		"or an int64 of Unix seconds or milliseconds (Config encoding or a `lastseen` tag)"
+	wantIntUnit = "an integer needs its unit: set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) " +
+		"or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"
+)
+
 func TestConfigMistakes(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialed: validation fails first
 	t.Cleanup(func() { rdb.Close() })
@@ -141,6 +145,15 @@ func TestConfigMistakes(t *testing.T) {
 				fmt.Sprintf("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
 					lim.params, dialect, lim.params-1, lim.params)},
 			{"negative PurgeBatchTimeout", func(c *lastseen.Config) { c.PurgeBatchTimeout = -time.Second }, "PurgeBatchTimeout is -1s, want a positive duration"},
+			{"negative StatementTimeout", func(c *lastseen.Config) { c.StatementTimeout = -time.Second }, "StatementTimeout is -1s, want a positive duration"},
+			{"LockTTL not longer than StatementTimeout", func(c *lastseen.Config) { c.LockTTL, c.StatementTimeout = 10*time.Second, 10*time.Second },
+				"LockTTL 10s cannot cover one flush statement: it must be longer than StatementTimeout (10s)"},
+			{"LockTTL under the default StatementTimeout", func(c *lastseen.Config) { c.StatementTimeout = time.Minute },
+				"LockTTL 30s cannot cover one flush statement: it must be longer than StatementTimeout (1m0s)"},
+			{"LockTTL not longer than PurgeBatchTimeout", func(c *lastseen.Config) { c.LockTTL, c.PurgeBatchTimeout = 5*time.Second, 6*time.Second },
+				"LockTTL 5s cannot cover one purge batch: it must be longer than PurgeBatchTimeout (6s)"},
+			{"negative FlushTimeout", func(c *lastseen.Config) { c.FlushTimeout = -time.Second }, "FlushTimeout is -1s, want a positive duration"},
+			{"negative PurgeTimeout", func(c *lastseen.Config) { c.PurgeTimeout = -time.Second }, "PurgeTimeout is -1s, want a positive duration"},
 			{"FlushSchedule not a cron spec", func(c *lastseen.Config) { c.FlushSchedule = "every minute" },
 				`FlushSchedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
 			{"FlushSchedule second spec bad", func(c *lastseen.Config) { c.FlushSchedule = "@every 1m; 61 * * * *" },
@@ -159,19 +172,17 @@ func TestConfigMistakes(t *testing.T) {
 			{"unknown Field", func(c *lastseen.Config) { c.Field = "SeenAt" },
 				`Field "SeenAt": User has no such field or column`},
 			{"Field a string", func(c *lastseen.Config) { c.Model = &cfgStringTimeUser{} },
-				`Field "LastSeenAt": cfgStringTimeUser.LastSeenAt is a string, want time.Time or *time.Time`},
-			{"Field a sql.NullTime", func(c *lastseen.Config) { c.Model = &cfgNullTimeUser{} },
-				`Field "LastSeenAt": cfgNullTimeUser.LastSeenAt is a sql.NullTime, want time.Time or *time.Time`},
-			{"Field Unix seconds", func(c *lastseen.Config) { c.Model = &cfgUnixUser{} },
-				`Field "LastSeenAt": cfgUnixUser.LastSeenAt is a int64, want time.Time or *time.Time`},
+				`Field "LastSeenAt": cfgStringTimeUser.LastSeenAt is a string: ` + wantTimeField},
+			{"Field an integer without its unit", func(c *lastseen.Config) { c.Model = &cfgIntUser{} },
+				`Field "LastSeenAt": cfgIntUser.LastSeenAt is a int64: ` + wantIntUnit},
 			{"Field the primary key", func(c *lastseen.Config) { c.Field = "id" },
-				`Field "id": User.ID is a uint64, want time.Time or *time.Time`},
+				`Field "id": User.ID is a uint64: ` + wantIntUnit},
 			{"composite session key", func(c *lastseen.Config) { c.SessionModel = &cfgCompositeSession{} },
 				"SessionModel cfgCompositeSession has 2 primary key fields [Token UserID], want exactly one"},
 			{"unknown ExpiresField", func(c *lastseen.Config) { c.ExpiresField = "Expiry" },
 				`ExpiresField "Expiry": Session has no such field or column`},
 			{"ExpiresField a string", func(c *lastseen.Config) { c.SessionModel = &cfgStringExpirySession{} },
-				`ExpiresField "ExpiresAt": cfgStringExpirySession.ExpiresAt is a string, want time.Time or *time.Time`},
+				`ExpiresField "ExpiresAt": cfgStringExpirySession.ExpiresAt is a string: ` + wantTimeField},
 		}
 		for _, tc := range cases {
 			t.Run(dialect+"/"+tc.name, func(t *testing.T) {

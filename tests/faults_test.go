@@ -189,7 +189,7 @@ func clientKind(c redis.UniversalClient) redisKind {
 }
 
 func newPrivateClient(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}) // see testRedis
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -474,7 +474,7 @@ func TestBacklogReplayedAfterOutage(t *testing.T) {
 			// times, 100ms apart; a flush during the outage pays that per
 			// shard until the client's own dial breaker opens. Fewer
 			// retries keep this test short without changing what happens.
-			rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialerRetries: 1})
+			rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { rdb.Close() })
 			h := newHarness(t, d, clientKind(rdb))
 			ctx := context.Background()

@@ -284,6 +284,11 @@ func TestFlushFailureMidShard(t *testing.T) {
 			}
 			tx.AddError(errors.New("injected: database went away"))
 		}))
+		must(t, db.Callback().Row().Before("gorm:row").Register("test:fail_probe", func(tx *gorm.DB) {
+			if failing.Load() && tx.Statement.SQL.String() == "SELECT 1" { // the health check (ping)
+				tx.AddError(errors.New("injected: database went away"))
+			}
+		}))
 		for id := 1; id <= 20; id++ {
 			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second))
 			must(t, err)
@@ -752,6 +757,11 @@ func TestFlushRetriesDeadlocks(t *testing.T) {
 					tx.AddError(*failWith.Load())
 				}
 			case sql == "SELECT 1" && attempts.Load() <= failFirst.Load():
+				tx.AddError(errors.New("injected: health check fails too"))
+			}
+		}))
+		must(t, db.Callback().Row().Before("gorm:row").Register("test:deadlock_probe", func(tx *gorm.DB) {
+			if tx.Statement.SQL.String() == "SELECT 1" && attempts.Load() <= failFirst.Load() { // the health check (ping)
 				tx.AddError(errors.New("injected: health check fails too"))
 			}
 		}))

@@ -185,6 +185,11 @@ type redisKind struct {
 	open func(t testing.TB) *testRedis
 }
 
+// The test clients set ContextTimeoutEnabled, so the plugin sends on them
+// as they are and hooks a test adds to them (command counters, recorders)
+// see the plugin's commands. With the go-redis default (false) the plugin
+// opens a client of its own (redisclient.go); the tests of that path build
+// such clients themselves (deadline_test.go).
 type testRedis struct {
 	client redis.UniversalClient // nil for the in-process buffer (memoryKind)
 	mr     *miniredis.Miniredis  // nil on a real server
@@ -193,7 +198,7 @@ type testRedis struct {
 func miniredisKind() redisKind {
 	return redisKind{name: "miniredis", open: func(t testing.TB) *testRedis {
 		mr := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		return &testRedis{client: c, mr: mr}
 	}}
@@ -201,7 +206,7 @@ func miniredisKind() redisKind {
 
 func realRedisKind() redisKind {
 	return redisKind{name: "redis", open: func(t testing.TB) *testRedis {
-		c := redis.NewClient(&redis.Options{Addr: needService(t, envRedis)})
+		c := redis.NewClient(&redis.Options{Addr: needService(t, envRedis), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		return &testRedis{client: c}
 	}}
@@ -210,7 +215,7 @@ func realRedisKind() redisKind {
 func clusterRedisKind() redisKind {
 	return redisKind{name: "cluster", open: func(t testing.TB) *testRedis {
 		addrs := strings.Split(needService(t, envRedisCluster), ",")
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		return &testRedis{client: c}
 	}}

@@ -146,7 +146,7 @@ func TestIdleConfig(t *testing.T) {
 		{"no such field", func(c *lastseen.Config) { c.IdleTimeout, c.ActiveField = time.Hour, "Touched" },
 			`lastseen: invalid config: ActiveField "Touched": Session has no such field or column`},
 		{"not a time", func(c *lastseen.Config) { c.IdleTimeout, c.ActiveField = time.Hour, "UserID" },
-			`lastseen: invalid config: ActiveField "UserID": Session.UserID is a uint64, want time.Time or *time.Time`},
+			`lastseen: invalid config: ActiveField "UserID": Session.UserID is a uint64: ` + wantIntUnit},
 		{"batch over the limit", func(c *lastseen.Config) { c.IdleTimeout, c.PurgeBatchSize = time.Hour, 32764 },
 			"lastseen: invalid config: PurgeBatchSize 32764 exceeds the sqlite limit of 32763 sessions per delete with IdleTimeout (32766 bind parameters, 1 per session and 3 for the cutoffs)"},
 	} {

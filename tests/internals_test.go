@@ -84,3 +84,22 @@ func (c *columnTime) Scan(v any) (err error) {
 	c.Time, c.Valid, err = internals().ScanTime(v)
 	return err
 }
+
+// usersEncoding is the Encoding the plugin chose for its tracked column.
+func usersEncoding(p *lastseen.Plugin) lastseen.Encoding {
+	enc, _ := internals().UsersColumn(p)
+	return lastseen.Encoding(enc)
+}
+
+// usersNaive reports a tracked column without time zone.
+func usersNaive(p *lastseen.Plugin) bool {
+	_, naive := internals().UsersColumn(p)
+	return naive
+}
+
+// fieldEncoding is the Encoding the plugin reads field f with, given the
+// configured one, and how it decided.
+func fieldEncoding(f *schema.Field, configured lastseen.Encoding) (lastseen.Encoding, string, error) {
+	enc, how, err := internals().FieldEncoding(f, int(configured))
+	return lastseen.Encoding(enc), how, err
+}

@@ -342,9 +342,9 @@ func TestInitializeValidation(t *testing.T) {
 		{"missing field", func(c *lastseen.Config) { c.Field = "SeenAt" },
 			`lastseen: invalid config: Field "SeenAt": User has no such field or column`},
 		{"not a time", func(c *lastseen.Config) { c.Model = &stringTimeUser{} },
-			`lastseen: invalid config: Field "LastSeenAt": stringTimeUser.LastSeenAt is a string, want time.Time or *time.Time`},
+			`lastseen: invalid config: Field "LastSeenAt": stringTimeUser.LastSeenAt is a string: ` + wantTimeField},
 		{"not a time, by column", func(c *lastseen.Config) { c.Field = "id" },
-			`lastseen: invalid config: Field "id": User.ID is a uint64, want time.Time or *time.Time`},
+			`lastseen: invalid config: Field "id": User.ID is a uint64: ` + wantIntUnit},
 	} {
 		cfg := h.config()
 		c.edit(&cfg)

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,6 +136,13 @@ func failWrites(t testing.TB, db *gorm.DB) (set func(bool)) {
 	}
 	must(t, db.Callback().Raw().Before("gorm:raw").Register("test:fail_raw", fail))
 	must(t, db.Callback().Create().Before("gorm:create").Register("test:fail_create", fail))
+	// The SELECT 1 probe (ping) runs through the row callbacks; the
+	// migrators' own row queries are left alone (they read a nil *sql.Row).
+	must(t, db.Callback().Row().Before("gorm:row").Register("test:fail_probe", func(tx *gorm.DB) {
+		if strings.TrimSpace(tx.Statement.SQL.String()) == "SELECT 1" {
+			fail(tx)
+		}
+	}))
 	return func(v bool) {
 		mu.Lock()
 		defer mu.Unlock()

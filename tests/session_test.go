@@ -819,7 +819,7 @@ func TestPurgeConfigRefused(t *testing.T) {
 			{"missing expiry field", func(c *lastseen.Config) { c.ExpiresField = "Expiry" },
 				`lastseen: invalid config: ExpiresField "Expiry": Session has no such field or column`},
 			{"expiry not a time", func(c *lastseen.Config) { c.ExpiresField = "user_id" },
-				`lastseen: invalid config: ExpiresField "user_id": Session.UserID is a uint64, want time.Time or *time.Time`},
+				`lastseen: invalid config: ExpiresField "user_id": Session.UserID is a uint64: ` + wantIntUnit},
 			{"batch too large", func(c *lastseen.Config) { c.PurgeBatchSize = limit + 1 },
 				fmt.Sprintf("lastseen: invalid config: PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
 					limit+1, h.dialect, limit, limit+1)},

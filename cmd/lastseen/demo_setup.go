@@ -76,7 +76,7 @@ func (r *demoRun) setupRedis(ctx context.Context) error {
 		}
 		r.mr = mr
 		r.undo(func(context.Context) { mr.Close() })
-		r.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		r.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true}) // see openRedis
 	default:
 		rdb, err := r.conn.openRedis(ctx)
 		if err != nil {

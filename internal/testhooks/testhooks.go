@@ -33,6 +33,12 @@ type FlushHooks struct {
 	// BeforeUnlink: every batch is written and acknowledged; the final
 	// acknowledgement, which unlinks the in-flight hash, comes next.
 	BeforeUnlink func(shard int)
+	// AfterBacklogTake: a flush took n entries out of the backlog to replay
+	// them into Redis; touches that fail now find an empty backlog.
+	AfterBacklogTake func(n int)
+	// LockRefreshed: the lock under key was refreshed by its keeper
+	// (lockKeeper), while the flush or purge holding it runs.
+	LockRefreshed func(key string)
 }
 
 // Swapped calls AfterSwap if set.
@@ -63,6 +69,20 @@ func (h *FlushHooks) Unlinking(shard int) {
 	}
 }
 
+// BacklogTaken calls AfterBacklogTake if set.
+func (h *FlushHooks) BacklogTaken(n int) {
+	if h != nil && h.AfterBacklogTake != nil {
+		h.AfterBacklogTake(n)
+	}
+}
+
+// Refreshed calls LockRefreshed if set.
+func (h *FlushHooks) Refreshed(key string) {
+	if h != nil && h.LockRefreshed != nil {
+		h.LockRefreshed(key)
+	}
+}
+
 // Buffer is what tests read and write in a plugin's buffer, in the terms
 // of the Redis key layout (internal/keys) whatever the buffer kind.
 type Buffer interface {
@@ -87,6 +107,13 @@ type Buffer interface {
 	Backlog(uid string) (int64, bool)
 	// Breaker is the Redis buffer's circuit breaker state.
 	Breaker() gobreaker.State
+	// BreakerCounts are the Redis buffer's breaker counts.
+	BreakerCounts() gobreaker.Counts
+	// SetTouchTimeout changes the Redis buffer's TouchTimeout.
+	SetTouchTimeout(d time.Duration)
+	// Client is the Redis buffer's client: own when the plugin opened it,
+	// deadlines when it enforces context deadlines on its sockets.
+	Client() (c redis.UniversalClient, own, deadlines bool)
 	// Refusals is the number of flushes in a row that refused uid's entry.
 	Refusals(ctx context.Context, uid string) (int, error)
 	// LockShard takes shard n's flush lock (as a flusher would) and returns
@@ -103,14 +130,16 @@ type Buffer interface {
 // func takes the *lastseen.Plugin as p.
 type Internals struct {
 	SetFlushHooks  func(p any, h *FlushHooks)
-	FlushJob       func(p any, ctx context.Context) // the scheduler's flush run
-	PurgeJob       func(p any, ctx context.Context) // the scheduler's purge run
-	Scheduler      func(p any) *cron.Cron           // nil when no scheduler runs
-	JobsContext    func(p any) context.Context      // the scheduled jobs' context, canceled by Close
-	Tracking       func(p any) bool                 // the request path (tracker) was started
-	StopTracker    func(p any)                      // stops the tracker of a plugin not closed
-	Closing        func(p any) <-chan struct{}      // closed when Close begins
-	Handle         func(p any) (*gorm.DB, error)    // the plugin's own handle
+	RunScheduled   func(p any, purge bool)                // the flush (purge) job as the scheduler runs it, with its timeout
+	UsersColumn    func(p any) (encoding int, naive bool) // the tracked column's Encoding, and whether it is naive
+	FlushJob       func(p any, ctx context.Context)       // the scheduler's flush run
+	PurgeJob       func(p any, ctx context.Context)       // the scheduler's purge run
+	Scheduler      func(p any) *cron.Cron                 // nil when no scheduler runs
+	JobsContext    func(p any) context.Context            // the scheduled jobs' context, canceled by Close
+	Tracking       func(p any) bool                       // the request path (tracker) was started
+	StopTracker    func(p any)                            // stops the tracker of a plugin not closed
+	Closing        func(p any) <-chan struct{}            // closed when Close begins
+	Handle         func(p any) (*gorm.DB, error)          // the plugin's own handle
 	WriteTarget    func(p any, ctx context.Context) error
 	SetMaxParams   func(p any, n int) // the dialect's bind-parameter limit, for this plugin
 	TracksActive   func(p any) bool   // sessions have an ActiveField in use
@@ -120,10 +149,14 @@ type Internals struct {
 	MaxBatch       func(dialect string) int
 	Retryable      func(dialect string, err error) bool
 	IsLockLost     func(err error) bool
+	IsCallerEnded  func(err error) bool // a Redis call ended by its caller's context
 	// IDCodec is the user-id codec of a primary key field: normalize turns
 	// an id into its stored text form, parse turns that text back into a
 	// value of the key's type.
 	IDCodec func(pk *schema.Field) (normalize func(any) (string, error), parse func(string) (any, error), err error)
+	// FieldEncoding is the Encoding the plugin reads a time field with,
+	// given the configured one, and how it decided.
+	FieldEncoding func(f *schema.Field, configured int) (enc int, how string, err error)
 	// ScanTime reads a time column's value as every dialect returns it.
 	ScanTime  func(v any) (t time.Time, valid bool, err error)
 	LoadTouch func(ctx context.Context, c redis.Scripter) error // SCRIPT LOAD of the touch script

@@ -59,6 +59,9 @@ func openEnv(ctx context.Context, c *Cmd) (*env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lastseen: bench: %w", errors.Unwrap(err))
 	}
+	// The plugin sends on a client with ContextTimeoutEnabled as it is, so
+	// the hooks below see its commands (without it, it opens a copy).
+	opt.ContextTimeoutEnabled = true
 	e.count = &redisCounter{}
 	e.rdb = redis.NewClient(opt)
 	e.rdb.AddHook(e.count)
