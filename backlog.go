@@ -85,15 +85,17 @@ func (d *dropLog) backlog(n int, reason string) {
 // keep puts a touch that did not reach Redis into the backlog, counted in
 // Backlogged, or drops it, counted in BacklogDropped: when the backlog is
 // full, or after Close, when nothing will flush it.
-func (b *redisBuffer) keep(uid string, ts int64) {
+func (b *redisBuffer) keep(uid string, ts int64) (kept bool) {
 	switch {
 	case b.closed.Load():
 		b.drops.backlog(1, dropClosed)
 	case b.backlog.add(uid, ts):
 		b.stats.backlogged.Add(1)
+		return true
 	default:
 		b.drops.backlog(1, dropFull)
 	}
+	return false
 }
 
 // putBack returns entries of a replay that failed to the backlog, newest

@@ -32,12 +32,13 @@ import (
 // which no exported contract could check for it.
 type buffer interface {
 	// touch records uid seen at at, the plugin's clock reading now: when no
-	// throttle window is open for uid it opens one (Throttle long) and
-	// raises uid's pending value to at (never lowering it), returning
-	// recorded == true and ttl == Throttle; inside a window it returns
-	// false and the time left in the window. An error means the touch did
-	// not reach the buffer (the Redis buffer then kept it in its backlog).
-	touch(ctx context.Context, uid string, at, now time.Time) (recorded bool, ttl time.Duration, err error)
+	// throttle window is open for uid it opens one, window long (what is
+	// left of at's own window, tracker.window), and raises uid's pending
+	// value to at (never lowering it), returning recorded == true and ttl
+	// == window; inside a window it returns false and the time left in the
+	// window. An error means the touch did not reach the buffer (the Redis
+	// buffer then kept it in its backlog).
+	touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (recorded bool, ttl time.Duration, err error)
 	// newest returns, for each of uids, the newest readable timestamp the
 	// buffer holds (pending, in-flight, or kept aside in process), the zero
 	// time when none. On an error the result still holds what could be

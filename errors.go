@@ -38,6 +38,16 @@ var (
 	// batches was written; the refused entries went back to pending for the
 	// next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
+	// ErrBuffered wraps a touch's error when Redis did not take the touch
+	// (down, slow past TouchTimeout, the breaker open, the caller's context
+	// ended) and the timestamp was kept in the in-process backlog instead:
+	// the next flush writes it, so a caller may ignore this error
+	// (errors.Is(err, ErrBuffered)); the cause is wrapped too.
+	ErrBuffered = errors.New("lastseen: kept in the in-process backlog")
+	// ErrDropped wraps a touch's error when Redis did not take the touch and
+	// the backlog could not keep it either (full at BacklogSize, or after
+	// Close): the timestamp is lost, counted in Stats.BacklogDropped.
+	ErrDropped = errors.New("lastseen: dropped: the backlog is full or closed")
 	// ErrSystemic is returned (wrapped, with the database's error) by a
 	// flush or purge that met a refusal no single row can cause: the whole
 	// batch, one entry alone and a write touching no row all failed with

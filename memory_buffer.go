@@ -66,16 +66,16 @@ func (b *memoryBuffer) shard(uid string) *memShard {
 }
 
 // touch is lua/touch.lua on maps: a marker whose deadline is after now
-// throttles; otherwise the marker is set to now + Throttle, the pending
+// throttles; otherwise the marker is set to now + window, the pending
 // value raised to at, and the user added to the presence sets.
-func (b *memoryBuffer) touch(_ context.Context, uid string, at, now time.Time) (bool, time.Duration, error) {
+func (b *memoryBuffer) touch(_ context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
 	s := b.shard(uid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if end, ok := s.markers[uid]; ok && now.Before(end) {
 		return false, end.Sub(now), nil
 	}
-	s.markers[uid] = now.Add(b.throttle)
+	s.markers[uid] = now.Add(window)
 	if ts := micros(at); ts > s.pending[uid] {
 		s.pending[uid] = ts
 	}
@@ -94,7 +94,7 @@ func (b *memoryBuffer) touch(_ context.Context, uid string, at, now time.Time) (
 	if len(s.markers) >= 2*max(s.swept, minSweep) {
 		s.sweep(now)
 	}
-	return true, b.throttle, nil
+	return true, window, nil
 }
 
 // sweep drops the markers whose window ended at now, and the presence sets

@@ -117,13 +117,13 @@ func (b *redisBuffer) shard(uid string) shardKeys {
 // TouchTimeout; on failure it keeps the timestamp in the backlog (keep),
 // counts it (RedisErrors, or Canceled when the caller's ctx ended first)
 // and returns the cause.
-func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time) (bool, time.Duration, error) {
+func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
 	k := b.shard(uid)
 	ts := micros(at)
 	hk, ha := presenceArgs(&b.cfg, k, at, now) // presence.go: HyperLogLogs, same EVALSHA
 	reply, err := b.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
 		return touchScript.Run(ctx, rdb, append([]string{k.marker + uid, k.pending}, hk...),
-			append([]any{uid, ts, b.throttle.Milliseconds(), ceiling(now)}, ha...)...).Slice()
+			append([]any{uid, ts, window.Milliseconds(), ceiling(now)}, ha...)...).Slice()
 	})
 	if err != nil {
 		if errors.Is(err, errCallerEnded) {
@@ -134,10 +134,12 @@ func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time) 
 				b.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", b.backlog.len())
 			})
 		}
-		b.keep(uid, ts)
-		return false, 0, err
+		if b.keep(uid, ts) {
+			return false, 0, fmt.Errorf("%w: %w", ErrBuffered, err)
+		}
+		return false, 0, fmt.Errorf("%w: %w", ErrDropped, err)
 	}
-	recorded, ttl := parseTouchReply(reply, b.throttle)
+	recorded, ttl := parseTouchReply(reply, window)
 	return recorded, ttl, nil
 }
 

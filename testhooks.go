@@ -143,7 +143,7 @@ func (t testBuffer) PutBacklog(ctx context.Context, uid string, at time.Time) er
 	case *redisBuffer:
 		b.backlog.add(uid, micros(at))
 	case *memoryBuffer:
-		_, _, err := b.touch(ctx, uid, at, t.p.now())
+		_, _, err := b.touch(ctx, uid, at, t.p.now(), t.p.cfg.Throttle)
 		return err
 	}
 	return nil

@@ -142,7 +142,9 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 // wrapping ctx's, which the breaker does not count as a Redis failure,
 // Stats.Canceled), an error wrapping the cause: the timestamp is then kept
 // in the in-process backlog (up to BacklogSize users) and written to Redis
-// by the next flush, so callers may ignore that error.
+// by the next flush, so callers may ignore that error: it wraps
+// ErrBuffered, or ErrDropped when the backlog was full (or closed) and the
+// timestamp is lost (counted in Stats.BacklogDropped).
 func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorded bool, err error) {
 	return p.touch(ctx, userID, at, p.now())
 }
@@ -171,7 +173,7 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 		p.stats.invalid.Add(1)
 		return false, err
 	}
-	recorded, ttl, err := t.buf.touch(ctx, uid, at, now)
+	recorded, ttl, err := t.buf.touch(ctx, uid, at, now, t.window(at, now))
 	if err != nil {
 		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, err)
 	}
@@ -198,4 +200,14 @@ func (t *tracker) cached(userID any) bool {
 	}
 	deadline, ok := t.cache.GetIfPresent(qk)
 	return ok && t.ticks() < deadline
+}
+
+// window is the throttle window a touch at at opens when it is recorded at
+// now: the window is anchored at the time the user was seen, so a touch of
+// a past time (a late event, a replay) opens only what is left of its own
+// window, and one whose window has already ended opens none (1ms, Redis's
+// PX floor) and never holds back the user's current touch. A time ahead of
+// now (within MaxClockSkew) opens a whole window.
+func (t *tracker) window(at, now time.Time) time.Duration {
+	return max(time.Millisecond, min(t.throttle, t.throttle-now.Sub(at)))
 }

@@ -132,7 +132,7 @@ func FuzzUserID(f *testing.F) {
 			default: // integers: decimal text, surrounding spaces allowed, in range, not zero
 				v, serr := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 				want := serr == nil && v != 0 && v >= c.min && (v < 0 || uint64(v) <= c.max) && len(s) <= lastseen.DefaultMaxIDLength
-				if c.min == 0 { // unsigned: ParseUint, which also takes values above MaxInt64; a leading "+" as for a signed key
+				if c.min == 0 { // unsigned: ParseUint, which also takes values above MaxInt64, and a "+" as ParseInt does
 					uv, uerr := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(s), "+"), 10, 64)
 					want = uerr == nil && uv != 0 && uv <= c.max && len(s) <= lastseen.DefaultMaxIDLength
 				}
