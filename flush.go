@@ -79,8 +79,9 @@ func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 }
 
 // flush is Flush without registering as a run: Close calls it after waiting
-// for the runs. It replays the Redis buffer's backlog first (buffer.replay),
-// then flushes the active shards,
+// for the runs. It replays the Redis buffer's backlog first (buffer.replay;
+// when Redis does not take it, it is written to the table directly,
+// writeBacklog), then flushes the active shards,
 // FlushConcurrency at a time.
 func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
@@ -89,6 +90,16 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	var errs []error
 	if err := p.tracker.buf.replay(ctx); err != nil {
 		errs = append(errs, err)
+		// Redis did not take the backlog: write it to the table directly
+		// (forward-only, so as safe as through Redis), so that presence
+		// reaches the database, and survives Close, while Redis is down.
+		if h, ok := p.tracker.buf.(backlogHolder); ok && ctx.Err() == nil {
+			r, err := p.writeBacklog(ctx, h)
+			res.merge(r)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	active, err := p.tracker.buf.active(ctx)
 	if err != nil {

@@ -39,3 +39,31 @@ func TestTouchErrorSaysKeptOrDropped(t *testing.T) {
 	equal(t, "user 1", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:30:00Z")
 	equal(t, "user 2", lastSeenColumn(t, db, "users", "id", "last_seen_at", 2), "")
 }
+
+// TestCloseWritesBacklogWhileRedisDown: touches Redis never took reach the
+// table at Close even while Redis is still down (the final flush writes the
+// backlog directly); Close reports Redis's error. Before, they were lost.
+func TestCloseWritesBacklogWhileRedisDown(t *testing.T) {
+	for _, d := range allDialects() {
+		t.Run(d.name, func(t *testing.T) {
+			h := newHarness(t, d, miniredisKind())
+			ctx := context.Background()
+			cfg := h.config()
+			cfg.TouchTimeout = time.Second
+			p, db := h.plugin(cfg)
+			seedUsers(t, db, 3)
+			h.r.mr.Close()
+			for id, at := range map[int]string{1: "2026-03-01T09:10:00Z", 2: "2026-03-01T09:20:00Z"} {
+				_, err := p.TouchAt(ctx, id, mustTime(at))
+				equal(t, "kept", errors.Is(err, ErrBuffered), true)
+			}
+			if err := p.Close(ctx); err == nil {
+				t.Fatal("Close with Redis down returned no error")
+			}
+			equal(t, "user 1", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:10:00Z")
+			equal(t, "user 2", lastSeenColumn(t, db, "users", "id", "last_seen_at", 2), "2026-03-01T09:20:00Z")
+			equal(t, "user 3", lastSeenColumn(t, db, "users", "id", "last_seen_at", 3), "")
+			equal(t, "backlog dropped", p.Stats().BacklogDropped, 0)
+		})
+	}
+}
