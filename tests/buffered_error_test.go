@@ -55,7 +55,7 @@ func TestCloseWritesBacklogWhileRedisDown(t *testing.T) {
 			h.r.mr.Close()
 			for id, at := range map[int]string{1: "2026-03-01T09:10:00Z", 2: "2026-03-01T09:20:00Z"} {
 				_, err := p.TouchAt(ctx, id, mustTime(at))
-				equal(t, "kept", errors.Is(err, ErrBuffered), true)
+				equal(t, "kept", errors.Is(err, lastseen.ErrBuffered), true)
 			}
 			if err := p.Close(ctx); err == nil {
 				t.Fatal("Close with Redis down returned no error")
