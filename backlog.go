@@ -121,7 +121,7 @@ func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
 	if len(m) == 0 {
 		return 0, nil
 	}
-	b.testHooks().afterBacklogTake(len(m))
+	b.testHooks().BacklogTaken(len(m))
 	byShard := map[string][]any{}
 	top := ceiling(b.now())
 	for uid, ts := range m {

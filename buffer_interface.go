@@ -3,6 +3,7 @@ package lastseen
 import (
 	"context"
 	"errors"
+	"github.com/lastseen/lastseen/internal/testhooks"
 	"time"
 )
 
@@ -142,7 +143,7 @@ var errNotObtained = errors.New("lastseen: lock held by another flusher or purge
 // client, else in process. It is the one place that chooses.
 func (p *Plugin) openBuffer() buffer {
 	if hasRedis(p.cfg) {
-		return newRedisBuffer(p.cfg, p.log, &p.stats, func() *flushHooks { return p.hooks })
+		return newRedisBuffer(p.cfg, p.log, &p.stats, func() *testhooks.FlushHooks { return p.hooks })
 	}
 	return newMemoryBuffer(p.cfg)
 }

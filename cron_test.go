@@ -1,44 +1,13 @@
 package lastseen
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"reflect"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/robfig/cron/v3"
-	"gorm.io/gorm"
 )
-
-// logBuffer is a slog destination tests can read while jobs write to it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count returns how many log lines contain s.
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
-
-func debugLogger(b *logBuffer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 // panicsOnce returns a job body that panics on its first run and counts
 // every run that got past the panic point.
@@ -117,123 +86,4 @@ func TestSchedulerSkipsOverlappingRuns(t *testing.T) {
 	<-first
 	entries[1].Job.Run()
 	equal(t, "runs after the first ended", runs.Load(), 2)
-}
-
-// TestInitializeSchedulesJobs: with the scheduler on, Initialize adds one
-// cron entry per flush and purge spec; Close cancels the jobs' context.
-func TestInitializeSchedulesJobs(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
-	cfg := h.config()
-	cfg.DisableScheduler = false
-	cfg.FlushSchedule = "@every 1m; */5 * * * *"
-	cfg.PurgeSchedule = "@every 1h;0 3 * * *;"
-	p, _ := h.plugin(cfg)
-	var got []cron.Schedule
-	for _, e := range p.sched.cron.Entries() {
-		got = append(got, e.Schedule)
-	}
-	var want []cron.Schedule
-	for _, spec := range []string{"@every 1m", "*/5 * * * *", "@every 1h", "0 3 * * *"} {
-		s, err := cron.ParseStandard(spec)
-		must(t, err)
-		want = append(want, s)
-	}
-	equal(t, "entries", len(got), 4)
-	for _, w := range want {
-		found := false
-		for _, g := range got {
-			found = found || reflect.DeepEqual(g, w)
-		}
-		if !found {
-			t.Errorf("no entry with schedule %#v", w)
-		}
-	}
-
-	must(t, p.Close(context.Background()))
-	equal(t, "jobs' context after Close", p.sched.ctx.Err(), context.Canceled)
-
-	off := h.config() // DisableScheduler: no cron at all
-	q, _ := h.plugin(off)
-	equal(t, "scheduler with DisableScheduler", q.sched == nil, true)
-
-	noPurge := h.config() // DisablePurge: the flush entries only
-	noPurge.DisableScheduler = false
-	noPurge.DisablePurge = true
-	noPurge.FlushSchedule = "@every 1m; */5 * * * *"
-	r, _ := h.plugin(noPurge)
-	equal(t, "entries with DisablePurge", len(r.sched.cron.Entries()), 2)
-}
-
-// TestInitializeRejectsBadSchedules: a spec that does not parse fails
-// Initialize with a message naming the option and the spec.
-func TestInitializeRejectsBadSchedules(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
-	for _, c := range []struct {
-		flush, purge string
-		want         string
-	}{
-		{"@every 1m;every minute", "", `lastseen: invalid config: FlushSchedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
-		{"", "61 * * * *", `lastseen: invalid config: PurgeSchedule "61 * * * *": end of range (61) above maximum (59): 61`},
-	} {
-		cfg := h.config()
-		cfg.DisableScheduler = false
-		cfg.FlushSchedule, cfg.PurgeSchedule = c.flush, c.purge
-		err := h.openDB().Use(New(cfg))
-		equal(t, "error", fmt.Sprint(err), c.want)
-		equal(t, "errors.Is ErrInvalidConfig", errors.Is(err, ErrInvalidConfig), true)
-	}
-}
-
-// TestCloseWaitsForScheduledFlush: Close stops the cron, cancels the
-// running flush's context, waits for it to return, and then its own final
-// flush writes what the interrupted one left in flight.
-func TestCloseWaitsForScheduledFlush(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
-	ctx := context.Background()
-	cfg := h.config()
-	cfg.DisableScheduler = false
-	cfg.FlushSchedule = "@every 1s" // robfig's shortest interval
-
-	// The callback goes in before the plugin starts its cron: GORM's
-	// callback registration must not race with a running flush.
-	db := h.openDB()
-	seedUsers(t, db, 1)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	var jobReturned atomic.Bool
-	must(t, db.Callback().Raw().Before("gorm:raw").Register("test:block_first_update", func(tx *gorm.DB) {
-		if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE") {
-			once.Do(func() {
-				close(entered)
-				<-release
-				jobReturned.Store(true)
-			})
-		}
-	}))
-	p := New(cfg)
-	must(t, db.Use(p))
-	t.Cleanup(func() { p.Close(context.Background()) })
-	_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:29:00Z"))
-	must(t, err)
-	select {
-	case <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the scheduled flush did not start within 30s")
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- p.Close(ctx) }()
-	<-p.sched.ctx.Done() // Close stopped the cron and canceled the jobs
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while the scheduled flush was still running", err)
-	default:
-	}
-	close(release)
-	must(t, <-closed)
-	equal(t, "scheduled flush returned before Close", jobReturned.Load(), true)
-	equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:29:00Z")
-	equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
-	s := p.Stats()
-	equal(t, "flushes (scheduled + final)", s.Flushes, 2)
-	equal(t, "flush errors (the interrupted one)", s.FlushErrors, 1)
 }

@@ -81,7 +81,7 @@ func (r *shardRun) run(ctx context.Context) error {
 				return err
 			}
 		default:
-			r.p.hooks.afterSwap(r.shard)
+			r.p.hooks.Swapped(r.shard)
 			return r.drain(ctx)
 		}
 	}
@@ -122,7 +122,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 		r.res.Drained += len(r.rejected)
 		r.res.Rejected += len(r.rejected)
 	}
-	r.p.hooks.beforeUnlink(r.shard)
+	r.p.hooks.Unlinking(r.shard)
 	if err := r.ack(ctx, r.rejected, true); err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 		return err
 	}
 	r.batchNo++
-	r.p.hooks.afterCommit(r.shard, r.batchNo)
+	r.p.hooks.Committed(r.shard, r.batchNo)
 	// fail.lua has taken the refused entries out of the in-flight hash; the
 	// ack must not clear the refusal counts it just raised.
 	skip := make(map[string]bool, len(refused))
@@ -267,7 +267,7 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	if err := r.ack(ctx, fields, false); err != nil {
 		return err
 	}
-	r.p.hooks.afterAck(r.shard, r.batchNo)
+	r.p.hooks.Acked(r.shard, r.batchNo)
 	r.res.Drained += len(r.batch) + len(r.rejected)
 	r.res.Rejected += len(r.rejected)
 	r.batch, r.rejected = r.batch[:0], r.rejected[:0]

@@ -54,7 +54,7 @@ func (l *redisLease) keep(ctx context.Context, lost error) (context.Context, fun
 			switch {
 			case err == nil:
 				valid = start.Add(b.lockTTL)
-				b.testHooks().lockRefreshed(l.lock.Key())
+				b.testHooks().Refreshed(l.lock.Key())
 			case errors.Is(err, errLockLost), !time.Now().Before(valid):
 				b.log.Warn("lastseen: lost a lock while working under it; stopping", "key", l.lock.Key(), "err", err)
 				cancel(lost)

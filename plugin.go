@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/testhooks"
 	"gorm.io/gorm"
 )
 
@@ -59,7 +60,7 @@ type Plugin struct {
 
 	probes atomic.Uint64 // rotates the entry a refused batch is probed with (systemic.go)
 
-	hooks *flushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
+	hooks *testhooks.FlushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 
 	// What the buffer belongs to and how Redis keeps it (manifest.go, eviction.go).
 	manifestMu sync.Mutex          // guards target and identityOK after Initialize (recheckRedis)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/internal/testhooks"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
@@ -42,9 +43,9 @@ type redisBuffer struct {
 	stats    *counters
 	log      *slog.Logger
 	warn     rate.Sometimes
-	drops    dropLog            // counts and logs every timestamp dropped (backlog.go)
-	closed   atomic.Bool        // close ran: nothing will flush the backlog any more
-	hooks    func() *flushHooks // the plugin's test hooks (hooks.go), nil in production
+	drops    dropLog                      // counts and logs every timestamp dropped (backlog.go)
+	closed   atomic.Bool                  // close ran: nothing will flush the backlog any more
+	hooks    func() *testhooks.FlushHooks // the plugin's test hooks (hooks.go), nil in production
 }
 
 var _ buffer = (*redisBuffer)(nil)
@@ -52,7 +53,7 @@ var _ buffer = (*redisBuffer)(nil)
 // newRedisBuffer opens the buffer on cfg.Redis: its own bounded client
 // (newRedisClient), which close closes. hooks returns the plugin's test
 // hooks.
-func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() *flushHooks) *redisBuffer {
+func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() *testhooks.FlushHooks) *redisBuffer {
 	rdb := newRedisClient(cfg.Redis)
 	b := &redisBuffer{
 		cfg:      cfg,
@@ -87,7 +88,7 @@ func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() 
 }
 
 // testHooks returns the plugin's test hooks, nil in production.
-func (b *redisBuffer) testHooks() *flushHooks {
+func (b *redisBuffer) testHooks() *testhooks.FlushHooks {
 	if b.hooks == nil {
 		return nil
 	}

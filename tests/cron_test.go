@@ -1,0 +1,104 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lastseen/lastseen"
+	"github.com/robfig/cron/v3"
+)
+
+// logBuffer is a slog destination tests can read while jobs write to it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// count returns how many log lines contain s.
+func (b *logBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), s)
+}
+
+func debugLogger(b *logBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestInitializeSchedulesJobs: with the scheduler on, Initialize adds one
+// cron entry per flush and purge spec; Close cancels the jobs' context.
+func TestInitializeSchedulesJobs(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	cfg := h.config()
+	cfg.DisableScheduler = false
+	cfg.FlushSchedule = "@every 1m; */5 * * * *"
+	cfg.PurgeSchedule = "@every 1h;0 3 * * *;"
+	p, _ := h.plugin(cfg)
+	var got []cron.Schedule
+	for _, e := range internals().Scheduler(p).Entries() {
+		got = append(got, e.Schedule)
+	}
+	var want []cron.Schedule
+	for _, spec := range []string{"@every 1m", "*/5 * * * *", "@every 1h", "0 3 * * *"} {
+		s, err := cron.ParseStandard(spec)
+		must(t, err)
+		want = append(want, s)
+	}
+	equal(t, "entries", len(got), 4)
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			found = found || reflect.DeepEqual(g, w)
+		}
+		if !found {
+			t.Errorf("no entry with schedule %#v", w)
+		}
+	}
+
+	must(t, p.Close(context.Background()))
+	equal(t, "jobs' context after Close", internals().JobsContext(p).Err(), context.Canceled)
+
+	off := h.config() // DisableScheduler: no cron at all
+	q, _ := h.plugin(off)
+	equal(t, "scheduler with DisableScheduler", (internals().Scheduler(q) == nil), true)
+
+	noPurge := h.config() // DisablePurge: the flush entries only
+	noPurge.DisableScheduler = false
+	noPurge.DisablePurge = true
+	noPurge.FlushSchedule = "@every 1m; */5 * * * *"
+	r, _ := h.plugin(noPurge)
+	equal(t, "entries with DisablePurge", len(internals().Scheduler(r).Entries()), 2)
+}
+
+// TestInitializeRejectsBadSchedules: a spec that does not parse fails
+// Initialize with a message naming the option and the spec.
+func TestInitializeRejectsBadSchedules(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	for _, c := range []struct {
+		flush, purge string
+		want         string
+	}{
+		{"@every 1m;every minute", "", `lastseen: invalid config: FlushSchedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
+		{"", "61 * * * *", `lastseen: invalid config: PurgeSchedule "61 * * * *": end of range (61) above maximum (59): 61`},
+	} {
+		cfg := h.config()
+		cfg.DisableScheduler = false
+		cfg.FlushSchedule, cfg.PurgeSchedule = c.flush, c.purge
+		err := h.openDB().Use(lastseen.New(cfg))
+		equal(t, "error", fmt.Sprint(err), c.want)
+		equal(t, "errors.Is ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
+	}
+}

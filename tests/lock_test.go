@@ -1,0 +1,175 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/keys"
+	"gorm.io/gorm"
+)
+
+// A lock outlives a slow batch: while a flush or a purge works, a keeper
+// refreshes its lock every LockTTL/3.
+
+// lockTTL is the LockTTL of these tests; slowBatch, what one batch takes,
+// is longer. The locks live in a real Redis, where they expire on the real
+// clock.
+const (
+	lockTTL   = 600 * time.Millisecond
+	slowBatch = 700 * time.Millisecond
+)
+
+// refreshCounter counts the keeper's refreshes per lock key.
+type refreshCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *refreshCounter) hooks() *flushHooks {
+	c.n = map[string]int{}
+	return &flushHooks{LockRefreshed: func(key string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.n[key]++
+	}}
+}
+
+func (c *refreshCounter) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+// slowUpdates makes every UPDATE on db take slowBatch longer, after it ran
+// (a GORM callback after gorm:raw, as a slow network would), and counts
+// them.
+func slowUpdates(t *testing.T, db *gorm.DB) *atomic.Int64 {
+	var updates atomic.Int64
+	must(t, db.Callback().Raw().After("gorm:raw").Register("test:slow_update", func(tx *gorm.DB) {
+		if strings.HasPrefix(strings.TrimSpace(strings.ToUpper(tx.Statement.SQL.String())), "UPDATE") {
+			updates.Add(1)
+			time.Sleep(slowBatch)
+		}
+	}))
+	return &updates
+}
+
+// TestSlowBatchKeepsItsLock: every batch takes longer than LockTTL. The
+// flush completes (before the keeper it lost its lock after the first
+// statement and the next flush wrote the same batch again, forever): the
+// shard lock is refreshed while the batches run, each of the 2 batches is
+// written by exactly one statement, every user has its timestamp, and the
+// next flush drains nothing.
+func TestSlowBatchKeepsItsLock(t *testing.T) {
+	for _, r := range allRedis()[1:] { // miniredis expires keys only when told to
+		for _, d := range allDialects() {
+			t.Run(d.name+"/"+r.name, func(t *testing.T) {
+				h := newHarness(t, d, r)
+				cfg := h.config()
+				cfg.Shards, cfg.BatchSize = 1, 5
+				cfg.LockTTL, cfg.StatementTimeout = lockTTL, lockTTL/2
+				p, db := h.plugin(cfg)
+				want := seedFaultUsers(t, db, 10)
+				touchFaultUsers(t, p, 10, "2026-03-01T09:20:00Z", want)
+				var refreshes refreshCounter
+				setHooks(p, refreshes.hooks())
+				updates := slowUpdates(t, db)
+
+				res, err := p.Flush(context.Background())
+				must(t, err)
+				equal(t, "written", res.Written, 10)
+				equal(t, "batches", res.Batches, 2)
+				equal(t, "UPDATE statements", updates.Load(), int64(2))
+				lockKey := keys.ForShard(p.Config().Prefix, 0).Lock
+				t.Logf("refreshes of the shard lock during 2 batches of %v: %d", slowBatch, refreshes.get(lockKey))
+				if refreshes.get(lockKey) < 2 { // at least one per batch: each outlives LockTTL
+					t.Errorf("shard lock refreshed %d times, want at least 2", refreshes.get(lockKey))
+				}
+				checkFaultColumns(t, db, "after the slow flush", want)
+
+				res, err = p.Flush(context.Background())
+				must(t, err)
+				equal(t, "drained by the next flush", res.Drained, 0)
+				equal(t, "UPDATE statements after the next flush", updates.Load(), int64(2))
+				equal(t, "redis buffers left", fmt.Sprint(h.pendingKeys()), "[]")
+			})
+		}
+	}
+}
+
+// TestSlowPurgeKeepsItsLock: PurgePause (700ms) is longer than LockTTL
+// (600ms), so the purge lock would expire between two batches; the keeper
+// refreshes it and the purge deletes all 6 sessions in 3 batches.
+func TestSlowPurgeKeepsItsLock(t *testing.T) {
+	for _, d := range allDialects() {
+		t.Run(d.name, func(t *testing.T) {
+			h := newHarness(t, d, realRedisKind())
+			cfg := h.config()
+			cfg.LockTTL, cfg.PurgeBatchTimeout = lockTTL, lockTTL/2
+			cfg.PurgeBatchSize, cfg.PurgePause = 2, slowBatch
+			p, db := h.plugin(cfg)
+			var rows []lastseen.Session
+			for i := 1; i <= 6; i++ {
+				rows = append(rows, lastseen.Session{ID: fmt.Sprint("s", i), UserID: 1, ExpiresAt: mustTime("2026-03-01T08:00:00Z")})
+			}
+			seedSessions(t, db, rows...)
+			var refreshes refreshCounter
+			setHooks(p, refreshes.hooks())
+			res, err := p.PurgeExpiredSessions(context.Background())
+			must(t, err)
+			equal(t, "deleted", res.Deleted, 6)
+			equal(t, "batches", res.Batches, 3)
+			t.Logf("refreshes of the purge lock: %d", refreshes.get(keys.PurgeLock(p.Config().Prefix)))
+			if refreshes.get(keys.PurgeLock(p.Config().Prefix)) < 2 {
+				t.Errorf("purge lock refreshed %d times, want at least 2", refreshes.get(keys.PurgeLock(p.Config().Prefix)))
+			}
+		})
+	}
+}
+
+// TestLostLockStopsForwardOnly: another flusher takes the shard lock right
+// after batch 1 committed. The flusher stops (its acknowledgement finds
+// another token), having written 5 users and acknowledged none; it writes
+// no further batch. The next flusher finds the whole in-flight hash, writes
+// the 5 others and rewrites the 5 committed ones as no-ops (forward-only:
+// Stale 5, no row moves back).
+func TestLostLockStopsForwardOnly(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, h *harness) {
+		h.needRedis(t, "another instance takes the Redis lock; the in-process lock is never lost")
+		cfg := h.config()
+		cfg.Shards, cfg.BatchSize = 1, 5
+		p, db := h.plugin(cfg)
+		want := seedFaultUsers(t, db, 10)
+		touchFaultUsers(t, p, 10, "2026-03-01T09:20:00Z", want)
+		lockKey := keys.ForShard(p.Config().Prefix, 0).Lock
+		ctx := context.Background()
+		setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
+			if batch == 1 { // another instance holds the lock from now on
+				must(t, h.r.client.Set(ctx, lockKey, "another flusher", time.Minute).Err())
+			}
+		}})
+		res, err := p.Flush(ctx)
+		if !internals().IsLockLost(err) {
+			t.Fatalf("flush that lost its lock: %v, want errLockLost", err)
+		}
+		equal(t, "written before the lock was lost", res.Written, 5)
+		equal(t, "batches", res.Batches, 1)
+		equal(t, "acknowledged (drained)", res.Drained, 0)
+		setHooks(p, nil)
+		must(t, h.r.client.Del(ctx, lockKey).Err()) // the other instance is done
+
+		res, err = p.Flush(ctx)
+		must(t, err)
+		equal(t, "drained by the next flush", res.Drained, 10)
+		equal(t, "written by the next flush", res.Written, 5)
+		equal(t, "rewritten as no-ops", res.Stale, 5)
+		checkFaultColumns(t, db, "after both flushes", want)
+		equal(t, "redis buffers left", fmt.Sprint(h.pendingKeys()), "[]")
+	})
+}

@@ -1,0 +1,254 @@
+package tests
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/lastseen/lastseen"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// textKeyUser is a users table keyed by text: same table, other key type.
+type textKeyUser struct {
+	ID         string `gorm:"primaryKey;size:64"`
+	LastSeenAt *time.Time
+}
+
+func (textKeyUser) TableName() string { return "users" }
+
+// twoTimesUser is a users table with a second time column.
+type twoTimesUser struct {
+	ID          uint64 `gorm:"primaryKey"`
+	LastSeenAt  *time.Time
+	LastLoginAt *time.Time
+}
+
+func (twoTimesUser) TableName() string { return "users" }
+
+// tryUse registers a plugin with cfg on db and returns db.Use's error,
+// closing the plugin at cleanup when it was accepted.
+func tryUse(t *testing.T, db *gorm.DB, cfg lastseen.Config) error {
+	t.Helper()
+	p := lastseen.New(cfg)
+	err := db.Use(p)
+	if err == nil {
+		t.Cleanup(func() { p.Close(context.Background()) })
+	}
+	return err
+}
+
+// TestManifestShardsDisagree: an instance with Shards 16 on a buffer
+// created with Shards 8 (a rolling deploy that changes Shards) is refused
+// with an error naming both values and the way out, so no touch lands in a
+// shard nobody flushes: the first instance's 1,000 timestamps all reach
+// the table. Before the manifest, 735 of 1,000 were stranded.
+func TestManifestShardsDisagree(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 1000)
+		cfg := h.config()
+		cfg.Shards = 8
+		a, db := h.plugin(cfg)
+		for id := 1; id <= 1000; id++ {
+			_, err := a.TouchAt(ctx, id, mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second))
+			must(t, err)
+		}
+
+		cfg.Shards = 16
+		err := tryUse(t, h.openDB(), cfg)
+		equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
+		equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created with Shards 8, `+
+			`this instance has Shards 16: set Shards: 8, or flush the buffer empty with Shards 8 and delete the key %s:manifest`, h.prefix, h.prefix))
+
+		cfg.Shards = 8 // the way out: the same Shards
+		_ = tryUse(t, h.openDB(), cfg)
+		res, err := a.Flush(ctx)
+		must(t, err)
+		equal(t, "written", res.Written, 1000)
+		st, err := a.Status(ctx)
+		must(t, err)
+		equal(t, "pending after the flush", st.Pending+st.InFlight, 0)
+		got := columnsByID(t, db, "users", "id", "last_seen_at")
+		for _, id := range []int{1, 500, 1000} {
+			equal(t, fmt.Sprint("user ", id), got[fmt.Sprint(id)],
+				mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second).Format(time.RFC3339))
+		}
+	})
+}
+
+// TestManifestTargetDisagrees: on one Prefix, an instance tracking another
+// table, column or key type than the buffer was created for is refused,
+// each with an error naming both values and the way out; one with the same
+// target is accepted (a deliberate shared buffer).
+func TestManifestTargetDisagrees(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		_ = tryUse(t, h.openDB(), h.config()) // creates the manifest: users.last_seen_at, integer key
+		way := fmt.Sprintf(`: set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+			`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix)
+		for _, c := range []struct {
+			name  string
+			edit  func(*lastseen.Config)
+			label string
+		}{
+			{"table", func(c *lastseen.Config) { c.Model = &signedUser{} }, `table "users", this instance has table "signed_users"`},
+			{"column", func(c *lastseen.Config) { c.Model, c.Field = &twoTimesUser{}, "LastLoginAt" },
+				`column "last_seen_at", this instance has column "last_login_at"`},
+			{"key type", func(c *lastseen.Config) { c.Model = &textKeyUser{} }, `key type "integer", this instance has key type "text"`},
+		} {
+			cfg := h.config()
+			c.edit(&cfg)
+			err := tryUse(t, h.openDB(), cfg)
+			equal(t, c.name+": errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
+			equal(t, c.name+": error", fmt.Sprint(err),
+				fmt.Sprintf("lastseen: invalid config: the buffer at prefix %q was created for %s%s", h.prefix, c.label, way))
+		}
+		cfg := h.config()
+		cfg.Model, cfg.Field = &twoTimesUser{}, "last_seen_at" // same table, column and key type
+		must(t, tryUse(t, h.openDB(), cfg))
+		m, err := h.r.client.HGetAll(context.Background(), h.prefix+":manifest").Result()
+		must(t, err)
+		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
+		delete(m, "database")
+		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at dialect:sqlite format:1 key:integer server:sqlite shards:16 table:users]")
+	})
+}
+
+// TestManifestDialectDisagrees: a PostgreSQL instance on the Prefix of a
+// SQLite buffer is refused.
+func TestManifestDialectDisagrees(t *testing.T) {
+	for _, r := range []redisKind{realRedisKind(), clusterRedisKind()} {
+		t.Run(r.name, func(t *testing.T) {
+			h := newHarness(t, sqliteOpener(), r)
+			_ = tryUse(t, h.openDB(), h.config())
+			pg := postgresOpener().open(t)()
+			err := tryUse(t, pg, h.config())
+			equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for dialect "sqlite", `+
+				`this instance has dialect "postgres": set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+				`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix, h.prefix))
+		})
+	}
+}
+
+// TestManifestCheckedByFirstFlush: an instance that started while Redis was
+// down could not check the manifest; its first flush does, and refuses to
+// write into a buffer of another layout.
+func TestManifestCheckedByFirstFlush(t *testing.T) {
+	srv := startPrivateRedis(t)
+	h := newHarness(t, sqliteOpener(), clientKind(newPrivateClient(t, srv.Addr())))
+	seedUsers(t, h.db, 10)
+	srv.kill()
+	cfg := h.config()
+	cfg.Shards = 16
+	late := lastseen.New(cfg)
+	must(t, h.openDB().Use(late)) // Redis unreachable: logged, not an error
+	t.Cleanup(func() { late.Close(context.Background()) })
+	srv.restart()
+	waitForRedis(t, h.r.client)
+
+	cfg.Shards = 8
+	_ = tryUse(t, h.openDB(), cfg) // creates the manifest with Shards 8
+	_, err := late.Flush(context.Background())
+	equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
+	equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created with Shards 8, `+
+		`this instance has Shards 16: set Shards: 8, or flush the buffer empty with Shards 8 and delete the key %s:manifest`, h.prefix, h.prefix))
+	equal(t, "flush errors", late.Stats().FlushErrors, 1)
+}
+
+var derivedPrefix = regexp.MustCompile(`^lastseen:users:[0-9a-f]{8}$`)
+
+// TestDefaultPrefixPerTarget: two apps that leave Prefix empty, on one
+// Redis, with a users table each in two databases of one dialect (two
+// SQLite files, two PostgreSQL schemas, two MySQL databases), get two
+// prefixes "lastseen:users:<8 hex>"; each app's flush writes its own
+// timestamps into its own table only; a restart derives the same prefix.
+// The in-process buffer derives the same names (it has no manifest).
+func TestDefaultPrefixPerTarget(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		openOther := dialectByName(h.dialect).open(t)
+		apps := []struct {
+			db   *gorm.DB
+			p    *lastseen.Plugin
+			at   string
+			open func() *gorm.DB
+		}{{db: h.db, at: "2026-03-01T09:00:00Z", open: h.openDB}, {db: openOther(), at: "2026-03-01T09:10:00Z", open: openOther}}
+		prefixes := map[string]bool{}
+		for i := range apps {
+			a := &apps[i]
+			seedUsers(t, a.db, 3)
+			cfg := h.config()
+			cfg.Prefix = ""
+			a.p = usePlugin(t, a.open(), cfg)
+			prefix := a.p.Config().Prefix
+			if !h.memory() {
+				t.Cleanup(func() { _ = deleteKeys(context.Background(), h.r.client, prefix+":*") })
+			}
+			if !derivedPrefix.MatchString(prefix) {
+				t.Fatalf("app %d prefix %q does not match %s", i, prefix, derivedPrefix)
+			}
+			prefixes[prefix] = true
+			for id := 1; id <= 3; id++ {
+				_, err := a.p.TouchAt(ctx, id, mustTime(a.at))
+				must(t, err)
+			}
+		}
+		equal(t, "distinct prefixes", len(prefixes), 2)
+		for i, a := range apps {
+			res, err := a.p.Flush(ctx)
+			must(t, err)
+			equal(t, fmt.Sprint("app ", i, " written"), res.Written, 3)
+			equal(t, fmt.Sprint("app ", i, " drained"), res.Drained, 3)
+			got := columnsByID(t, a.db, "users", "id", "last_seen_at")
+			for id := 1; id <= 3; id++ {
+				equal(t, fmt.Sprint("app ", i, " user ", id), got[fmt.Sprint(id)], a.at)
+			}
+		}
+		cfg := h.config()
+		cfg.Prefix = ""
+		again := usePlugin(t, h.openDB(), cfg)
+		equal(t, "prefix after a restart", again.Config().Prefix, apps[0].p.Config().Prefix)
+	})
+}
+
+// TestDefaultPrefixSQLiteFile: the SQLite identity is the main file's
+// absolute path, and the prefix is the documented hash of it; two files on
+// one explicit Prefix are refused.
+func TestDefaultPrefixSQLiteFile(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	cfg := h.config()
+	cfg.Prefix = ""
+	p := usePlugin(t, h.openDB(), cfg)
+	var file string
+	must(t, h.db.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file).Error)
+	equal(t, "absolute path", filepath.IsAbs(file), true)
+	sum := sha256.Sum256([]byte("sqlite\x00sqlite\x00" + file + "\x00users\x00last_seen_at"))
+	equal(t, "prefix, by hand", p.Config().Prefix, "lastseen:users:"+hex.EncodeToString(sum[:4]))
+
+	// Another file with the same explicit Prefix: refused, the database named.
+	other := sqliteOpener().open(t)()
+	cfg.Prefix = h.prefix
+	_ = tryUse(t, h.openDB(), cfg)
+	err := tryUse(t, other, cfg)
+	var otherFile string
+	must(t, other.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&otherFile).Error)
+	equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for database %q, `+
+		`this instance has database %q: set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+		`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix, file, otherFile, h.prefix))
+}
+
+// dialectByName returns the opener of one dialect.
+func dialectByName(name string) dbOpener {
+	for _, d := range allDialects() {
+		if d.name == name {
+			return d
+		}
+	}
+	panic("no dialect " + name)
+}

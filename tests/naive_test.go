@@ -1,0 +1,111 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"github.com/lastseen/lastseen"
+	"strings"
+	"testing"
+	"time"
+	_ "time/tzdata" // Europe/Berlin on machines without a zoneinfo database
+
+	mysqldriver "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+)
+
+type (
+	berlinUser struct {
+		ID   int64 `gorm:"primaryKey;autoIncrement:false"`
+		Seen *time.Time
+	}
+	berlinSession struct {
+		ID        string `gorm:"primaryKey;size:64"`
+		ExpiresAt time.Time
+	}
+)
+
+func (berlinUser) TableName() string    { return "naive_users" }
+func (berlinSession) TableName() string { return "naive_sessions" }
+
+// naiveDDL creates the tables with a timestamp without time zone where the
+// dialect has one (PostgreSQL timestamp, MySQL DATETIME); SQLite's text
+// carries its offset.
+var naiveDDL = map[string][]string{
+	"postgres": {"CREATE TABLE naive_users (id bigint PRIMARY KEY, seen timestamp(6))",
+		"CREATE TABLE naive_sessions (id varchar(64) PRIMARY KEY, expires_at timestamp(6) NOT NULL)"},
+	"mysql": {"CREATE TABLE naive_users (id bigint PRIMARY KEY, seen datetime(6))",
+		"CREATE TABLE naive_sessions (id varchar(64) PRIMARY KEY, expires_at datetime(6) NOT NULL)"},
+	"sqlite": {"CREATE TABLE naive_users (id integer PRIMARY KEY, seen datetime)",
+		"CREATE TABLE naive_sessions (id varchar(64) PRIMARY KEY, expires_at datetime NOT NULL)"},
+}
+
+// TestNaiveColumnLocation: with ColumnLocation Europe/Berlin, a naive
+// timestamp column (PostgreSQL timestamp, MySQL DATETIME) holds Berlin wall
+// times: the flush writes 09:20:00.75Z as 10:20:00.75, the forward-only
+// guard compares wall times in Berlin, SeenWithin, LastSeen, the Expired
+// scope and the purge read them so, and a MySQL app reading with
+// loc=Europe/Berlin sees the exact instant. On SQLite (no naive type) the
+// text keeps its offset and reads the same instants.
+func TestNaiveColumnLocation(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	must(t, err)
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		for _, ddl := range naiveDDL[h.dialect] {
+			must(t, h.db.Exec(ddl).Error)
+		}
+		seed := func(at string) string { // 2026-03-01 at UTC, as the column holds it
+			if h.dialect == "sqlite" {
+				return "2026-03-01 " + at + "+00:00"
+			}
+			return mustTime("2026-03-01T" + at + "Z").In(berlin).Format("2006-01-02 15:04:05")
+		}
+		must(t, h.db.Exec("INSERT INTO naive_users (id, seen) VALUES (1, ?), (2, NULL), (3, ?)", seed("09:00:00"), seed("09:10:00")).Error)
+		must(t, h.db.Exec("INSERT INTO naive_sessions (id, expires_at) VALUES ('a', ?), ('b', ?)", seed("09:29:59"), seed("09:30:01")).Error)
+		cfg := h.config()
+		cfg.Model, cfg.Field, cfg.SessionModel, cfg.ColumnLocation = &berlinUser{}, "Seen", &berlinSession{}, berlin
+		p, db := h.plugin(cfg)
+		equal(t, "naive", usersNaive(p), h.dialect != "sqlite")
+
+		touches := map[int64]string{1: "2026-03-01T09:20:00.75Z", 2: "2026-03-01T09:25:00Z", 3: "2026-03-01T09:05:00Z"}
+		for id, at := range touches {
+			_, err := p.TouchAt(ctx, id, mustTime(at))
+			must(t, err)
+		}
+		res, err := p.Flush(ctx)
+		must(t, err)
+		equal(t, "flush", fmt.Sprintf("written %d stale %d", res.Written, res.Stale), "written 2 stale 1")
+		if wall := map[string]string{"postgres": "to_char(seen, 'YYYY-MM-DD HH24:MI:SS.US')",
+			"mysql": "DATE_FORMAT(seen, '%Y-%m-%d %H:%i:%s.%f')"}[h.dialect]; wall != "" {
+			var got []string
+			must(t, db.Raw("SELECT "+wall+" FROM naive_users ORDER BY id").Scan(&got).Error)
+			equal(t, "wall times", strings.Join(got, ", "),
+				"2026-03-01 10:20:00.750000, 2026-03-01 10:25:00.000000, 2026-03-01 10:10:00.000000")
+		}
+
+		db.Config.NowFunc = func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
+		var ids []int64
+		must(t, db.Model(&berlinUser{}).Scopes(lastseen.SeenWithin(10*time.Minute)).Order("id").Pluck("id", &ids).Error)
+		equal(t, "SeenWithin(10m)", fmt.Sprint(ids), "[1 2]")
+		for id, want := range map[int64]string{1: "2026-03-01T09:20:00.75Z", 3: "2026-03-01T09:10:00Z"} {
+			at, _, err := p.LastSeen(ctx, id)
+			must(t, err)
+			equal(t, fmt.Sprintf("LastSeen(%d)", id), at.Format(time.RFC3339Nano), want)
+		}
+		equal(t, "Expired", pluck(t, db.Model(&berlinSession{}).Scopes(lastseen.Expired), "id"), "a")
+		h.clock.Set(mustTime("2026-03-01T09:30:00Z"))
+		pr, err := p.PurgeExpiredSessions(ctx)
+		must(t, err)
+		equal(t, "purged", pr.Deleted, 1)
+
+		if h.dialect == "mysql" { // the app's own handle, reading in Berlin
+			dsn := h.db.Dialector.(*mysqldriver.Dialector).DSN + "&loc=Europe%2FBerlin"
+			app, err := gorm.Open(mysqldriver.Open(dsn), quietGorm())
+			must(t, err)
+			t.Cleanup(func() { closeDB(app) })
+			var u berlinUser
+			must(t, app.First(&u, 1).Error)
+			equal(t, "app reads (loc=Europe/Berlin)", u.Seen.UTC().Format(time.RFC3339Nano), "2026-03-01T09:20:00.75Z")
+		}
+	})
+}

@@ -1,0 +1,199 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lastseen/lastseen"
+)
+
+// touchRange touches users from..to at at and fails unless each was recorded.
+func touchRange(t testing.TB, p *lastseen.Plugin, from, to int, at time.Time) {
+	t.Helper()
+	for id := from; id <= to; id++ {
+		ok, err := p.TouchAt(context.Background(), id, at)
+		must(t, err)
+		if !ok {
+			t.Fatalf("touch of user %d at %s not recorded", id, at.Format(time.RFC3339))
+		}
+	}
+}
+
+// counted returns a function that fails t on a count's error and returns
+// the count: counted(t)(p.Online(ctx, d)).
+func counted(t testing.TB) func(int64, error) int64 {
+	return func(n int64, err error) int64 {
+		t.Helper()
+		must(t, err)
+		return n
+	}
+}
+
+// TestOnlineCountsWindowsOpened: Online(d) counts the users whose touch
+// opened a window from the start of the minute of now-d to now, exactly for
+// these small sets: 100 users at 09:30, 50 more at 09:33, the first 100
+// again inside their window (not counted twice); at 09:35:59 Online(5m)
+// still covers the 09:30 minute (150), at 09:36:00 no longer (50).
+// Online(10m) covers both. The count is one pipeline of one PFCOUNT per
+// shard.
+func TestOnlineCountsWindowsOpened(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx, count := context.Background(), counted(t)
+		cfg := h.config()
+		cfg.LocalCacheSize = -1 // every touch reaches the script
+		p, _ := h.plugin(cfg)   // Throttle 5m, OnlineWindow 1h
+		touchRange(t, p, 1, 100, h.clock.Now())
+		equal(t, "online 5m at 09:30", count(p.Online(ctx, 5*time.Minute)), int64(100))
+		h.clock.Add(3 * time.Minute) // 09:33
+		for id := 1; id <= 100; id++ {
+			ok, err := p.TouchAt(ctx, id, h.clock.Now())
+			must(t, err)
+			equal(t, fmt.Sprint("user ", id, " again recorded"), ok, false)
+		}
+		touchRange(t, p, 101, 150, h.clock.Now())
+		equal(t, "online 5m at 09:33", count(p.Online(ctx, 5*time.Minute)), int64(150))
+
+		h.clock.Set(mustTime("2026-03-01T09:35:59Z"))
+		equal(t, "online 5m at 09:35:59", count(p.Online(ctx, 5*time.Minute)), int64(150))
+		h.clock.Set(mustTime("2026-03-01T09:36:00Z"))
+		equal(t, "online 5m at 09:36:00", count(p.Online(ctx, 5*time.Minute)), int64(50))
+		equal(t, "online 10m at 09:36:00", count(p.Online(ctx, 10*time.Minute)), int64(150))
+		equal(t, "online 1h at 09:36:00", count(p.Online(ctx, time.Hour)), int64(150))
+
+		rt := countRoundTrips(h.r.client)
+		_, err := p.Online(ctx, time.Hour)
+		must(t, err)
+		equal(t, "online round trips", rt.String(), "1 pipelines of 16 commands, 0 single commands")
+
+		for _, d := range []time.Duration{time.Minute, 5*time.Minute - time.Millisecond, time.Hour + time.Second} {
+			if _, err := p.Online(ctx, d); !errors.Is(err, lastseen.ErrInvalidRange) {
+				t.Errorf("Online(%v) error = %v, want ErrInvalidRange", d, err)
+			}
+		}
+	})
+}
+
+// TestActiveUsersByUTCDay: users count on the UTC day of their touch; a
+// range counts each user once: day 1 users 1..100, day 2 users 51..150
+// (after their windows ended) give 100, 100 and 150 for both days (on a
+// real Redis and Cluster; miniredis sums a multi-key PFCOUNT). Ranges
+// that end before they start or start before the days kept are refused; a
+// range in the future counts 0.
+func TestActiveUsersByUTCDay(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx, count := context.Background(), counted(t)
+		cfg := h.config()
+		cfg.ActiveUsersRetention = 2*24*time.Hour + 5*time.Hour // whole days: 2
+		p, _ := h.plugin(cfg)
+		h.clock.Set(mustTime("2026-03-01T23:58:00Z"))
+		touchRange(t, p, 1, 100, h.clock.Now())
+		h.expireThrottle(5 * time.Minute) // 2026-03-02T00:03:00Z
+		touchRange(t, p, 51, 150, h.clock.Now())
+
+		day1, day2 := mustTime("2026-03-01T12:00:00Z"), mustTime("2026-03-02T00:00:00Z")
+		equal(t, "active on day 1", count(p.ActiveUsers(ctx, day1, day1)), int64(100))
+		equal(t, "active on day 2", count(p.ActiveUsers(ctx, day2, day2)), int64(100))
+		if h.r.mr == nil {
+			// miniredis v2.40.0 answers a PFCOUNT of several keys with the sum
+			// of their counts (db.go hllCount), not the union's cardinality
+			// that Redis gives: only a real server can check the union.
+			equal(t, "active on both days", count(p.ActiveUsers(ctx, day1, day2)), int64(150))
+			equal(t, "active in the 3 days kept and tomorrow", count(p.ActiveUsers(ctx, mustTime("2026-02-28T00:00:00Z"), mustTime("2026-03-03T00:00:00Z"))), int64(150))
+		}
+		equal(t, "active next week", count(p.ActiveUsers(ctx, mustTime("2026-03-09T00:00:00Z"), mustTime("2026-03-10T00:00:00Z"))), int64(0))
+
+		for _, r := range [][2]string{
+			{"2026-03-02T00:00:00Z", "2026-03-01T23:59:59Z"}, // ends before it starts
+			{"2026-02-27T23:59:59Z", "2026-03-02T00:00:00Z"}, // 3 days before today: expired
+		} {
+			if _, err := p.ActiveUsers(ctx, mustTime(r[0]), mustTime(r[1])); !errors.Is(err, lastseen.ErrInvalidRange) {
+				t.Errorf("ActiveUsers(%s, %s) error = %v, want ErrInvalidRange", r[0], r[1], err)
+			}
+		}
+	})
+}
+
+// TestPresenceKeysExpire: the minute bucket lives OnlineWindow after its
+// minute ends, the day key ActiveUsersRetention (whole days) after its day
+// ends, both computed on the plugin's clock; a backdated touch whose minute
+// is past OnlineWindow adds to its day only.
+func TestPresenceKeysExpire(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	ctx, count := context.Background(), counted(t)
+	cfg := h.config()
+	cfg.Shards = 1
+	p, _ := h.plugin(cfg) // now 09:30:00, OnlineWindow 1h, retention 35 days
+	touchRange(t, p, 1, 1, mustTime("2026-03-01T09:29:30Z"))
+	online, active := h.prefix+":{0}:online:29539289", h.prefix+":{0}:active:2026-03-01"
+	equal(t, "online bucket TTL", h.r.mr.TTL(online), time.Hour) // its minute ends at 09:30:00 = now
+	equal(t, "day TTL", h.r.mr.TTL(active), 14*time.Hour+30*time.Minute+35*24*time.Hour)
+
+	touchRange(t, p, 2, 2, mustTime("2026-03-01T08:29:00Z")) // minute ended 1h ago: no bucket
+	equal(t, "keys", strings.Join(h.keys(), " "),
+		":manifest :{0}:active:2026-03-01 :{0}:online:29539289 :{0}:pending :{0}:seen:1 :{0}:seen:2")
+	equal(t, "active users", count(p.ActiveUsers(ctx, h.clock.Now(), h.clock.Now())), int64(2))
+	equal(t, "online 1h", count(p.Online(ctx, time.Hour)), int64(1))
+	h.r.mr.FastForward(time.Hour - time.Second)
+	equal(t, "online bucket 1s before its TTL", h.r.mr.Exists(online), true)
+	h.r.mr.FastForward(time.Second)
+	equal(t, "online bucket at its TTL", h.r.mr.Exists(online), false)
+}
+
+// TestPresenceCountsOff: with OnlineWindow and ActiveUsersRetention
+// negative the touch script gets 2 keys and 4 arguments, as without the
+// counts, no HyperLogLog is written, and both reads return
+// ErrCountsDisabled; with them on, 4 keys and 6 arguments in the same one
+// EVALSHA.
+func TestPresenceCountsOff(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		cfg := h.config()
+		cfg.Shards = 1
+		cfg.OnlineWindow, cfg.ActiveUsersRetention = -1, -1
+		p, _ := h.plugin(cfg)
+		loadTouchScript(t, h)
+		rec := recordCommands(h.r.client)
+		touchRange(t, p, 1, 1, h.clock.Now())
+		equal(t, "commands, off", rec.names(), "evalsha")
+		args := rec.all("evalsha")[0]
+		equal(t, "keys, off", fmt.Sprint(args[2]), "2")
+		equal(t, "arguments, off", len(args)-3-2, 4)
+		equal(t, "redis keys, off", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:1")
+		if _, err := p.Online(ctx, 5*time.Minute); !errors.Is(err, lastseen.ErrCountsDisabled) {
+			t.Errorf("Online with the counts off: %v, want ErrCountsDisabled", err)
+		}
+		if _, err := p.ActiveUsers(ctx, h.clock.Now(), h.clock.Now()); !errors.Is(err, lastseen.ErrCountsDisabled) {
+			t.Errorf("ActiveUsers with the counts off: %v, want ErrCountsDisabled", err)
+		}
+
+		on := h.config()
+		on.Shards = 1
+		q, _ := h.plugin(on)
+		rec.reset()
+		touchRange(t, q, 2, 2, h.clock.Now())
+		equal(t, "commands, on", rec.names(), "evalsha")
+		args = rec.all("evalsha")[0]
+		equal(t, "keys, on", fmt.Sprint(args[2]), "4")
+		equal(t, "arguments, on", len(args)-3-4, 6)
+	})
+}
+
+// TestOnlineWindowConfig: OnlineWindow below Throttle is refused; left
+// zero it defaults to 1h, or to Throttle when that is longer.
+func TestOnlineWindowConfig(t *testing.T) {
+	h := newHarness(t, sqliteOpener(), miniredisKind())
+	cfg := h.config()
+	cfg.OnlineWindow = time.Minute
+	if err := h.openDB().Use(lastseen.New(cfg)); !errors.Is(err, lastseen.ErrInvalidConfig) || !strings.Contains(err.Error(), "OnlineWindow is 1m0s") {
+		t.Errorf("OnlineWindow 1m with Throttle 5m: %v, want ErrInvalidConfig naming OnlineWindow", err)
+	}
+	equal(t, "default", lastseen.New(h.config()).Config().OnlineWindow, time.Hour)
+	long := h.config()
+	long.Throttle = 2 * time.Hour
+	equal(t, "default with Throttle 2h", lastseen.New(long).Config().OnlineWindow, 2*time.Hour)
+	equal(t, "default retention", lastseen.New(h.config()).Config().ActiveUsersRetention, 35*24*time.Hour)
+}
