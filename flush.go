@@ -87,25 +87,12 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
 	ctx, observed := p.observeFlush(ctx)
 	res := FlushResult{}
-	var errs []error
 	if err := p.recheckRedis(ctx); err != nil { // a buffer of another layout: write nothing
 		p.stats.flushes.Add(1)
 		p.stats.flushErrors.Add(1)
 		return res, err
 	}
-	if err := p.tracker.buf.replay(ctx); err != nil {
-		errs = append(errs, err)
-		// Redis did not take the backlog: write it to the table directly
-		// (forward-only, so as safe as through Redis), so that presence
-		// reaches the database, and survives Close, while Redis is down.
-		if h, ok := p.tracker.buf.(backlogHolder); ok && ctx.Err() == nil {
-			r, err := p.writeBacklog(ctx, h)
-			res.merge(r)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
+	errs := p.replay(ctx, &res)
 	active, err := p.tracker.buf.active(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
@@ -115,9 +102,40 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 			errs, active = append(errs, err), nil
 		}
 	}
-	// Shards hold disjoint users, so concurrent shard flushes never touch
-	// the same row and cannot deadlock one another.
+	errs = append(errs, p.flushShards(ctx, active, &res)...)
+	res.Duration = time.Since(start)
+	err = errors.Join(errs...)
+	p.countFlush(res, err)
+	observed(res, err)
+	return res, err
+}
+
+// replay moves the buffer's backlog into its shards (buffer.replay). When
+// Redis does not take it, the backlog is written to the table directly
+// (writeBacklog: forward-only, so as safe as through Redis), so that
+// presence reaches the database, and survives Close, while Redis is down.
+func (p *Plugin) replay(ctx context.Context, res *FlushResult) []error {
+	err := p.tracker.buf.replay(ctx)
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if h, ok := p.tracker.buf.(backlogHolder); ok && ctx.Err() == nil {
+		r, err := p.writeBacklog(ctx, h)
+		res.merge(r)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// flushShards flushes the active shards, FlushConcurrency at a time, into
+// res, and returns their errors. Shards hold disjoint users, so concurrent
+// shard flushes never touch the same row and cannot deadlock one another.
+func (p *Plugin) flushShards(ctx context.Context, active []int, res *FlushResult) []error {
 	var mu sync.Mutex
+	var errs []error
 	var g errgroup.Group
 	g.SetLimit(p.cfg.FlushConcurrency)
 	for _, n := range active {
@@ -138,7 +156,11 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 		})
 	}
 	_ = g.Wait() // the goroutines report through errs
-	res.Duration = time.Since(start)
+	return errs
+}
+
+// countFlush adds a flush run's result to Stats.
+func (p *Plugin) countFlush(res FlushResult, err error) {
 	p.stats.flushes.Add(1)
 	p.stats.drained.Add(int64(res.Drained))
 	p.stats.written.Add(int64(res.Written))
@@ -149,14 +171,11 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	p.stats.dropped.Add(int64(res.Dropped))
 	p.stats.failed.Add(int64(res.Failed))
 	p.stats.uncomparable.Add(int64(res.Uncomparable))
-	err = errors.Join(errs...)
 	if err != nil {
 		p.stats.flushErrors.Add(1)
 	} else {
 		p.stats.lastFlush.Store(p.now().UnixNano())
 	}
-	observed(res, err)
-	return res, err
 }
 
 // flushJob is the scheduled flush: one structured log line per run, at

@@ -1,0 +1,144 @@
+package lastseen
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// invalid returns a configuration problem: ErrInvalidConfig wrapped with the
+// formatted message.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
+
+// checkConfig returns the first problem with c's values on dialect d, in the
+// order of Config's fields; Initialize calls it before resolving the models.
+func checkConfig(c Config, d *dialect) error {
+	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
+		if err := check(c, d); err != nil {
+			return err
+		}
+	}
+	for _, s := range []struct{ name, spec string }{{"FlushSchedule", c.FlushSchedule}, {"PurgeSchedule", c.PurgeSchedule}} {
+		if err := checkSchedule(s.name, s.spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasRedis reports whether c.Redis holds a client: neither nil nor a typed
+// nil pointer.
+func hasRedis(c Config) bool {
+	if c.Redis == nil {
+		return false
+	}
+	v := reflect.ValueOf(c.Redis)
+	return v.Kind() != reflect.Pointer || !v.IsNil()
+}
+
+// checkBuffer checks the request path and buffer settings. A typed nil
+// Redis client is refused rather than taken for "no Redis": an app whose
+// client was never set up must not silently run each instance on a buffer
+// of its own.
+func checkBuffer(c Config, _ *dialect) error {
+	switch {
+	case c.Redis != nil && !hasRedis(c):
+		return invalid("Config.Redis is a nil %T: give a client, or leave Config.Redis unset for the in-process buffer", c.Redis)
+	case strings.ContainsAny(c.Prefix, "{}"):
+		return invalid("Prefix %q must not contain '{' or '}' (they are Redis Cluster hash tags)", c.Prefix)
+	case c.Shards < 1 || c.Shards > 1024:
+		return invalid("Shards is %d, want 1 to 1024", c.Shards)
+	case c.Throttle < time.Millisecond:
+		return invalid("Throttle is %v, want at least 1ms", c.Throttle)
+	case c.TouchTimeout < time.Millisecond:
+		return invalid("TouchTimeout is %v, want at least 1ms", c.TouchTimeout)
+	case c.BacklogSize < 0:
+		return invalid("BacklogSize is %d, want a positive number", c.BacklogSize)
+	case c.BreakerCooldown < 0:
+		return invalid("BreakerCooldown is %v, want a positive duration", c.BreakerCooldown)
+	case c.MaxIDLength < 1 || c.MaxIDLength > maxIDLengthLimit:
+		return invalid("MaxIDLength is %d, want 1 to %d bytes", c.MaxIDLength, maxIDLengthLimit)
+	}
+	return nil
+}
+
+// checkFlush checks the flush settings against the dialect's bind-parameter
+// limit.
+func checkFlush(c Config, d *dialect) error {
+	switch {
+	case c.BatchSize < 1:
+		return invalid("BatchSize is %d, want 1 to %d", c.BatchSize, d.maxBatch())
+	case c.BatchSize > d.maxBatch():
+		return invalid("BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
+			c.BatchSize, d.name, d.maxBatch(), d.maxParams)
+	case c.FlushConcurrency < 1 || c.FlushConcurrency > c.Shards:
+		return invalid("FlushConcurrency is %d, want 1 to Shards (%d)", c.FlushConcurrency, c.Shards)
+	case c.WriteMode != Update && c.WriteMode != Upsert:
+		return invalid("WriteMode %v is not Update or Upsert", c.WriteMode)
+	case c.LockTTL < 10*time.Millisecond:
+		return invalid("LockTTL is %v, want at least 10ms", c.LockTTL)
+	case c.StatementTimeout <= 0:
+		return invalid("StatementTimeout is %v, want a positive duration", c.StatementTimeout)
+	case c.LockTTL <= c.StatementTimeout:
+		return invalid("LockTTL %v cannot cover one flush statement: it must be longer than StatementTimeout (%v)", c.LockTTL, c.StatementTimeout)
+	case c.FlushTimeout <= 0:
+		return invalid("FlushTimeout is %v, want a positive duration", c.FlushTimeout)
+	}
+	return nil
+}
+
+// checkPurge checks the purge settings against the dialect's bind-parameter
+// limit.
+func checkPurge(c Config, d *dialect) error {
+	switch {
+	case c.PurgeBatchSize < 1:
+		return invalid("PurgeBatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.maxParams-1)
+	case c.PurgeBatchSize > d.maxParams-1:
+		return invalid("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
+			c.PurgeBatchSize, d.name, d.maxParams-1, d.maxParams)
+	case c.PurgeBatchTimeout < 0:
+		return invalid("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
+	case c.LockTTL <= c.PurgeBatchTimeout:
+		return invalid("LockTTL %v cannot cover one purge batch: it must be longer than PurgeBatchTimeout (%v)", c.LockTTL, c.PurgeBatchTimeout)
+	case c.PurgeTimeout <= 0:
+		return invalid("PurgeTimeout is %v, want a positive duration", c.PurgeTimeout)
+	}
+	return nil
+}
+
+// checkSchedule checks one ";"-separated list of robfig/cron specs: at least
+// one, each parsing, no "@every" under 1s (robfig/cron silently rounds
+// "@every 0s", "@every -1m" or "@every 500ms" up to one second).
+func checkSchedule(name, specs string) error {
+	list := splitSpecs(specs)
+	if len(list) == 0 {
+		return invalid("%s %q has no cron spec", name, specs)
+	}
+	for _, spec := range list {
+		if _, err := cron.ParseStandard(spec); err != nil {
+			return invalid("%s %q: %v", name, spec, err)
+		}
+		if every, ok := strings.CutPrefix(spec, "@every"); ok {
+			if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
+				return invalid("%s %q: the interval must be at least 1s", name, spec)
+			}
+		}
+	}
+	return nil
+}
+
+// splitSpecs splits a ";"-separated schedule into its non-empty specs.
+func splitSpecs(s string) []string {
+	var specs []string
+	for _, spec := range strings.Split(s, ";") {
+		if spec = strings.TrimSpace(spec); spec != "" {
+			specs = append(specs, spec)
+		}
+	}
+	return specs
+}
