@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/lastseen/lastseen/internal/keys"
 )
 
 // backlog keeps the newest timestamp per user for touches that could not
@@ -102,8 +104,8 @@ func (b *redisBuffer) keep(uid string, ts int64) (kept bool) {
 // per user (touches made meanwhile may be newer), and returns how many no
 // longer fit.
 func (b *redisBuffer) putBack(args []any) (dropped int) {
-	for i := 1; i < len(args); i += 2 {
-		if !b.backlog.add(args[i].(string), args[i+1].(int64)) {
+	for i := 1; i+2 < len(args); i += 3 {
+		if !b.backlog.add(args[i+1].(string), args[i+2].(int64)) {
 			dropped++
 		}
 	}
@@ -122,40 +124,61 @@ func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	b.testHooks().BacklogTaken(len(m))
-	byShard := map[string][]any{}
 	top := ceiling(b.now())
+	byShard := map[int]*mergeCall{}
 	for uid, ts := range m {
-		k := b.shard(uid).pending
-		if byShard[k] == nil {
-			byShard[k] = []any{top}
+		n, bucket := keys.Locate(uid, len(b.shards))
+		c := byShard[n]
+		if c == nil {
+			c = &mergeCall{index: map[int]int{}, args: []any{top}}
+			byShard[n] = c
 		}
-		byShard[k] = append(byShard[k], uid, ts)
+		c.add(b.shards[n].pending[bucket], bucket, uid, ts)
 	}
 	written, dropped := 0, 0
 	var errs []error
 	var timedOut error // Redis did not answer: the other shards wait for the next flush
-	for key, args := range byShard {
+	for _, c := range byShard {
 		err := timedOut
 		if err == nil {
 			err = b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-				return mergeScript.Run(ctx, rdb, []string{key}, args...).Err()
+				return mergeScript.Run(ctx, rdb, c.keys, c.args...).Err()
 			})
 			if isTimeout(err) {
 				timedOut = err
 			}
 		}
 		if err != nil {
-			dropped += b.putBack(args)
+			dropped += b.putBack(c.args)
 			if err != timedOut || len(errs) == 0 || errs[len(errs)-1] != timedOut {
 				errs = append(errs, err) // a timeout once, not once per shard
 			}
 			continue
 		}
-		written += (len(args) - 1) / 2
+		written += (len(c.args) - 1) / 3
 	}
 	b.drops.backlog(dropped, dropReplay) // counted in BacklogDropped, logged
 	if err := errors.Join(errs...); err != nil {
 		return written, fmt.Errorf("lastseen: replay backlog: %w", err)
 	}
 	return written, nil
+}
+
+// mergeCall is one shard's call of mergeScript: its pending hashes as KEYS
+// and, after the ceiling, a key index, user id and Unix microseconds per
+// entry (lua/merge.lua).
+type mergeCall struct {
+	keys  []string
+	index map[int]int // bucket -> index in keys, from 1
+	args  []any
+}
+
+func (c *mergeCall) add(key string, bucket int, uid string, ts int64) {
+	i, ok := c.index[bucket]
+	if !ok {
+		c.keys = append(c.keys, key)
+		i = len(c.keys)
+		c.index[bucket] = i
+	}
+	c.args = append(c.args, i, uid, ts)
 }

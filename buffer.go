@@ -15,27 +15,32 @@ import (
 const MaxClockSkew = time.Hour
 
 // Redis keys. Every key of shard N carries the hash tag "{N}", so one Lua
-// script or RENAME only ever touches keys of one Redis Cluster slot:
+// script or RENAME only ever touches keys of one Redis Cluster slot; inside
+// a shard a user's entries live in one of keys.Buckets(Shards) buckets, so
+// that each hash stays listpack-encoded (small and compact):
 //
-//	<prefix>:{N}:pending       hash: user id -> Unix microseconds (UTC)
-//	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
-//	<prefix>:{N}:lock          redislock lock of the shard's flusher
-//	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
-//	<prefix>:{N}:refusals      hash: user id -> times the database refused its entry
-//	<prefix>:{N}:online:<m>    HyperLogLog of users whose touch opened a
-//	                           window in Unix minute m (Online)
-//	<prefix>:{N}:active:<day>  HyperLogLog of the same per UTC day,
-//	                           day as 2006-01-02 (ActiveUsers)
+//	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
+//	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
+//	<prefix>:{N}:seen:<b>:<g>    hash: user id -> end of its throttle window,
+//	                             ms from the start of generation g (markers.go)
+//	<prefix>:{N}:lock            redislock lock of the shard's flusher
+//	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
+//	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a
+//	                             window in Unix minute m (Online)
+//	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day,
+//	                             day as 2006-01-02 (ActiveUsers)
 //
 // internal/keys names them (the CLI and the benchmark use it too).
 type shardKeys struct {
-	pending, inflight, lock, marker, refusals string
-	online, active                            string // key prefixes: add the minute or the day
+	keys.Shard
+	pending, inflight []string // by bucket
+	lock, refusals    string
+	online, active    string // key prefixes: add the minute or the day
 }
 
-func newShardKeys(prefix string, n int) shardKeys {
-	k := keys.ForShard(prefix, n)
-	return shardKeys{pending: k.Pending, inflight: k.InFlight, lock: k.Lock, marker: k.Marker, refusals: k.Refusals,
+func newShardKeys(prefix string, n, shards int) shardKeys {
+	k := keys.ForShard(prefix, n, shards)
+	return shardKeys{Shard: k, pending: k.AllPending(), inflight: k.AllInFlight(), lock: k.Lock, refusals: k.Refusals,
 		online: k.Online, active: k.Active}
 }
 
@@ -53,6 +58,8 @@ var (
 	ackLua string
 	//go:embed lua/fail.lua
 	failLua string
+	//go:embed lua/sample.lua
+	sampleLua string
 
 	// touchScript records one touch: sets the throttle marker if absent
 	// and then raises the pending timestamp (touch).

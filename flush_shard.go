@@ -22,7 +22,6 @@ type entry struct {
 type shardRun struct {
 	p     *Plugin
 	shard int
-	keys  shardKeys   // the shard's Redis key names, for logs (the same names in memory)
 	lease shardLease  // the shard's lock and the buffer's operations under it
 	res   FlushResult // what this run did, merged into the flush's result
 
@@ -55,7 +54,7 @@ func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 	}
 	defer lease.release(ctx)
 	run, stop := lease.keep(ctx, errLockLost)
-	r := &shardRun{p: p, shard: n, keys: newShardKeys(p.cfg.Prefix, n), lease: lease, res: FlushResult{Shards: 1}}
+	r := &shardRun{p: p, shard: n, lease: lease, res: FlushResult{Shards: 1}}
 	err = r.run(run)
 	lost := errors.Is(context.Cause(run), errLockLost)
 	stop()
@@ -197,7 +196,7 @@ func (r *shardRun) take(ctx context.Context, kv []string) error {
 		at, okTime := parseMicros(value, r.now)
 		if errID != nil || !okTime {
 			r.rejected = append(r.rejected, field)
-			r.p.limited.log(r.p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "key", r.keys.inflight, "field", truncate(field), "value", truncate(value))
+			r.p.limited.log(r.p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "shard", r.shard, "field", truncate(field), "value", truncate(value))
 			continue
 		}
 		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at})

@@ -37,7 +37,9 @@ import (
 
 // manifestFormat is the buffer's format version: the key layout of
 // buffer.go and the stored timestamp form (Unix microseconds, decimal).
-const manifestFormat = "1"
+// Format 1 kept a key per throttle marker and one pending hash per shard;
+// format 2 keeps both in small bucketed hashes (markers.go).
+const manifestFormat = "2"
 
 var (
 	//go:embed lua/manifest.lua
@@ -147,6 +149,10 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		case f.name == "server":
 			p.log.Warn("lastseen: the buffer was created for another database server; touches of both go to this instance's table",
 				"prefix", p.cfg.Prefix, "manifest_server", have, "server", f.value)
+		case f.name == "format":
+			return invalid("the buffer at prefix %q was written by a lastseen version of buffer format %s, this version "+
+				"writes format %s: flush it empty with the version that wrote it (lastseen flush), delete the key %s, "+
+				"then start this version; or set another Prefix", p.cfg.Prefix, have, f.value, key)
 		case f.name == "shards":
 			return invalid("the buffer at prefix %q was created with Shards %s, this instance has Shards %s: "+
 				"set Shards: %s, or flush the buffer empty with Shards %s and delete the key %s",

@@ -56,7 +56,7 @@ func newMemoryBuffer(cfg Config) *memoryBuffer {
 	b := &memoryBuffer{cfg: cfg, throttle: cfg.Throttle, now: cfg.Now}
 	for n := range cfg.Shards {
 		b.shards = append(b.shards, &memShard{pending: map[string]int64{}, markers: map[string]time.Time{}, refusals: map[string]int{},
-			keys: newShardKeys(cfg.Prefix, n), presence: map[string]*presenceSet{}})
+			keys: newShardKeys(cfg.Prefix, n, cfg.Shards), presence: map[string]*presenceSet{}})
 	}
 	return b
 }

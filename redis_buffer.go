@@ -73,7 +73,7 @@ func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() 
 	}
 	b.rdb.Store(rdb)
 	for n := range cfg.Shards {
-		b.shards = append(b.shards, newShardKeys(cfg.Prefix, n))
+		b.shards = append(b.shards, newShardKeys(cfg.Prefix, n, cfg.Shards))
 	}
 	b.cb = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
 		Name:    "lastseen-redis",
@@ -109,8 +109,11 @@ func (b *redisBuffer) redis(ctx context.Context, fn func(context.Context, *redis
 	}
 }
 
-func (b *redisBuffer) shard(uid string) shardKeys {
-	return b.shards[keys.ShardOf(uid, len(b.shards))]
+// locate returns the keys of uid's shard and uid's bucket in it
+// (keys.Locate).
+func (b *redisBuffer) locate(uid string) (shardKeys, int) {
+	n, bucket := keys.Locate(uid, len(b.shards))
+	return b.shards[n], bucket
 }
 
 // touch runs touchScript (one EVALSHA) through the breaker within
@@ -118,12 +121,14 @@ func (b *redisBuffer) shard(uid string) shardKeys {
 // counts it (RedisErrors, or Canceled when the caller's ctx ended first)
 // and returns the cause.
 func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
-	k := b.shard(uid)
+	k, bucket := b.locate(uid)
 	ts := micros(at)
+	g := b.generation(now)
 	hk, ha := presenceArgs(&b.cfg, k, at, now) // presence.go: HyperLogLogs, same EVALSHA
 	reply, err := b.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
-		return touchScript.Run(ctx, rdb, append([]string{k.marker + uid, k.pending}, hk...),
-			append([]any{uid, ts, window.Milliseconds(), ceiling(now)}, ha...)...).Slice()
+		return touchScript.Run(ctx, rdb,
+			append([]string{k.Markers(bucket, g.n), k.Markers(bucket, g.n-1), k.Markers(bucket, g.n+1), k.pending[bucket]}, hk...),
+			append([]any{uid, ts, window.Milliseconds(), ceiling(now), g.into, g.length}, ha...)...).Slice()
 	})
 	if err != nil {
 		if errors.Is(err, errCallerEnded) {
@@ -186,18 +191,20 @@ func (b *redisBuffer) call(ctx context.Context, fn func(context.Context, *redisC
 }
 
 // newest reads uids' pending and in-flight values in one pipeline, HMGET
-// of both hashes of each shard holding some of them (with guard through the
-// breaker within TouchTimeout, as a touch), and folds in the backlog. When
-// some commands failed it returns what the others read, with the error.
+// of both hashes of each bucket holding some of them (with guard through
+// the breaker within TouchTimeout, as a touch), and folds in the backlog.
+// When some commands failed it returns what the others read, with the
+// error.
 func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error) {
 	out := make([]time.Time, len(uids))
-	byShard := map[shardKeys][]int{}
+	type place struct{ shard, bucket int }
+	byBucket := map[place][]int{}
 	for i, uid := range uids {
 		if ts, ok := b.backlog.get(uid); ok {
 			out[i] = time.UnixMicro(ts).UTC()
 		}
-		k := b.shard(uid)
-		byShard[k] = append(byShard[k], i)
+		n, bucket := keys.Locate(uid, len(b.shards))
+		byBucket[place{n, bucket}] = append(byBucket[place{n, bucket}], i)
 	}
 	type read struct {
 		idx               []int
@@ -205,14 +212,15 @@ func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, 
 	}
 	var reads []read
 	pipeline := func(ctx context.Context, rdb *redisClient) ([]any, error) {
-		reads = make([]read, 0, len(byShard)) // run again after close swapped clients
+		reads = make([]read, 0, len(byBucket)) // run again after close swapped clients
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for k, idx := range byShard {
+			for at, idx := range byBucket {
 				fields := make([]string, len(idx))
 				for j, i := range idx {
 					fields[j] = uids[i]
 				}
-				reads = append(reads, read{idx, pipe.HMGet(ctx, k.pending, fields...), pipe.HMGet(ctx, k.inflight, fields...)})
+				k := b.shards[at.shard]
+				reads = append(reads, read{idx, pipe.HMGet(ctx, k.pending[at.bucket], fields...), pipe.HMGet(ctx, k.inflight[at.bucket], fields...)})
 			}
 			return nil
 		})
@@ -298,3 +306,6 @@ func (b *redisBuffer) close() error {
 	}
 	return nil
 }
+
+// shardCount is Config.Shards.
+func (b *redisBuffer) shardCount() int { return len(b.shards) }

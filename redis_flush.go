@@ -16,13 +16,14 @@ import (
 // (lua/swap.lua, ack.lua, fail.lua), each checking the lock's token. Every
 // call is bounded by its context (redisBuffer.redis).
 
-// active asks Redis with one pipeline of EXISTS.
+// active asks Redis with one pipeline of EXISTS, one per shard naming all
+// its pending and in-flight hashes.
 func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
 	cmds := make([]*redis.IntCmd, len(b.shards))
 	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, k := range b.shards {
-				cmds[i] = pipe.Exists(ctx, k.pending, k.inflight)
+				cmds[i] = pipe.Exists(ctx, append(append(make([]string, 0, 2*len(k.pending)), k.pending...), k.inflight...)...)
 			}
 			return nil
 		})
@@ -71,7 +72,7 @@ func (b *redisBuffer) lockShard(ctx context.Context, n int) (shardLease, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &redisShard{redisLease: l, keys: k}, nil
+	return &redisShard{redisLease: l, keys: k, total: -1}, nil
 }
 
 // redisLease is a redislock lock.
@@ -107,13 +108,16 @@ func (l *redisLease) release(ctx context.Context) {
 // redisShard is a shard's lock with the scripts run under it.
 type redisShard struct {
 	*redisLease
-	keys shardKeys
+	keys  shardKeys
+	total int // entries the last swap moved to in-flight; -1 unknown (left over)
 }
 
 func (s *redisShard) swap(ctx context.Context) (int, error) {
+	names := make([]string, 0, 1+2*len(s.keys.pending))
+	names = append(append(append(names, s.keys.lock), s.keys.pending...), s.keys.inflight...)
 	var moved int
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
-		moved, err = swapScript.Run(ctx, rdb, []string{s.keys.lock, s.keys.pending, s.keys.inflight}, s.lock.Token()).Int()
+		moved, err = swapScript.Run(ctx, rdb, names, s.lock.Token()).Int()
 		return err
 	})
 	switch {
@@ -122,30 +126,115 @@ func (s *redisShard) swap(ctx context.Context) (int, error) {
 	case moved == -1:
 		return 0, errLockLost
 	}
+	s.total = -1
+	if moved >= 0 {
+		s.total = moved
+	}
 	return moved, nil
 }
 
+// The scan cursor of the shard's in-flight hashes: the bucket in the top
+// 16 bits, that bucket's HSCAN cursor in the other 48 (Redis cursors of a
+// hash never come near 2^48 entries). 0 is both the start and the end.
+const cursorBucketShift = 48
+
+// scan reads the in-flight hashes in bucket order, in one pipeline of
+// HSCAN, one per bucket from the cursor's on, as many buckets as hold
+// about n entries at the shard's mean bucket size: a listpack-encoded hash
+// comes whole in one HSCAN reply. A bucket whose HSCAN returns a cursor
+// (a hash too large for listpack) ends the page: the next scan resumes it,
+// and the buckets after it in the pipeline are read again then.
 func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []string, next uint64, err error) {
-	err = s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
-		kv, next, err = rdb.HScan(ctx, s.keys.inflight, cursor, "", int64(n)).Result()
+	buckets := len(s.keys.inflight)
+	if s.total < 0 {
+		if s.total, err = s.inflightLen(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	first, hc := int(cursor>>cursorBucketShift), cursor&(1<<cursorBucketShift-1)
+	count := 1
+	if hc == 0 && s.total > 0 {
+		count = max(1, n*buckets/s.total)
+	}
+	count = min(count, buckets-first)
+	cmds := make([]*redis.ScanCmd, count)
+	err = s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i := range cmds {
+				c := uint64(0)
+				if i == 0 {
+					c = hc
+				}
+				cmds[i] = pipe.HScan(ctx, s.keys.inflight[first+i], c, "", int64(n))
+			}
+			return nil
+		})
 		return err
 	})
 	if err != nil {
-		return nil, 0, err // a call cut short may still fill kv in: read none of it
+		return nil, 0, err // a call cut short may still fill replies in: read none of them
 	}
-	return kv, next, nil
+	for i, cmd := range cmds {
+		page, c := cmd.Val()
+		kv = append(kv, page...)
+		if c != 0 {
+			return kv, uint64(first+i)<<cursorBucketShift | c, nil
+		}
+	}
+	if first+count == buckets {
+		return kv, 0, nil
+	}
+	return kv, uint64(first+count) << cursorBucketShift, nil
 }
 
-// ack: see lua/ack.lua.
+// inflightLen is the number of entries in the shard's in-flight hashes
+// (one pipeline of HLEN), for a scan of hashes left by an earlier flush.
+func (s *redisShard) inflightLen(ctx context.Context) (int, error) {
+	cmds := make([]*redis.IntCmd, len(s.keys.inflight))
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, key := range s.keys.inflight {
+				cmds[i] = pipe.HLen(ctx, key)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, c := range cmds {
+		total += int(c.Val())
+	}
+	return total, nil
+}
+
+// ack: see lua/ack.lua. The fields are grouped by bucket; final names every
+// in-flight hash of the shard, to unlink them all.
 func (s *redisShard) ack(ctx context.Context, fields []string, final bool) error {
-	args := make([]any, 0, len(fields)+3)
-	args = append(args, s.lock.Token(), s.b.lockTTL.Milliseconds(), map[bool]string{true: "1", false: "0"}[final])
+	byBucket := make(map[int][]string)
 	for _, f := range fields {
-		args = append(args, f)
+		_, b := keys.Locate(f, s.b.shardCount())
+		byBucket[b] = append(byBucket[b], f)
+	}
+	names := []string{s.keys.lock, s.keys.refusals}
+	args := make([]any, 0, len(fields)+3+len(byBucket))
+	args = append(args, s.lock.Token(), s.b.lockTTL.Milliseconds(), map[bool]string{true: "1", false: "0"}[final])
+	for b, key := range s.keys.inflight {
+		fs, ok := byBucket[b]
+		if !ok && !final {
+			continue
+		}
+		names = append(names, key)
+		args = append(args, len(fs))
+		for _, f := range fs {
+			args = append(args, f)
+		}
 	}
 	var n int
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
-		n, err = ackScript.Run(ctx, rdb, []string{s.keys.lock, s.keys.inflight, s.keys.refusals}, args...).Int()
+		n, err = ackScript.Run(ctx, rdb, names, args...).Int()
 		return err
 	})
 	if err != nil {
@@ -159,15 +248,23 @@ func (s *redisShard) ack(ctx context.Context, fields []string, final bool) error
 
 // requeue: see lua/fail.lua.
 func (s *redisShard) requeue(ctx context.Context, refused []refusal, ceiling int64, limit int) ([]string, error) {
-	args := make([]any, 0, 3+2*len(refused))
+	names := []string{s.keys.lock, s.keys.refusals}
+	index := map[int]int{} // bucket -> index in fail.lua's pairs of keys, from 1
+	args := make([]any, 0, 3+3*len(refused))
 	args = append(args, s.lock.Token(), ceiling, limit)
 	for _, f := range refused {
-		args = append(args, f.field, f.value)
+		_, b := keys.Locate(f.field, s.b.shardCount())
+		i, ok := index[b]
+		if !ok {
+			names = append(names, s.keys.inflight[b], s.keys.pending[b])
+			i = len(index) + 1
+			index[b] = i
+		}
+		args = append(args, i, f.field, f.value)
 	}
-	keys := []string{s.keys.lock, s.keys.inflight, s.keys.pending, s.keys.refusals}
 	var reply []any
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
-		reply, err = failScript.Run(ctx, rdb, keys, args...).Slice()
+		reply, err = failScript.Run(ctx, rdb, names, args...).Slice()
 		return err
 	})
 	if err != nil {

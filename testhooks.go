@@ -125,7 +125,8 @@ func (t testBuffer) InFlightLen(ctx context.Context, n int) (int64, error) {
 func (t testBuffer) PutInFlight(ctx context.Context, uid string, at time.Time) error {
 	switch b := t.p.tracker.buf.(type) {
 	case *redisBuffer:
-		return b.rdb.Load().HSet(ctx, b.shard(uid).inflight, uid, micros(at)).Err()
+		k, bucket := b.locate(uid)
+		return b.rdb.Load().HSet(ctx, k.inflight[bucket], uid, micros(at)).Err()
 	case *memoryBuffer:
 		s := b.shard(uid)
 		s.mu.Lock()
@@ -166,7 +167,8 @@ func (t testBuffer) Breaker() gobreaker.State {
 func (t testBuffer) Refusals(ctx context.Context, uid string) (int, error) {
 	switch b := t.p.tracker.buf.(type) {
 	case *redisBuffer:
-		return b.rdb.Load().HGet(ctx, b.shard(uid).refusals, uid).Int()
+		k, _ := b.locate(uid)
+		return b.rdb.Load().HGet(ctx, k.refusals, uid).Int()
 	case *memoryBuffer:
 		s := b.shard(uid)
 		s.mu.Lock()

@@ -1,21 +1,27 @@
--- ack: removes entries the database committed from the in-flight hash,
--- clears their refusal counts, and refreshes the lock, if this flusher
--- still holds it. With ARGV[3] = "1" it also UNLINKs the in-flight hash (the
--- scan is complete).
+-- ack: removes entries the database committed from the shard's in-flight
+-- hashes, clears their refusal counts, and refreshes the lock, if this
+-- flusher still holds it. With ARGV[3] = "1" it also UNLINKs the in-flight
+-- hashes it is given (the scan is complete).
 --
--- KEYS[1] shard lock, KEYS[2] in-flight hash, KEYS[3] refusals hash
+-- KEYS[1] shard lock, KEYS[2] refusals hash, KEYS[3..] in-flight hashes
 -- ARGV[1] lock token, ARGV[2] lock TTL in ms, ARGV[3] "1" to unlink,
--- ARGV[4..] fields
+-- then for each in-flight hash in KEYS order: the number of its fields that
+-- follow, and those fields
 --
 -- Returns -1 when the lock is lost, else the number of fields removed.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local refusals = redis.call('EXISTS', KEYS[3]) == 1
-local n = 0
-for i = 4, #ARGV, 1000 do
-  local last = math.min(i + 999, #ARGV)
-  n = n + redis.call('HDEL', KEYS[2], unpack(ARGV, i, last))
-  if refusals then redis.call('HDEL', KEYS[3], unpack(ARGV, i, last)) end
+local refusals = redis.call('EXISTS', KEYS[2]) == 1
+local removed, a = 0, 4
+for k = 3, #KEYS do
+  local count = tonumber(ARGV[a])
+  local first, last = a + 1, a + count
+  for i = first, last, 1000 do
+    local j = math.min(i + 999, last)
+    removed = removed + redis.call('HDEL', KEYS[k], unpack(ARGV, i, j))
+    if refusals then redis.call('HDEL', KEYS[2], unpack(ARGV, i, j)) end
+  end
+  a = last + 1
+  if ARGV[3] == '1' then redis.call('UNLINK', KEYS[k]) end
 end
-if ARGV[3] == '1' then redis.call('UNLINK', KEYS[2]) end
-return n
+return removed

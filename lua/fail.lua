@@ -1,16 +1,17 @@
 -- fail: moves entries the database refused on their own from the in-flight
--- hash back into the pending hash (newest wins; a pending value a flush
--- would refuse is replaced, as touch.lua does), so that the in-flight hash
--- can be cleared and the rest of the shard keeps flowing. It counts each
--- entry's refusals in the refusals hash (HINCRBY); an entry refused for the
--- ARGV[3]th time is dropped instead: removed from the in-flight hash and
--- from the refusals hash, not requeued.
+-- hashes back into the pending hashes of their buckets (newest wins; a
+-- pending value a flush would refuse is replaced, as touch.lua does), so
+-- that the in-flight hashes can be cleared and the rest of the shard keeps
+-- flowing. It counts each entry's refusals in the refusals hash (HINCRBY);
+-- an entry refused for the ARGV[3]th time is dropped instead: removed from
+-- the in-flight hash and from the refusals hash, not requeued.
 --
--- KEYS[1] shard lock, KEYS[2] in-flight hash, KEYS[3] pending hash,
--- KEYS[4] refusals hash
+-- KEYS[1] shard lock, KEYS[2] refusals hash, then for each bucket involved
+-- its in-flight hash and its pending hash (KEYS[2i+1], KEYS[2i+2] for
+-- bucket index i from 1)
 -- ARGV[1] lock token, ARGV[2] ceiling (see parseMicros), ARGV[3] refusals
--- before an entry is dropped (0: never), ARGV[4..] field, value, field,
--- value, ...
+-- before an entry is dropped (0: never), ARGV[4..] bucket index, field,
+-- value, bucket index, field, value, ...
 --
 -- Returns {-1} when the lock is lost, else {entries moved back to pending,
 -- dropped field, dropped field, ...}.
@@ -18,17 +19,19 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local ceiling = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local moved, out = 0, {0}
-for i = 4, #ARGV, 2 do
-  redis.call('HDEL', KEYS[2], ARGV[i])
-  local n = redis.call('HINCRBY', KEYS[4], ARGV[i], 1)
+for i = 4, #ARGV, 3 do
+  local b, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
+  local inflight, pending = KEYS[2 * b + 1], KEYS[2 * b + 2]
+  redis.call('HDEL', inflight, field)
+  local n = redis.call('HINCRBY', KEYS[2], field, 1)
   if limit > 0 and n >= limit then
-    redis.call('HDEL', KEYS[4], ARGV[i])
-    out[#out + 1] = ARGV[i]
+    redis.call('HDEL', KEYS[2], field)
+    out[#out + 1] = field
   else
     moved = moved + 1
-    local cur = tonumber(redis.call('HGET', KEYS[3], ARGV[i]))
-    if not cur or cur < tonumber(ARGV[i + 1]) or cur > ceiling then
-      redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+    local cur = tonumber(redis.call('HGET', pending, field))
+    if not cur or cur < tonumber(value) or cur > ceiling then
+      redis.call('HSET', pending, field, value)
     end
   end
 end

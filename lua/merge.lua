@@ -2,16 +2,17 @@
 -- (replacing stored values a flush would refuse, as touch.lua does); it
 -- replays the in-process backlog after an outage.
 --
--- KEYS[1] pending hash
+-- KEYS[1..n] pending hashes (buckets of one shard)
 -- ARGV[1] the latest acceptable value (ceiling, see parseMicros)
--- ARGV[2..] user id, Unix microseconds, user id, Unix microseconds, ...
+-- ARGV[2..] key index (1..n), user id, Unix microseconds, key index, ...
 --
--- Returns the number of pairs.
+-- Returns the number of entries.
 local ceiling = tonumber(ARGV[1])
-for i = 2, #ARGV, 2 do
-  local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]))
-  if not cur or cur < tonumber(ARGV[i + 1]) or cur > ceiling then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+for i = 2, #ARGV, 3 do
+  local key, uid, ts = KEYS[tonumber(ARGV[i])], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local cur = tonumber(redis.call('HGET', key, uid))
+  if not cur or cur < ts or cur > ceiling then
+    redis.call('HSET', key, uid, ARGV[i + 2])
   end
 end
-return (#ARGV - 1) / 2
+return (#ARGV - 1) / 3

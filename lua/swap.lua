@@ -1,14 +1,25 @@
--- swap: turns the pending hash into the in-flight hash (RENAME keeps both in
--- the shard's slot), if this flusher still holds the shard's lock and no
--- in-flight hash is left from an earlier flush.
+-- swap: turns the shard's pending hashes into its in-flight hashes (RENAME,
+-- bucket by bucket; every key is in the shard's slot), if this flusher
+-- still holds the shard's lock and no in-flight hash is left from an
+-- earlier flush.
 --
--- KEYS[1] shard lock, KEYS[2] pending hash, KEYS[3] in-flight hash
+-- KEYS[1] shard lock, KEYS[2..n+1] pending hashes of buckets 0..n-1,
+-- KEYS[n+2..2n+1] in-flight hashes of the same buckets
 -- ARGV[1] lock token
 --
 -- Returns -1 when the lock is lost, -2 when an in-flight hash exists, else
 -- the number of entries moved (0 when nothing was pending).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if redis.call('EXISTS', KEYS[3]) == 1 then return -2 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-redis.call('RENAME', KEYS[2], KEYS[3])
-return redis.call('HLEN', KEYS[3])
+local n = (#KEYS - 1) / 2
+for i = n + 2, #KEYS, 1000 do
+  if redis.call('EXISTS', unpack(KEYS, i, math.min(i + 999, #KEYS))) > 0 then return -2 end
+end
+local moved = 0
+for i = 2, n + 1 do
+  local size = redis.call('HLEN', KEYS[i])
+  if size > 0 then
+    redis.call('RENAME', KEYS[i], KEYS[i + n])
+    moved = moved + size
+  end
+end
+return moved

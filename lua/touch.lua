@@ -1,30 +1,54 @@
--- touch: records one touch atomically. It sets the throttle marker if it is
--- absent and, only then, raises the user's pending timestamp (never lowers
--- it; a stored value that a flush would refuse, not a number or beyond
--- ARGV[4], is replaced rather than kept as "newer") and adds the user to the
--- presence HyperLogLogs given as KEYS[3..] (none when they are turned off).
+-- touch: records one touch atomically. When the user has no open throttle
+-- window, it opens one (the user's marker field in the marker hash of the
+-- current generation) and, only then, raises the user's pending timestamp
+-- (never lowers it; a stored value that a flush would refuse, not a number
+-- or beyond ARGV[4], is replaced rather than kept as "newer") and adds the
+-- user to the presence HyperLogLogs given as KEYS[5..] (none when they are
+-- turned off).
 --
--- KEYS[1] throttle marker key, KEYS[2] pending hash, KEYS[3..n] HyperLogLogs
--- (the minute's online bucket, the day's active users; same shard tag)
+-- Markers (markers.go): the clock is cut into generations of one throttle
+-- window; a marker is the end of the user's window in ms from the start of
+-- the generation whose hash holds it, and the hash of generation g expires
+-- at the end of generation g+1 (every window ends by then). The previous
+-- and the next generation are read too, so windows opened by an instance
+-- whose clock is a little behind or ahead still throttle.
+--
+-- KEYS[1] marker hash of the current generation, KEYS[2] of the previous,
+-- KEYS[3] of the next, KEYS[4] pending hash, KEYS[5..n] HyperLogLogs (the
+-- minute's online bucket, the day's active users; same shard tag)
 -- ARGV[1] user id, ARGV[2] Unix microseconds, ARGV[3] throttle window in ms,
 -- ARGV[4] the latest acceptable value (ceiling, see parseMicros),
--- ARGV[5..n+2] each HyperLogLog's time to live in seconds (EXPIRE); 0 skips
--- it (its period ended longer ago than it is kept)
+-- ARGV[5] ms since the current generation started, ARGV[6] generation
+-- length in ms, ARGV[7..n+2] each HyperLogLog's time to live in seconds
+-- (EXPIRE); 0 skips it (its period ended longer ago than it is kept)
 --
--- Returns {1, window ms} when the touch was recorded and {0, marker PTTL in
--- ms} when the user was throttled (Redis SET NX PX and PTTL semantics).
-if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3]) then
-  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
-  if not cur or cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[4]) then
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+-- Returns {1, window ms} when the touch was recorded and {0, ms left in the
+-- open window} when the user was throttled.
+local uid, now, gen = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6])
+local starts = {0, -gen, gen}
+local stale = {}
+for i = 1, 3 do
+  local v = tonumber(redis.call('HGET', KEYS[i], uid))
+  if v then
+    local left = v + starts[i] - now
+    if left > 0 then return {0, left} end
+    stale[#stale + 1] = i
   end
-  for i = 3, #KEYS do
-    local ttl = tonumber(ARGV[i + 2])
-    if ttl and ttl > 0 then
-      redis.call('PFADD', KEYS[i], ARGV[1])
-      redis.call('EXPIRE', KEYS[i], ttl)
-    end
-  end
-  return {1, tonumber(ARGV[3])}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+for _, i in ipairs(stale) do
+  if i > 1 then redis.call('HDEL', KEYS[i], uid) end
+end
+redis.call('HSET', KEYS[1], uid, now + tonumber(ARGV[3]))
+redis.call('PEXPIRE', KEYS[1], 2 * gen - now)
+local cur = tonumber(redis.call('HGET', KEYS[4], uid))
+if not cur or cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[4], uid, ARGV[2])
+end
+for i = 5, #KEYS do
+  local ttl = tonumber(ARGV[i + 2])
+  if ttl and ttl > 0 then
+    redis.call('PFADD', KEYS[i], uid)
+    redis.call('EXPIRE', KEYS[i], ttl)
+  end
+end
+return {1, tonumber(ARGV[3])}

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -31,15 +30,11 @@ func (h *harness) memoryKeys() []string {
 }
 
 // leaveInFlight turns shard n's pending set into its in-flight set, as a
-// flush that failed after its swap leaves it: a RENAME in Redis, a swap
-// under the shard's lock in memory.
+// flush that failed after its swap leaves it: the buffer's swap under the
+// shard's lock (RENAMEs in Redis).
 func (h *harness) leaveInFlight(p *lastseen.Plugin, n int) {
 	h.t.Helper()
 	ctx := context.Background()
-	if !h.memory() {
-		must(h.t, h.r.client.Rename(ctx, fmt.Sprintf("%s:{%d}:pending", h.prefix, n), fmt.Sprintf("%s:{%d}:inflight", h.prefix, n)).Err())
-		return
-	}
 	must(h.t, buf(p).LeaveInFlight(ctx, n))
 }
 
@@ -51,14 +46,12 @@ func (h *harness) inFlightLen(p *lastseen.Plugin, n int) int64 {
 	return n64
 }
 
-// markerTime lets d pass for the throttle markers only: miniredis
-// fast-forwards, the in-process buffer's clock (the plugin's) moves; a real
-// Redis's markers expire in real time.
+// markerTime lets d pass for the throttle markers: they end on the
+// plugin's clock in both buffers (miniredis also fast-forwards, so that
+// marker hashes expire as they would).
 func (h *harness) markerTime(d time.Duration) {
-	switch {
-	case h.memory():
-		h.clock.Add(d)
-	case h.r.mr != nil:
+	h.clock.Add(d)
+	if h.r != nil && h.r.mr != nil {
 		h.r.mr.FastForward(d)
 	}
 }

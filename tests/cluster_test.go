@@ -71,8 +71,10 @@ func TestClusterShardSlots(t *testing.T) {
 	ctx := context.Background()
 	for _, prefix := range []string{lastseen.DefaultPrefix, "app:presence"} {
 		for n := range lastseen.DefaultShards {
-			k := keys.ForShard(prefix, n)
-			for _, key := range []string{k.Pending, k.InFlight, k.Lock, k.Marker + "42", k.Marker + "550e8400-e29b-41d4-a716-446655440000"} {
+			k := keys.ForShard(prefix, n, lastseen.DefaultShards)
+			last := k.Buckets - 1
+			for _, key := range []string{k.Pending(0), k.Pending(last), k.InFlight(0), k.InFlight(last), k.Lock, k.Refusals,
+				k.Markers(0, 0), k.Markers(last, 29_651_337)} {
 				got, err := c.ClusterKeySlot(ctx, key).Result()
 				must(t, err)
 				equal(t, "CLUSTER KEYSLOT "+key, got, defaultShardSlots[n])
@@ -197,7 +199,7 @@ func TestClusterFullCycle(t *testing.T) {
 			touchFaultUsers(t, p, 60, "2026-03-01T10:00:00Z", want)
 			shards := map[string]bool{}
 			for id := 1; id <= 60; id++ {
-				shards[shardOf(p, fmt.Sprint(id)).Pending] = true
+				shards[shardOf(p, fmt.Sprint(id)).Lock] = true
 			}
 			equal(t, "shards with users", len(shards), lastseen.DefaultShards)
 

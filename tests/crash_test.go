@@ -23,6 +23,7 @@ import (
 	"github.com/glebarez/sqlite"
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -327,15 +328,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 		initial[id] = v
 	}
 	touchFaultUsers(t, p, crashUsers, "2026-03-01T10:00:00Z", want)
-	shardOf := func(id int) int {
-		k := shardOf(p, strconv.Itoa(id))
-		for n, s := range allShardKeys(p) {
-			if s == k {
-				return n
-			}
-		}
-		return -1
-	}
+	shardOf := func(id int) int { return keys.ShardOf(strconv.Itoa(id), cfg.Shards) }
 
 	spec := childTarget(t, h)
 	spec.Role, spec.Point, spec.Now = "crash", point, h.clock.Now().Format(time.RFC3339Nano)
@@ -366,9 +359,13 @@ func crashAt(t *testing.T, h *harness, point string) {
 	if len(inShard) <= crashBatch {
 		t.Fatalf("shard %d has %d users, want more than one batch", s, len(inShard))
 	}
-	keys := shardKeys(p, s)
-	inflight, err := h.r.client.HLen(ctx, keys.InFlight).Result()
-	must(t, err)
+	shard := shardKeys(p, s)
+	var inflight int64
+	for _, key := range shard.AllInFlight() {
+		n, err := h.r.client.HLen(ctx, key).Result()
+		must(t, err)
+		inflight += n
+	}
 	expect := map[string]struct{ committed, inflight int }{ // at each point, in shard s
 		"after-swap":      {0, len(inShard)},
 		"after-commit":    {crashBatch, len(inShard)},
@@ -379,12 +376,12 @@ func crashAt(t *testing.T, h *harness, point string) {
 	equal(t, "in-flight entries at the crash", int(inflight), expect.inflight)
 	for _, id := range changed {
 		if point == "between-batches" {
-			in, err := h.r.client.HExists(ctx, keys.InFlight, strconv.Itoa(id)).Result()
+			in, err := h.r.client.HExists(ctx, inflightKey(p, strconv.Itoa(id)), strconv.Itoa(id)).Result()
 			must(t, err)
 			equal(t, fmt.Sprintf("committed user %d still in flight", id), in, false)
 		}
 	}
-	equal(t, "pending hash of the crashed shard", h.r.client.Exists(ctx, keys.Pending).Val(), int64(0))
+	equal(t, "pending hashes of the crashed shard", h.r.client.Exists(ctx, shard.AllPending()...).Val(), int64(0))
 
 	// Requests during the crash: users 5-8 newer, 9-12 older (a delayed
 	// request), and the app itself writes a newer value for users 1 and 2.
@@ -428,7 +425,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 	// A new flusher: the dead one's locks (shard s, and the other shard if
 	// it was being flushed concurrently) keep their shards until they expire.
 	p2, _ := h.plugin(cfg)
-	ttl, err := h.r.client.PTTL(ctx, keys.Lock).Result()
+	ttl, err := h.r.client.PTTL(ctx, shard.Lock).Result()
 	must(t, err)
 	if ttl <= 0 || ttl > lastseen.DefaultLockTTL {
 		t.Fatalf("the dead flusher's lock has PTTL %v, want 0 < PTTL <= %v", ttl, lastseen.DefaultLockTTL)

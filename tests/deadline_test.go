@@ -181,7 +181,7 @@ func TestOwnClientFollowsAppOptions(t *testing.T) {
 	ok, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:20:00Z"))
 	must(t, err)
 	equal(t, "recorded", ok, true)
-	n, err := app.Exists(ctx, shardOf(p, "1").Pending).Result()
+	n, err := app.Exists(ctx, pendingKey(p, "1")).Result()
 	must(t, err)
 	equal(t, "pending hash in database 3, seen by the app's client", n, int64(1))
 

@@ -187,7 +187,6 @@ func TestHandWrittenPendingValues(t *testing.T) {
 		cfg.Throttle = time.Minute
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 12)
-		pending := shardKeys(p, 0).Pending
 		ten := strconv.FormatInt(mustTime("2026-03-01T10:00:00Z").UnixMicro(), 10)
 		hour := strconv.FormatInt(mustTime("2026-03-01T11:00:00Z").UnixMicro(), 10) // now + MaxClockSkew
 		for field, value := range map[string]string{
@@ -204,7 +203,7 @@ func TestHandWrittenPendingValues(t *testing.T) {
 			"-2":  ten,                    // rejected: negative id for an unsigned key
 			"11":  "99999999999999999999", // rejected: beyond int64
 		} {
-			must(t, h.r.client.HSet(ctx, pending, field, value).Err())
+			must(t, h.r.client.HSet(ctx, pendingKey(p, field), field, value).Err())
 		}
 		want[1] = "2026-03-01T10:00:00Z"
 		want[7] = "2026-03-01T11:00:00Z"

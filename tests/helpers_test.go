@@ -386,6 +386,37 @@ func (h *harness) keys() []string {
 	if err != nil {
 		h.t.Fatalf("scan keys: %v", err)
 	}
+	return h.logicalKeys(out)
+}
+
+// logicalKeys names Redis keys by what they hold, as memoryKeys names the
+// in-process buffer's state: a bucket's pending or in-flight hash as its
+// shard's (":{N}:pending:<b>" as ":{N}:pending"), and a marker hash as one
+// ":{N}:seen:<id>" per user it holds a marker for. Sorted, without
+// duplicates.
+func (h *harness) logicalKeys(raw []string) []string {
+	set := map[string]bool{}
+	for _, k := range raw {
+		parts := strings.Split(k, ":")
+		switch {
+		case len(parts) == 4 && (parts[2] == "pending" || parts[2] == "inflight"):
+			set[strings.Join(parts[:3], ":")] = true
+		case len(parts) == 5 && parts[2] == "seen":
+			fields, err := h.r.client.HKeys(context.Background(), h.prefix+k).Result()
+			if err != nil {
+				h.t.Fatalf("markers %s: %v", k, err)
+			}
+			for _, f := range fields {
+				set[strings.Join(parts[:3], ":")+":"+f] = true
+			}
+		default:
+			set[k] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
 	slices.Sort(out)
 	return out
 }
@@ -394,7 +425,7 @@ func (h *harness) keys() []string {
 func (h *harness) pendingKeys() []string {
 	var out []string
 	for _, k := range h.keys() {
-		if strings.HasSuffix(k, ":pending") || strings.HasSuffix(k, ":inflight") {
+		if strings.HasSuffix(k, ":pending") || strings.HasSuffix(k, ":inflight") { // logicalKeys
 			out = append(out, k)
 		}
 	}

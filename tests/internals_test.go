@@ -30,11 +30,25 @@ func flushJob(p *lastseen.Plugin, ctx context.Context) { internals().FlushJob(p,
 func purgeJob(p *lastseen.Plugin, ctx context.Context) { internals().PurgeJob(p, ctx) }
 
 // shardKeys returns the Redis keys of p's shard n.
-func shardKeys(p *lastseen.Plugin, n int) keys.Shard { return keys.ForShard(p.Config().Prefix, n) }
+func shardKeys(p *lastseen.Plugin, n int) keys.Shard {
+	return keys.ForShard(p.Config().Prefix, n, p.Config().Shards)
+}
 
 // shardOf returns the Redis keys of uid's shard in p.
 func shardOf(p *lastseen.Plugin, uid string) keys.Shard {
 	return shardKeys(p, keys.ShardOf(uid, p.Config().Shards))
+}
+
+// pendingKey returns the key of the pending hash that holds uid in p.
+func pendingKey(p *lastseen.Plugin, uid string) string {
+	n, b := keys.Locate(uid, p.Config().Shards)
+	return shardKeys(p, n).Pending(b)
+}
+
+// inflightKey returns the key of the in-flight hash that holds uid in p.
+func inflightKey(p *lastseen.Plugin, uid string) string {
+	n, b := keys.Locate(uid, p.Config().Shards)
+	return shardKeys(p, n).InFlight(b)
 }
 
 // allShardKeys returns the Redis keys of every shard of p, in shard order.

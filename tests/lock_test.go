@@ -86,7 +86,7 @@ func TestSlowBatchKeepsItsLock(t *testing.T) {
 				equal(t, "written", res.Written, 10)
 				equal(t, "batches", res.Batches, 2)
 				equal(t, "UPDATE statements", updates.Load(), int64(2))
-				lockKey := keys.ForShard(p.Config().Prefix, 0).Lock
+				lockKey := shardKeys(p, 0).Lock
 				t.Logf("refreshes of the shard lock during 2 batches of %v: %d", slowBatch, refreshes.get(lockKey))
 				if refreshes.get(lockKey) < 2 { // at least one per batch: each outlives LockTTL
 					t.Errorf("shard lock refreshed %d times, want at least 2", refreshes.get(lockKey))
@@ -147,7 +147,7 @@ func TestLostLockStopsForwardOnly(t *testing.T) {
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 10)
 		touchFaultUsers(t, p, 10, "2026-03-01T09:20:00Z", want)
-		lockKey := keys.ForShard(p.Config().Prefix, 0).Lock
+		lockKey := shardKeys(p, 0).Lock
 		ctx := context.Background()
 		setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
 			if batch == 1 { // another instance holds the lock from now on

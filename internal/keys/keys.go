@@ -3,20 +3,26 @@
 // tools in cmd/lastseen, which fill, inspect and clean the buffer directly.
 //
 // Every key of shard N carries the Redis Cluster hash tag "{N}", so one Lua
-// script or RENAME only ever touches keys of one cluster slot:
+// script or RENAME only ever touches keys of one cluster slot. Inside a
+// shard, users are spread over Buckets(shards) buckets (Locate), so that
+// each hash stays small enough for Redis's compact listpack encoding (at
+// most hash-max-listpack-entries fields, 512 by default):
 //
-//	<prefix>:{N}:pending       hash: user id -> Unix microseconds (UTC)
-//	<prefix>:{N}:inflight      hash: the pending hash a flush is writing
-//	<prefix>:{N}:lock          redislock lock of the shard's flusher
-//	<prefix>:{N}:seen:<user>   throttle marker, PX = throttle window
-//	<prefix>:{N}:refusals      hash: user id -> times the database refused its entry
-//	<prefix>:{N}:online:<m>    HyperLogLog of users whose touch opened a
-//	                           window in Unix minute m (Plugin.Online)
-//	<prefix>:{N}:active:<day>  HyperLogLog of the same per UTC day,
-//	                           day as 2006-01-02 (Plugin.ActiveUsers)
-//	<prefix>:purge:lock        redislock lock of the session purge
-//	<prefix>:manifest          hash: what the buffer is (shards, dialect,
-//	                           database, table, column, key type, format)
+//	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
+//	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
+//	<prefix>:{N}:seen:<b>:<g>    hash: user id -> end of the user's throttle
+//	                             window, in ms from the start of generation g
+//	                             (Unix ms / throttle window); kept until the
+//	                             end of generation g+1
+//	<prefix>:{N}:lock            redislock lock of the shard's flusher
+//	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
+//	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a
+//	                             window in Unix minute m (Plugin.Online)
+//	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day,
+//	                             day as 2006-01-02 (Plugin.ActiveUsers)
+//	<prefix>:purge:lock          redislock lock of the session purge
+//	<prefix>:manifest            hash: what the buffer is (shards, dialect,
+//	                             database, table, column, key type, format)
 package keys
 
 import (
@@ -27,27 +33,75 @@ import (
 // MaxShards is the largest shard count a Config accepts.
 const MaxShards = 1024
 
-// Shard holds the keys of one shard. Marker, Online and Active are key
-// prefixes: the user id, the Unix minute or the UTC day is appended.
+// TotalBuckets is the number of buckets over all shards: Buckets(shards)
+// per shard. 4,096 keeps every hash listpack-encoded (at most 512 fields)
+// up to about 2,000,000 users in the pending hashes and as many recorded
+// in one throttle window.
+const TotalBuckets = 4096
+
+// Buckets returns the number of buckets of each shard: TotalBuckets /
+// shards, at least 1.
+func Buckets(shards int) int { return max(1, TotalBuckets/shards) }
+
+// Shard holds the keys of one shard. Online and Active are key prefixes:
+// the Unix minute or the UTC day is appended.
 type Shard struct {
-	Pending, InFlight, Lock, Marker, Refusals string
-	Online, Active                            string
+	Lock, Refusals string
+	Online, Active string
+	// Buckets is the shard's number of buckets (Buckets(shards)).
+	Buckets int
+	tag     string
 }
 
 // ForShard returns the keys of shard n (0 <= n < shards) under prefix.
-func ForShard(prefix string, n int) Shard {
+func ForShard(prefix string, n, shards int) Shard {
 	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
-	return Shard{Pending: tag + "pending", InFlight: tag + "inflight", Lock: tag + "lock", Marker: tag + "seen:",
-		Refusals: tag + "refusals", Online: tag + "online:", Active: tag + "active:"}
+	return Shard{Lock: tag + "lock", Refusals: tag + "refusals", Online: tag + "online:", Active: tag + "active:",
+		Buckets: Buckets(shards), tag: tag}
 }
 
-// ShardOf returns the shard of a user id in its stored text form (decimal
-// for integer ids): FNV-1a 32 of the text, modulo shards. Every instance
-// sharing a prefix must use the same shard count to agree on it.
-func ShardOf(uid string, shards int) int {
+// Pending returns the key of bucket b's pending hash.
+func (s Shard) Pending(b int) string { return s.tag + "pending:" + strconv.Itoa(b) }
+
+// InFlight returns the key of bucket b's in-flight hash.
+func (s Shard) InFlight(b int) string { return s.tag + "inflight:" + strconv.Itoa(b) }
+
+// Markers returns the key of bucket b's throttle markers of generation g.
+func (s Shard) Markers(b int, g int64) string {
+	return s.tag + "seen:" + strconv.Itoa(b) + ":" + strconv.FormatInt(g, 10)
+}
+
+// AllPending returns the keys of the shard's pending hashes, bucket order.
+func (s Shard) AllPending() []string { return s.all(s.Pending) }
+
+// AllInFlight returns the keys of the shard's in-flight hashes, bucket
+// order.
+func (s Shard) AllInFlight() []string { return s.all(s.InFlight) }
+
+func (s Shard) all(key func(int) string) []string {
+	out := make([]string, s.Buckets)
+	for b := range out {
+		out[b] = key(b)
+	}
+	return out
+}
+
+// Locate returns the shard and the bucket of a user id in its stored text
+// form (decimal for integer ids): with h the FNV-1a 32 hash of the text,
+// the shard is h modulo shards and the bucket (h / shards) modulo
+// Buckets(shards). Every instance sharing a prefix must use the same shard
+// count to agree on both.
+func Locate(uid string, shards int) (shard, bucket int) {
 	h := fnv.New32a()
 	h.Write([]byte(uid))
-	return int(h.Sum32() % uint32(shards))
+	sum := h.Sum32()
+	return int(sum % uint32(shards)), int(sum / uint32(shards) % uint32(Buckets(shards)))
+}
+
+// ShardOf returns the shard of a user id (Locate).
+func ShardOf(uid string, shards int) int {
+	s, _ := Locate(uid, shards)
+	return s
 }
 
 // PurgeLock returns the key of the purge lock under prefix.
