@@ -143,8 +143,9 @@ func (c *Cmd) runMemory(ctx context.Context) error {
 
 // memoryRow measures one layout: it starts the private server (or connects
 // to --memory-redis), loads the users, reads the figures, deletes the
-// row's keys and waits for lazyfree, and stops the server, also after an
-// error or Ctrl-C. It returns the row and the server's version.
+// row's keys (on --memory-redis then waits for lazyfree, so that the next
+// row starts settled) and stops the private server, also after an error or
+// Ctrl-C. It returns the row and the server's version.
 func (c *Cmd) memoryRow(ctx context.Context, name string) (row memoryRow, version string, err error) {
 	addr := c.MemoryRedis
 	if addr == "" {
@@ -170,7 +171,7 @@ func (c *Cmd) memoryRow(ctx context.Context, name string) (row memoryRow, versio
 	}
 	row = memoryRow{Name: name, Addr: addr, Prefix: runenv.RandomName("lastseen-bench-")}
 	defer func() {
-		// The keys go whatever happened; the next row starts after lazyfree.
+		// The keys go whatever happened.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
 		t0 := time.Now()
