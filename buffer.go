@@ -21,8 +21,9 @@ const MaxClockSkew = time.Hour
 //
 //	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
 //	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
-//	<prefix>:{N}:seen:<b>:<g>    hash: user id -> end of its throttle window,
-//	                             ms from the start of generation g (markers.go)
+//	<prefix>:{N}:seen:<b>:<s>    hash: user id -> end of its throttle window,
+//	                             ms from s, its generation's start in Unix ms
+//	                             (markers.go)
 //	<prefix>:{N}:lock            redislock lock of the shard's flusher
 //	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
 //	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a

@@ -15,9 +15,10 @@ import (
 // pending and in-flight entries in Redis, the in-process backlog and the
 // database column, as LastSeen gives one by one.
 //
-// Cost: one pipelined Redis round trip (HMGET of the pending and of the
-// in-flight hash of each shard holding some of the ids: 2 commands per such
-// shard; go-redis sends a Redis Cluster's per node, in parallel), and one
+// Cost: one pipelined Redis round trip (one EVALSHA of lua/read.lua per
+// shard holding some of the ids, which runs HMGET on the pending and the
+// in-flight hash of each bucket holding some of them; go-redis sends a
+// Redis Cluster's per node, in parallel), and one
 // SELECT ... WHERE pk IN (...) per chunk of distinct ids, a chunk being the
 // dialect's bind-parameter limit (65,535 on PostgreSQL and MySQL, 32,766 on
 // SQLite): one statement for any list page.

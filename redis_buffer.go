@@ -127,7 +127,7 @@ func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time, 
 	hk, ha := presenceArgs(&b.cfg, k, at, now) // presence.go: HyperLogLogs, same EVALSHA
 	reply, err := b.call(ctx, func(ctx context.Context, rdb *redisClient) ([]any, error) {
 		return touchScript.Run(ctx, rdb,
-			append([]string{k.Markers(bucket, g.n), k.Markers(bucket, g.n-1), k.Markers(bucket, g.n+1), k.pending[bucket]}, hk...),
+			append([]string{k.Markers(bucket, g.start), k.Markers(bucket, g.start-g.length), k.Markers(bucket, g.start+g.length), k.pending[bucket]}, hk...),
 			append([]any{uid, ts, window.Milliseconds(), ceiling(now), g.into, g.length}, ha...)...).Slice()
 	})
 	if err != nil {

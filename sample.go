@@ -41,16 +41,19 @@ func (s BufferSample) OldestAge() time.Duration {
 }
 
 // SampleBuffer reads the buffer's size and samples its oldest timestamp in
-// one pipelined round trip: HLEN and HRANDFIELD key perHash WITHVALUES
-// (Redis 6.2 or later; distinct random entries) on each shard's pending and
-// in-flight hash, 4 × Shards commands. perHash is 0 to MaxBufferSample; 0
+// one pipelined round trip: one EVALSHA of lua/sample.lua per shard, which
+// sums HLEN over the shard's bucket hashes and takes about perHash random
+// entries of its pending set and as many of its in-flight set (HRANDFIELD
+// key n WITHVALUES, Redis 6.2 or later; distinct random entries), from each
+// bucket in proportion to its size. perHash is 0 to MaxBufferSample; 0
 // skips the sample.
 //
-// Accuracy of Oldest: exact while each hash holds at most perHash users.
-// Beyond that it is the oldest of perHash random entries per hash, a lower
-// bound of the true age: for entries spread evenly over the age of a hash,
-// the sampled age falls short of the true one by 1/(perHash+1) of it on
-// average (about 6% with 16). An in-flight hash left by a failed flush is
+// Accuracy of Oldest: exact while each shard's pending and in-flight sets
+// hold at most perHash users each. Beyond that it is the oldest of about
+// perHash random entries per set, a lower bound of the true age: for
+// entries spread evenly over the age of a set, the sampled age falls short
+// of the true one by about 1/(perHash+1) of it on average (about 6% with
+// 16). An in-flight hash left by a failed flush is
 // sampled like any other, so a stuck flush shows at once. Errors:
 // ErrNotInitialized before db.Use, a perHash out of range, or Redis's
 // error prefixed "lastseen: sample buffer". Without Redis it reads the

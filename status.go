@@ -73,13 +73,12 @@ func (s Status) OldestAge() time.Duration {
 // command prints it). It only reads; it takes no lock and never changes
 // what a flush will do.
 //
-// Cost: one pipelined round trip of HLEN for the 2 × Shards hashes, then
-// every non-empty hash is read with HSCAN in pages of BatchSize entries
-// (never HGETALL), to find the oldest timestamp: O(buffered users) work in
-// Redis, about one round trip per BatchSize users, and O(BatchSize) memory
-// here. On a buffer of a million users with the default BatchSize that is
-// about a thousand small round trips; call it on demand, not on every
-// request. Errors: ErrNotInitialized before db.Use, or the first Redis
+// Cost: one pipelined round trip for the sizes (lua/sample.lua, one call
+// per shard), then every non-empty set is read with HSCAN in pages of
+// BatchSize entries (never HGETALL): one pipeline of the first page of each
+// of the set's bucket hashes, then page by page for a bucket too large for
+// one reply, to find the oldest timestamp: O(buffered users) work in Redis
+// and here. Call it on demand, not on every request. Errors: ErrNotInitialized before db.Use, or the first Redis
 // error, prefixed "lastseen: status". Without Redis it reads the
 // in-process buffer the same way, with no I/O; each set is copied under
 // its shard's mutex, so touches of that shard wait for the copy.

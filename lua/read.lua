@@ -11,12 +11,14 @@
 local out, a = {}, 1
 for k = 1, #KEYS, 2 do
   local n = tonumber(ARGV[a])
-  local ids = {unpack(ARGV, a + 1, a + n)}
-  local pending = redis.call('HMGET', KEYS[k], unpack(ids))
-  local inflight = redis.call('HMGET', KEYS[k + 1], unpack(ids))
-  for i = 1, n do
-    out[#out + 1] = pending[i]
-    out[#out + 1] = inflight[i]
+  for i = a + 1, a + n, 1000 do -- unpack is bounded by Lua's C stack: 1,000 ids a call
+    local last = math.min(i + 999, a + n)
+    local pending = redis.call('HMGET', KEYS[k], unpack(ARGV, i, last))
+    local inflight = redis.call('HMGET', KEYS[k + 1], unpack(ARGV, i, last))
+    for j = 1, last - i + 1 do
+      out[#out + 1] = pending[j]
+      out[#out + 1] = inflight[j]
+    end
   end
   a = a + n + 1
 end

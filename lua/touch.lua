@@ -8,10 +8,10 @@
 --
 -- Markers (markers.go): the clock is cut into generations of one throttle
 -- window; a marker is the end of the user's window in ms from the start of
--- the generation whose hash holds it, and the hash of generation g expires
--- at the end of generation g+1 (every window ends by then). The previous
--- and the next generation are read too, so windows opened by an instance
--- whose clock is a little behind or ahead still throttle.
+-- the generation whose hash holds it, and a generation's hash expires at the
+-- end of the next generation (every window ends by then). The previous and
+-- the next generation are read too, so windows opened by an instance whose
+-- clock is a little behind or ahead still throttle.
 --
 -- KEYS[1] marker hash of the current generation, KEYS[2] of the previous,
 -- KEYS[3] of the next, KEYS[4] pending hash, KEYS[5..n] HyperLogLogs (the
@@ -29,6 +29,7 @@ local starts = {0, -gen, gen}
 local stale = {}
 for i = 1, 3 do
   local v = tonumber(redis.call('HGET', KEYS[i], uid))
+  if v and not (v > 0 and v <= 2 * gen) then v = nil end -- not a value this script writes
   if v then
     local left = v + starts[i] - now
     if left > 0 then return {0, left} end

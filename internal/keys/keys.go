@@ -10,10 +10,10 @@
 //
 //	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
 //	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
-//	<prefix>:{N}:seen:<b>:<g>    hash: user id -> end of the user's throttle
-//	                             window, in ms from the start of generation g
-//	                             (Unix ms / throttle window); kept until the
-//	                             end of generation g+1
+//	<prefix>:{N}:seen:<b>:<s>    hash: user id -> end of the user's throttle
+//	                             window, in ms from s, the start (Unix ms) of
+//	                             a generation of one throttle window; kept
+//	                             until the end of the next generation
 //	<prefix>:{N}:lock            redislock lock of the shard's flusher
 //	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
 //	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a
@@ -67,9 +67,10 @@ func (s Shard) Pending(b int) string { return s.tag + "pending:" + strconv.Itoa(
 // InFlight returns the key of bucket b's in-flight hash.
 func (s Shard) InFlight(b int) string { return s.tag + "inflight:" + strconv.Itoa(b) }
 
-// Markers returns the key of bucket b's throttle markers of generation g.
-func (s Shard) Markers(b int, g int64) string {
-	return s.tag + "seen:" + strconv.Itoa(b) + ":" + strconv.FormatInt(g, 10)
+// Markers returns the key of bucket b's throttle markers of the generation
+// that starts at start (Unix ms).
+func (s Shard) Markers(b int, start int64) string {
+	return s.tag + "seen:" + strconv.Itoa(b) + ":" + strconv.FormatInt(start, 10)
 }
 
 // AllPending returns the keys of the shard's pending hashes, bucket order.
