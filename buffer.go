@@ -60,6 +60,8 @@ var (
 	failLua string
 	//go:embed lua/sample.lua
 	sampleLua string
+	//go:embed lua/read.lua
+	readLua string
 
 	// touchScript records one touch: sets the throttle marker if absent
 	// and then raises the pending timestamp (touch).
@@ -76,6 +78,12 @@ var (
 	// failScript moves refused entries back to pending, counting their
 	// refusals, and drops those refused MaxRefusals times (shardRun.requeue).
 	failScript = redis.NewScript(failLua)
+	// readScript reads users' pending and in-flight values of one shard
+	// (redisBuffer.newest).
+	readScript = redis.NewScript(readLua)
+	// sampleScript reads the sizes of one shard's pending and in-flight
+	// sets and samples their values (redisBuffer.sample).
+	sampleScript = redis.NewScript(sampleLua)
 )
 
 // micros converts a time to the stored form: Unix microseconds, UTC.

@@ -190,40 +190,36 @@ func (b *redisBuffer) call(ctx context.Context, fn func(context.Context, *redisC
 	})
 }
 
-// newest reads uids' pending and in-flight values in one pipeline, HMGET
-// of both hashes of each bucket holding some of them (with guard through
-// the breaker within TouchTimeout, as a touch), and folds in the backlog.
-// When some commands failed it returns what the others read, with the
-// error.
+// newest reads uids' pending and in-flight values in one pipeline of
+// readScript, one call per shard holding some of them (HMGET of both hashes
+// of each bucket; with guard through the breaker within TouchTimeout, as a
+// touch), and folds in the backlog. When some calls failed it returns what
+// the others read, with the error.
 func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error) {
 	out := make([]time.Time, len(uids))
-	type place struct{ shard, bucket int }
-	byBucket := map[place][]int{}
+	reads := make(map[int]*shardRead)
 	for i, uid := range uids {
 		if ts, ok := b.backlog.get(uid); ok {
 			out[i] = time.UnixMicro(ts).UTC()
 		}
 		n, bucket := keys.Locate(uid, len(b.shards))
-		byBucket[place{n, bucket}] = append(byBucket[place{n, bucket}], i)
+		r := reads[n]
+		if r == nil {
+			r = &shardRead{byBucket: map[int][]int{}}
+			reads[n] = r
+		}
+		r.byBucket[bucket] = append(r.byBucket[bucket], i)
 	}
-	type read struct {
-		idx               []int
-		pending, inflight *redis.SliceCmd
+	calls := make([]scriptCall, 0, len(reads))
+	order := make([][]int, 0, len(reads)) // uids' indexes in each call's reply order
+	for n, r := range reads {
+		c, idx := r.call(b.shards[n], uids)
+		calls = append(calls, c)
+		order = append(order, idx)
 	}
-	var reads []read
-	pipeline := func(ctx context.Context, rdb *redisClient) ([]any, error) {
-		reads = make([]read, 0, len(byBucket)) // run again after close swapped clients
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for at, idx := range byBucket {
-				fields := make([]string, len(idx))
-				for j, i := range idx {
-					fields[j] = uids[i]
-				}
-				k := b.shards[at.shard]
-				reads = append(reads, read{idx, pipe.HMGet(ctx, k.pending[at.bucket], fields...), pipe.HMGet(ctx, k.inflight[at.bucket], fields...)})
-			}
-			return nil
-		})
+	var cmds []*redis.Cmd
+	pipeline := func(ctx context.Context, rdb *redisClient) (_ []any, err error) {
+		cmds, err = evalPipelined(ctx, rdb, readScript, calls)
 		return nil, err
 	}
 	var err error
@@ -240,18 +236,40 @@ func (b *redisBuffer) newest(ctx context.Context, uids []string, now time.Time, 
 			return out, err
 		}
 	}
-	for _, r := range reads {
-		for _, cmd := range []*redis.SliceCmd{r.pending, r.inflight} {
-			for j, v := range cmd.Val() { // nil Val when the command failed
-				if s, ok := v.(string); ok && j < len(r.idx) {
-					if at, valid := parseMicros(s, now); valid && at.After(out[r.idx[j]]) {
-						out[r.idx[j]] = at
-					}
+	for c, cmd := range cmds {
+		reply, _ := cmd.Val().([]any) // nil when the call failed
+		for j, v := range reply {
+			if s, ok := v.(string); ok && j/2 < len(order[c]) {
+				i := order[c][j/2]
+				if at, valid := parseMicros(s, now); valid && at.After(out[i]) {
+					out[i] = at
 				}
 			}
 		}
 	}
 	return out, err
+}
+
+// shardRead is one shard's part of newest: the indexes of the uids it
+// holds, by bucket.
+type shardRead struct {
+	byBucket map[int][]int
+}
+
+// call returns readScript's call for the shard (lua/read.lua) and the uids'
+// indexes in the order of its reply.
+func (r *shardRead) call(k shardKeys, uids []string) (scriptCall, []int) {
+	var c scriptCall
+	var order []int
+	for bucket, idx := range r.byBucket {
+		c.keys = append(c.keys, k.pending[bucket], k.inflight[bucket])
+		c.args = append(c.args, len(idx))
+		for _, i := range idx {
+			c.args = append(c.args, uids[i])
+			order = append(order, i)
+		}
+	}
+	return c, order
 }
 
 // count sends one PFCOUNT per shard, of the keys keysOf names, in one

@@ -53,16 +53,13 @@ func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, 
 // (lua/sample.lua): the sizes of each shard's pending and in-flight sets
 // and, with perHash > 0, about perHash random values of each set.
 func (b *redisBuffer) sample(ctx context.Context, perHash int) ([]shardSizes, []string, error) {
-	cmds := make([]*redis.Cmd, len(b.shards))
-	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, k := range b.shards {
-				names := append(append(make([]string, 0, 2*len(k.pending)), k.pending...), k.inflight...)
-				// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
-				cmds[i] = pipe.Eval(ctx, sampleLua, names, perHash)
-			}
-			return nil
-		})
+	calls := make([]scriptCall, len(b.shards))
+	for i, k := range b.shards {
+		calls[i] = scriptCall{keys: append(append(make([]string, 0, 2*len(k.pending)), k.pending...), k.inflight...), args: []any{perHash}}
+	}
+	var cmds []*redis.Cmd
+	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+		cmds, err = evalPipelined(ctx, rdb, sampleScript, calls)
 		return err
 	})
 	if err != nil {

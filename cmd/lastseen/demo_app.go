@@ -83,7 +83,7 @@ type countHook struct {
 func newCountHook(prefix string, shards int) *countHook {
 	h := &countHook{}
 	for n := range shards {
-		h.markers = append(h.markers, keys.ForShard(prefix, n).Marker)
+		h.markers = append(h.markers, keys.ForShard(prefix, n, shards).MarkersPrefix())
 	}
 	return h
 }

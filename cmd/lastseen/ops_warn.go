@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
 	"github.com/lastseen/lastseen/internal/keys"
-	"github.com/redis/go-redis/v9"
 )
 
 // warnNoBuffer warns (on errOut; the command goes on) when --prefix or
@@ -45,29 +45,25 @@ func (e *opsEnv) warnNoBuffer(ctx context.Context, buffered bool) error {
 	return nil
 }
 
-// extraShards returns the shards at or past --shards whose pending or
-// in-flight hash exists.
+// extraShards returns the shards at or past --shards that have a pending
+// or in-flight hash (a SCAN of the prefix's buffer keys).
 func (e *opsEnv) extraShards(ctx context.Context) ([]int, error) {
-	if e.f.Shards >= keys.MaxShards {
-		return nil, nil
-	}
-	exists := make([][2]*redis.IntCmd, keys.MaxShards-e.f.Shards)
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range exists {
-			k := keys.ForShard(e.f.Prefix, e.f.Shards+i)
-			exists[i] = [2]*redis.IntCmd{p.Exists(ctx, k.Pending), p.Exists(ctx, k.InFlight)}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lastseen: look for shards past --shards: %w", err)
-	}
-	var extra []int
-	for i, ex := range exists {
-		if ex[0].Val()+ex[1].Val() > 0 {
-			extra = append(extra, e.f.Shards+i)
+	seen := map[int]bool{}
+	for _, pattern := range keys.Buffered(e.f.Prefix) {
+		err := runenv.ScanKeys(ctx, e.rdb, pattern, func(key string) {
+			if n, ok := keys.ShardOfKey(e.f.Prefix, key); ok && n >= e.f.Shards {
+				seen[n] = true
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("lastseen: look for shards past --shards: %w", err)
 		}
 	}
+	extra := make([]int, 0, len(seen))
+	for n := range seen {
+		extra = append(extra, n)
+	}
+	slices.Sort(extra)
 	return extra, nil
 }
 

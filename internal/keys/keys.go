@@ -28,6 +28,7 @@ package keys
 import (
 	"hash/fnv"
 	"strconv"
+	"strings"
 )
 
 // MaxShards is the largest shard count a Config accepts.
@@ -102,6 +103,29 @@ func Locate(uid string, shards int) (shard, bucket int) {
 func ShardOf(uid string, shards int) int {
 	s, _ := Locate(uid, shards)
 	return s
+}
+
+// MarkersPrefix returns the start of the shard's marker hash keys.
+func (s Shard) MarkersPrefix() string { return s.tag + "seen:" }
+
+// Buffered returns Redis SCAN/KEYS patterns matching every pending and
+// every in-flight hash under prefix, of any shard and bucket.
+func Buffered(prefix string) []string {
+	return []string{escape(prefix) + ":{*}:pending:*", escape(prefix) + ":{*}:inflight:*"}
+}
+
+// ShardOfKey returns the shard N of a key "<prefix>:{N}:..." under prefix.
+func ShardOfKey(prefix, key string) (int, bool) {
+	rest, ok := strings.CutPrefix(key, prefix+":{")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, "}:")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(num)
+	return n, err == nil && n >= 0
 }
 
 // PurgeLock returns the key of the purge lock under prefix.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -267,9 +268,10 @@ func flushBatches(n, shards, size int, seed uint64) [][]int64 {
 
 // fillPending writes ids 1..n straight into the library's pending hashes,
 // as Touch would have left them (field: id in decimal, value: Unix
-// microseconds), with HSET of 1,000 pairs, 50 per pipeline.
+// microseconds, in the id's bucket: internal/keys), with HSET of up to
+// 1,000 pairs, 50 per pipeline.
 func (e *env) fillPending(ctx context.Context, prefix string, n, shards int, base time.Time, seed uint64) error {
-	pairs := make([][]any, shards)
+	pairs := map[string][]any{}
 	pipe := e.plain.Pipeline()
 	send := func(force bool) error {
 		if pipe.Len() >= 50 || (force && pipe.Len() > 0) {
@@ -279,34 +281,42 @@ func (e *env) fillPending(ctx context.Context, prefix string, n, shards int, bas
 		}
 		return nil
 	}
-	key := func(s int) string { return keys.ForShard(prefix, s).Pending }
 	for id := 1; id <= n; id++ {
 		uid := strconv.Itoa(id)
-		s := keys.ShardOf(uid, shards)
-		pairs[s] = append(pairs[s], uid, flushTime(base, seed, uint64(id)).UnixMicro())
-		if len(pairs[s]) == 2000 {
-			pipe.HSet(ctx, key(s), pairs[s]...)
-			pairs[s] = nil
+		s, b := keys.Locate(uid, shards)
+		key := keys.ForShard(prefix, s, shards).Pending(b)
+		pairs[key] = append(pairs[key], uid, flushTime(base, seed, uint64(id)).UnixMicro())
+		if len(pairs[key]) == 2000 {
+			pipe.HSet(ctx, key, pairs[key]...)
+			delete(pairs, key)
 			if err := send(false); err != nil {
 				return err
 			}
 		}
 	}
-	for s, p := range pairs {
-		if len(p) > 0 {
-			pipe.HSet(ctx, key(s), p...)
+	for key, p := range pairs {
+		pipe.HSet(ctx, key, p...)
+		if err := send(false); err != nil {
+			return err
 		}
 	}
 	if err := send(true); err != nil {
 		return err
 	}
-	var total int64
-	for s := range shards {
-		l, err := e.plain.HLen(ctx, key(s)).Result()
-		if err != nil {
-			return fmt.Errorf("lastseen: bench: HLEN: %w", err)
+	var lens []*redis.IntCmd
+	if _, err := e.plain.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for s := range shards {
+			for _, key := range keys.ForShard(prefix, s, shards).AllPending() {
+				lens = append(lens, pipe.HLen(ctx, key))
+			}
 		}
-		total += l
+		return nil
+	}); err != nil {
+		return fmt.Errorf("lastseen: bench: HLEN: %w", err)
+	}
+	var total int64
+	for _, l := range lens {
+		total += l.Val()
 	}
 	if total != int64(n) {
 		return fmt.Errorf("lastseen: bench: filled %d pending entries, want %d", total, n)

@@ -100,6 +100,18 @@ func CountKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) (
 	return n, err
 }
 
+// ScanKeys calls fn with every key matching pattern (SCAN), on every master
+// of a cluster.
+func ScanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string, fn func(key string)) error {
+	return eachNode(ctx, rdb, func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			fn(iter.Val())
+		}
+		return iter.Err()
+	})
+}
+
 // AnyKey reports whether at least one key matches pattern; it stops
 // scanning at the first.
 func AnyKey(ctx context.Context, rdb redis.UniversalClient, pattern string) (bool, error) {
