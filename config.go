@@ -103,13 +103,16 @@ type Config struct {
 	// manifest then makes Initialize refuse an instance whose Shards,
 	// dialect, database, table, column or key type differ.
 	Prefix string
-	// Shards is the number of pending hashes the buffer is split over, each
-	// with its own hash tag so that a Redis Cluster spreads them over its
-	// masters. Default 16; at most 1024. Every instance sharing a Prefix must
-	// use the same value.
+	// Shards is the number of parts the buffer is split over, each with its
+	// own hash tag so that a Redis Cluster spreads them over its masters,
+	// and each flushed under its own lock. Inside a shard the Redis buffer
+	// spreads users over 4096/Shards small hashes (buckets), so that Redis
+	// keeps each in its compact listpack encoding. Default 16; at most 1024.
+	// Every instance sharing a Prefix must use the same value.
 	Shards int
 	// Throttle is the throttle window: a user is recorded at most once per
-	// window. Default 5m; at least 1ms (Redis PX resolution).
+	// window, a sliding window that starts when the user is recorded and
+	// ends on the plugin's clock (Now). Default 5m; at least 1ms.
 	Throttle time.Duration
 	// LocalCacheSize bounds the in-process cache of users known to be
 	// throttled (entries). Default 100,000; negative disables the cache.

@@ -71,9 +71,12 @@ type manifestField struct {
 }
 
 // manifest returns this instance's manifest, in the order the check
-// compares it. The server is recorded but only logged on a mismatch: with
-// an explicit Prefix, a failover to a server of another identity must not
-// stop the app.
+// compares it. The server and the throttle window are recorded but only
+// logged on a mismatch: with an explicit Prefix, a failover to a server of
+// another identity must not stop the app, and a rolling deploy may change
+// Throttle (instances whose windows differ do not see each other's throttle
+// markers, which live in hashes per generation of one window, markers.go:
+// they write more often, nothing is lost).
 func (p *Plugin) manifest() []manifestField {
 	key := "text"
 	if k := p.users.ids.kind; k == idSigned || k == idUnsigned {
@@ -88,6 +91,7 @@ func (p *Plugin) manifest() []manifestField {
 		{"key", "key type", key},
 		{"shards", "Shards", strconv.Itoa(p.cfg.Shards)},
 		{"server", "server", p.target.server},
+		{"throttle", "Throttle", p.cfg.Throttle.String()},
 	}
 }
 
@@ -149,6 +153,9 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		case f.name == "server":
 			p.log.Warn("lastseen: the buffer was created for another database server; touches of both go to this instance's table",
 				"prefix", p.cfg.Prefix, "manifest_server", have, "server", f.value)
+		case f.name == "throttle":
+			p.log.Warn("lastseen: the buffer was created with another Throttle; instances whose Throttle differs do not see each other's throttle windows and write more often (nothing is lost)",
+				"prefix", p.cfg.Prefix, "manifest_throttle", have, "throttle", f.value)
 		case f.name == "format":
 			return invalid("the buffer at prefix %q was written by a lastseen version of buffer format %s, this version "+
 				"writes format %s: flush it empty with the version that wrote it (lastseen flush), delete the key %s, "+

@@ -44,7 +44,7 @@ func TestCommandLineMistakesExit2(t *testing.T) {
 		{[]string{"bench", "--zipf", "1", "--postgres", "x", "--redis", "y"},
 			"lastseen: bench: --zipf is 1, want more than 1 (math/rand/v2's Zipf needs s > 1)\nrun \"lastseen bench --help\" for its flags\n"},
 		{[]string{"bench", "nosuch", "--postgres", "x", "--redis", "y"},
-			"lastseen: [<what>] must be one of \"requests\",\"flush\",\"purge\",\"all\" but got \"nosuch\"\nrun \"lastseen bench --help\" for its flags\n"},
+			"lastseen: [<what>] must be one of \"requests\",\"flush\",\"purge\",\"all\",\"memory\" but got \"nosuch\"\nrun \"lastseen bench --help\" for its flags\n"},
 		{[]string{"status", "--redis", mr.Addr()},
 			"lastseen: no database: give one of --postgres, --mysql or --sqlite\nrun \"lastseen status --help\" for its flags\n"},
 		{[]string{"purge", "--sqlite", missing},
@@ -90,6 +90,9 @@ func TestFlagDefaultsComeFromTheLibrary(t *testing.T) {
 	must(t, err)
 	equal(t, "bench throttle", c.Bench.Throttle, lastseen.DefaultThrottle)
 	equal(t, "bench flush concurrency", c.Bench.FlushConcurrency, lastseen.DefaultFlushConcurrency)
+	_, err = parser.Parse([]string{"bench", "memory"}) // needs neither --postgres nor --redis
+	must(t, err)
+	equal(t, "bench memory users", c.Bench.MemoryUsers, 1_000_000)
 }
 
 // TestSQLiteMustExist: status, flush and purge refuse a --sqlite path that

@@ -14,7 +14,7 @@ func (r *demoRun) printHeader() {
 	if c.Fast {
 		mode = "simulated clock, not paced, flushed every " + c.FlushEvery.String() + " of simulated time"
 	}
-	clockName := "simulated (throttle markers expired with miniredis FastForward)"
+	clockName := "simulated (throttle windows end on it; miniredis FastForward expires the marker hashes)"
 	redisName := "miniredis (in-process)"
 	switch {
 	case c.Memory:

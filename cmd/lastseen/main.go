@@ -7,6 +7,7 @@
 //	go -C cmd/lastseen run . flush  --postgres DSN --redis ADDR
 //	go -C cmd/lastseen run . purge  --postgres DSN --redis ADDR [--dry-run]
 //	go -C cmd/lastseen run . bench  --postgres DSN --redis ADDR
+//	go -C cmd/lastseen run . bench memory          # starts its own redis-server
 //
 // Exit status: 0 success, 1 the command failed (its error on stderr), 2 the
 // command line is wrong (one line naming the problem and a hint on stderr;

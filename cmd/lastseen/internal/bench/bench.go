@@ -27,6 +27,9 @@ import (
 //	                  batches written raw on as many connections
 //	bench purge       PurgeExpired expired + PurgeLive live sessions purged
 //	bench all         the three in a row
+//	bench memory      Redis INFO used_memory per touched user, format 1's
+//	                  key-per-marker layout against the library's, on a
+//	                  private redis-server (memory.go; needs no PostgreSQL)
 //
 // It works in a PostgreSQL schema and under a Redis key prefix of its own
 // (both named lastseen_bench_<random> / lastseen-bench-<random>) and removes
@@ -34,10 +37,10 @@ import (
 // on stdout, progress on stderr, and returns an error when a correctness
 // check of the run fails (timings are never checked).
 type Cmd struct {
-	What string `arg:"" optional:"" default:"requests" enum:"requests,flush,purge,all" help:"What to measure: requests (default), flush, purge or all."`
+	What string `arg:"" optional:"" default:"requests" enum:"requests,flush,purge,all,memory" help:"What to measure: requests (default), flush, purge, all (the three) or memory (Redis bytes per user; needs neither --postgres nor --redis)."`
 
-	Postgres string `required:"" env:"LASTSEEN_POSTGRES_DSN" placeholder:"DSN" help:"PostgreSQL DSN (key=value or URL). The benchmark works in a schema of its own and drops it at the end."`
-	Redis    string `required:"" env:"LASTSEEN_REDIS_ADDR" placeholder:"ADDR" help:"Redis host:port or redis:// URL. Keys go under a prefix of their own, deleted at the end."`
+	Postgres string `env:"LASTSEEN_POSTGRES_DSN" placeholder:"DSN" help:"PostgreSQL DSN (key=value or URL). The benchmark works in a schema of its own and drops it at the end."`
+	Redis    string `env:"LASTSEEN_REDIS_ADDR" placeholder:"ADDR" help:"Redis host:port or redis:// URL. Keys go under a prefix of their own, deleted at the end."`
 
 	Users    int           `default:"2000" help:"requests: users in the table."`
 	Requests int           `default:"100000" help:"requests: requests in the stream that every variant replays."`
@@ -60,6 +63,8 @@ type Cmd struct {
 	JSON       string `name:"json" placeholder:"FILE" help:"Also write every figure as JSON to FILE."`
 	CPUProfile string `name:"cpuprofile" placeholder:"FILE" help:"flush: write a CPU profile of the library's flush to FILE."`
 
+	MemoryFlags // memory.go
+
 	out io.Writer // report; os.Stdout when nil
 	log io.Writer // progress; os.Stderr when nil
 }
@@ -68,6 +73,9 @@ type Cmd struct {
 func (c *Cmd) validate() error {
 	bad := func(format string, args ...any) error {
 		return runenv.Usagef("lastseen: bench: "+format, args...)
+	}
+	if c.What == "memory" {
+		return c.validateMemory()
 	}
 	switch {
 	case c.Users < 1:
@@ -138,6 +146,9 @@ func (c *Cmd) Run() error {
 func (c *Cmd) run(ctx context.Context) (err error) {
 	if err := c.validate(); err != nil {
 		return err
+	}
+	if c.What == "memory" {
+		return c.runMemory(ctx)
 	}
 	env, err := openEnv(ctx, c)
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -276,4 +278,76 @@ func TestTinyRun(t *testing.T) {
 	keys, err := runenv.CountKeys(context.Background(), rdb, "lastseen-bench-"+strings.TrimPrefix(rep.Info.Schema, "lastseen_bench_")+"*")
 	testenv.Must(t, err)
 	testenv.Equal(t, "redis keys left", keys, 0)
+}
+
+// TestMemoryRun runs `lastseen bench memory` at 2,000 users, on private
+// redis-servers and on an existing server (one the test starts, given as
+// --memory-redis), and checks the exact counts each row reports, that the
+// keys are gone and the private servers stopped. Bytes are not checked.
+func TestMemoryRun(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv(testenv.Require) != "" {
+			t.Fatalf("redis-server is not on PATH but %s is set: this test must run", testenv.Require)
+		}
+		t.Skip("redis-server not on PATH")
+	}
+	ctx := context.Background()
+	bad := Cmd{What: "memory", Throttle: time.Second, MemoryFlags: MemoryFlags{MemoryUsers: 0, MemoryWorkers: 1}}
+	if err := bad.validate(); err == nil || err.Error() != "lastseen: bench: --memory-users is 0, want at least 1" {
+		t.Errorf("validate = %v", err)
+	}
+	for _, existing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("existing=%v", existing), func(t *testing.T) {
+			jsonPath := filepath.Join(t.TempDir(), "memory.json")
+			var out bytes.Buffer
+			c := &Cmd{What: "memory", Throttle: lastseen.DefaultThrottle, JSON: jsonPath, out: &out, log: io.Discard,
+				MemoryFlags: MemoryFlags{MemoryUsers: 2000, MemoryWorkers: 8, quiet: 300 * time.Millisecond}}
+			var own *redis.Client
+			if existing {
+				srv, err := startRedisServer(ctx)
+				testenv.Must(t, err)
+				t.Cleanup(func() { testenv.Must(t, srv.stop()) })
+				c.MemoryRedis = srv.addr
+				own = redis.NewClient(&redis.Options{Addr: srv.addr})
+				t.Cleanup(func() { own.Close() })
+			}
+			testenv.Must(t, c.run(ctx))
+			b, err := os.ReadFile(jsonPath)
+			testenv.Must(t, err)
+			var rep memoryReport
+			testenv.Must(t, json.Unmarshal(b, &rep))
+			testenv.Equal(t, "rows", len(rep.Memory.Rows), 2)
+			testenv.Equal(t, "warning", rep.Memory.Warning != "", existing)
+			for _, r := range rep.Memory.Rows {
+				testenv.Equal(t, r.Name+" pending", r.Pending, int64(2000))
+				testenv.Equal(t, r.Name+" recorded", r.Recorded, int64(2000))
+				testenv.Equal(t, r.Name+" keys delta", r.KeysDelta, r.PrefixKeys)
+				testenv.Equal(t, r.Name+" encodings checked", r.EncodingCheck, int(r.Hashes))
+				testenv.Equal(t, r.Name+" check", r.Check, "ok")
+				if !existing {
+					// The private server is stopped: nothing answers there.
+					if conn, err := net.DialTimeout("tcp", r.Addr, time.Second); err == nil {
+						conn.Close()
+						t.Errorf("%s: %s still accepts connections after the run", r.Name, r.Addr)
+					}
+				}
+			}
+			f1 := rep.Memory.Rows[0]
+			testenv.Equal(t, "format 1 name", f1.Name, memFormat1)
+			testenv.Equal(t, "format 1 keys", f1.PrefixKeys, int64(2016)) // a marker per user and 16 pending hashes
+			testenv.Equal(t, "format 1 hashes", f1.Hashes, int64(16))
+			testenv.Equal(t, "format 1 encodings", fmt.Sprint(f1.Encodings), "map[listpack:16]") // 125 fields each
+			testenv.Equal(t, "library name", rep.Memory.Rows[1].Name, memLibrary)
+			if existing {
+				n, err := own.DBSize(ctx).Result()
+				testenv.Must(t, err)
+				testenv.Equal(t, "keys left", n, int64(0))
+			}
+			for _, want := range []string{"# lastseen bench memory", "| pending entries | 2,000 | 2,000 |", "| keys (DBSIZE delta) | 2,016 |"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("report lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
 }
