@@ -117,7 +117,7 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		must(t, err)
 		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
 		delete(m, "database")
-		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at dialect:sqlite format:2 key:integer server:sqlite shards:16 table:users]")
+		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at dialect:sqlite format:2 key:integer server:sqlite shards:16 table:users throttle:5m0s]")
 	})
 }
 
