@@ -19,30 +19,43 @@ func (b *redisBuffer) sizes(ctx context.Context) ([]shardSizes, error) {
 	return sizes, nil
 }
 
-// walk reads one set of shard n, bucket by bucket, with HSCAN in pages of
-// page entries (never HGETALL).
+// walk reads one set of shard n with HSCAN in pages of page entries (never
+// HGETALL): the first page of every bucket in one pipeline (a
+// listpack-encoded hash comes whole), then the rest of any bucket whose
+// HSCAN returned a cursor, page by page.
 func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, fn func(kv []string)) error {
 	names := b.shards[n].pending
 	if inflight {
 		names = b.shards[n].inflight
 	}
-	for _, key := range names {
-		var cursor uint64
+	first := make([]*redis.ScanCmd, len(names))
+	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, key := range names {
+				first[i] = pipe.HScan(ctx, key, 0, "", int64(page))
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("hscan: %w", err)
+	}
+	for i, key := range names {
+		kv, cursor := first[i].Val()
 		for {
-			var kv []string
-			var next uint64
+			if len(kv) > 0 {
+				fn(kv)
+			}
+			if cursor == 0 {
+				break
+			}
 			err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
-				kv, next, err = rdb.HScan(ctx, key, cursor, "", int64(page)).Result()
+				kv, cursor, err = rdb.HScan(ctx, key, cursor, "", int64(page)).Result()
 				return err
 			})
 			if err != nil {
 				return fmt.Errorf("hscan %s: %w", key, err)
-			}
-			if len(kv) > 0 {
-				fn(kv)
-			}
-			if cursor = next; cursor == 0 {
-				break
 			}
 		}
 	}

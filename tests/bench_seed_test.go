@@ -1,0 +1,111 @@
+package tests
+
+import (
+	"context"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkUncachedTouch compares an uncached, throttled Touch on the real
+// Redis at LASTSEEN_REDIS_ADDR with the seed design's throttled call on the
+// same server and the same kind of client: SET <marker> 1 NX PX <throttle>,
+// one plain command (its HSET runs only for a new marker). Both report the
+// goroutines the runtime started per call (runtime/metrics
+// /sched/goroutines-created, Go 1.26 or later; absent before).
+func BenchmarkUncachedTouch(b *testing.B) {
+	ids := benchIDs(256)
+	b.Run("lastseen", func(b *testing.B) {
+		p := benchPlugin(b, realRedisKind(), -1)
+		warm(b, p, ids)
+		ctx := context.Background()
+		b.ReportAllocs()
+		start := goroutinesCreated()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if rec, err := p.Touch(ctx, ids[i&255]); rec || err != nil {
+				b.Fatalf("touch: recorded=%v err=%v, want throttled", rec, err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(goroutinesCreated()-start)/float64(b.N), "goroutines/op")
+	})
+	b.Run("seed", func(b *testing.B) {
+		c := redis.NewClient(&redis.Options{Addr: needService(b, envRedis), ContextTimeoutEnabled: true})
+		b.Cleanup(func() { c.Close() })
+		ctx := context.Background()
+		prefix := "lastseen-bench-seed-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		b.Cleanup(func() { _ = deleteKeys(context.Background(), c, prefix+":*") })
+		marker := make([]string, len(ids))
+		for i, id := range ids {
+			marker[i] = prefix + ":seen:" + strconv.FormatUint(id.(uint64), 10)
+			if err := c.SetNX(ctx, marker[i], 1, time.Hour).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		start := goroutinesCreated()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			ok, err := c.SetNX(ctx, marker[i&255], 1, time.Hour).Result()
+			if ok || err != nil {
+				b.Fatalf("seed: set=%v err=%v, want throttled", ok, err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(goroutinesCreated()-start)/float64(b.N), "goroutines/op")
+	})
+	b.Run("script", benchTouchScript)
+}
+
+// benchTouchScript is the touch script's throttled call alone: EVALSHA
+// with the touch's keys and arguments from a plain client, no breaker, no
+// timeout.
+func benchTouchScript(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: needService(b, envRedis)})
+	b.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	prefix := "lastseen-bench-script-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	b.Cleanup(func() { _ = deleteKeys(context.Background(), c, prefix+":*") })
+	sha, err := c.ScriptLoad(ctx, touchLuaForBench(b)).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := []string{prefix + ":{0}:seen:1:100", prefix + ":{0}:seen:1:99", prefix + ":{0}:seen:1:101", prefix + ":{0}:pending:1",
+		prefix + ":{0}:online:1", prefix + ":{0}:active:1"}
+	args := []any{"42", 1772357400000000, 300000, 1872357400000000, 1000, 300000, 3600, 86400}
+	if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		v, err := c.EvalSha(ctx, sha, keys, args...).Slice()
+		if err != nil || v[0].(int64) != 0 {
+			b.Fatalf("script: %v %v, want throttled", v, err)
+		}
+	}
+}
+
+func touchLuaForBench(b *testing.B) string {
+	data, err := os.ReadFile("../lua/touch.lua")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(data)
+}
+
+// goroutinesCreated reads /sched/goroutines-created (0 when the runtime
+// does not have it).
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
