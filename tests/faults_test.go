@@ -994,11 +994,16 @@ func TestRedisLostItsData(t *testing.T) {
 	checkFaultColumns(t, db, "after the restart", want) // 1-4 keep their flushed value
 
 	// FLUSHALL while a flush is between batches: the first batch is
-	// committed and the in-flight hash and the lock are gone. The small
-	// hash came in one HSCAN page, so the second batch, already read, is
-	// written too; its acknowledgement finds the lock gone and the flush
-	// reports it. The other two entries are lost; the database holds what
-	// was committed.
+	// committed and acknowledged, then the in-flight hashes and the lock
+	// are gone. What else is written depends on a race the test does not
+	// control: a page is a pipeline of HSCAN over about BatchSize entries'
+	// worth of buckets, and the next page is fetched while the current
+	// batch is written, so the entries read before the FLUSHALL (2 to 6)
+	// are written, those not yet read are lost. Whatever the race, the
+	// next acknowledgement (of a batch, or the final one) finds the lock
+	// gone and the flush reports it; the database holds exactly the
+	// entries the flush counts as written (the first batch at least) and
+	// every other user keeps its flushed value.
 	h.expireThrottle(time.Minute)
 	touched := map[int]string{}
 	touchFaultUsers(t, p, 6, "2026-03-01T10:30:00Z", touched)
@@ -1012,7 +1017,9 @@ func TestRedisLostItsData(t *testing.T) {
 	if !internals().IsLockLost(err) {
 		t.Fatalf("flush across FLUSHALL: %v, want errLockLost", err)
 	}
-	equal(t, "written across FLUSHALL", res.Written, 4)
+	if res.Written < cfg.BatchSize || res.Written > 6 {
+		t.Errorf("written across FLUSHALL = %d, want the first batch (%d) up to all 6", res.Written, cfg.BatchSize)
+	}
 	committed := 0
 	for id := 1; id <= 6; id++ {
 		switch col := lastSeenColumn(t, db, "users", "id", "last_seen_at", id); col {
@@ -1024,7 +1031,7 @@ func TestRedisLostItsData(t *testing.T) {
 			t.Errorf("user %d: column %q, want %q or %q", id, col, want[id], touched[id])
 		}
 	}
-	equal(t, "committed across FLUSHALL", committed, 4)
+	equal(t, "committed across FLUSHALL", committed, res.Written)
 	res, err = p.Flush(ctx)
 	must(t, err)
 	equal(t, "drained after FLUSHALL", res.Drained, 0)

@@ -8,6 +8,7 @@ import (
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/internal/testhooks"
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
 )
@@ -43,6 +44,12 @@ func shardOf(p *lastseen.Plugin, uid string) keys.Shard {
 func pendingKey(p *lastseen.Plugin, uid string) string {
 	n, b := keys.Locate(uid, p.Config().Shards)
 	return shardKeys(p, n).Pending(b)
+}
+
+// bucketOf returns uid's bucket in its shard in p (keys.Locate).
+func bucketOf(p *lastseen.Plugin, uid string) int {
+	_, b := keys.Locate(uid, p.Config().Shards)
+	return b
 }
 
 // inflightKey returns the key of the in-flight hash that holds uid in p.
@@ -116,4 +123,72 @@ func usersNaive(p *lastseen.Plugin) bool {
 func fieldEncoding(f *schema.Field, configured lastseen.Encoding) (lastseen.Encoding, string, error) {
 	enc, how, err := internals().FieldEncoding(f, int(configured))
 	return lastseen.Encoding(enc), how, err
+}
+
+// generation returns the throttle-marker generation of p at its clock's
+// now: Unix ms / Throttle in ms (markers.go).
+func generation(p *lastseen.Plugin) int64 {
+	cfg := p.Config()
+	return cfg.Now().UnixMilli() / max(cfg.Throttle.Milliseconds(), 1)
+}
+
+// markersKey returns the key of the marker hash of generation g that holds
+// uid's throttle marker in p.
+func markersKey(p *lastseen.Plugin, uid string, g int64) string {
+	n, b := keys.Locate(uid, p.Config().Shards)
+	return shardKeys(p, n).Markers(b, g)
+}
+
+// putPending writes pending entries by hand, each field into the pending
+// hash of its bucket (one HSET per bucket, in one pipeline): pairs of
+// field and value.
+func (h *harness) putPending(t testing.TB, p *lastseen.Plugin, pairs ...string) {
+	t.Helper()
+	if len(pairs)%2 != 0 {
+		t.Fatalf("putPending: %d arguments, want field and value pairs", len(pairs))
+	}
+	byKey := map[string][]any{}
+	var order []string
+	for i := 0; i < len(pairs); i += 2 {
+		k := pendingKey(p, pairs[i])
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], pairs[i], pairs[i+1])
+	}
+	ctx := context.Background()
+	_, err := h.r.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, k := range order {
+			pipe.HSet(ctx, k, byKey[k]...)
+		}
+		return nil
+	})
+	must(t, err)
+}
+
+// pendingValue reads uid's pending entry from Redis as stored.
+func (h *harness) pendingValue(t testing.TB, p *lastseen.Plugin, uid string) string {
+	t.Helper()
+	v, err := h.r.client.HGet(context.Background(), pendingKey(p, uid), uid).Result()
+	must(t, err)
+	return v
+}
+
+// pendingLen counts the entries of shard n's pending hashes in Redis.
+func (h *harness) pendingLen(t testing.TB, p *lastseen.Plugin, n int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var cmds []*redis.IntCmd
+	_, err := h.r.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, key := range shardKeys(p, n).AllPending() {
+			cmds = append(cmds, pipe.HLen(ctx, key))
+		}
+		return nil
+	})
+	must(t, err)
+	var sum int64
+	for _, c := range cmds {
+		sum += c.Val()
+	}
+	return sum
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/lastseen/lastseen"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,7 +117,7 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		must(t, err)
 		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
 		delete(m, "database")
-		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at dialect:sqlite format:1 key:integer server:sqlite shards:16 table:users]")
+		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at dialect:sqlite format:2 key:integer server:sqlite shards:16 table:users throttle:5m0s]")
 	})
 }
 
@@ -134,6 +135,24 @@ func TestManifestDialectDisagrees(t *testing.T) {
 				`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix, h.prefix))
 		})
 	}
+}
+
+// TestManifestFormatDisagrees: an instance on the Prefix of a buffer that
+// a version of buffer format 1 wrote (a key per throttle marker, one
+// pending hash per shard) is refused with an error naming both formats and
+// the way out, and touches nothing.
+func TestManifestFormatDisagrees(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		_ = tryUse(t, h.openDB(), h.config())
+		must(t, h.r.client.HSet(ctx, h.prefix+":manifest", "format", "1").Err())
+		err := tryUse(t, h.openDB(), h.config())
+		equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
+		equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was written by a lastseen `+
+			`version of buffer format 1, this version writes format 2: flush it empty with the version that wrote it (lastseen flush), `+
+			`delete the key %s:manifest, then start this version; or set another Prefix`, h.prefix, h.prefix))
+		equal(t, "redis keys", strings.Join(h.keys(), " "), ":manifest")
+	})
 }
 
 // TestManifestCheckedByFirstFlush: an instance that started while Redis was

@@ -144,9 +144,10 @@ func TestPresenceKeysExpire(t *testing.T) {
 }
 
 // TestPresenceCountsOff: with OnlineWindow and ActiveUsersRetention
-// negative the touch script gets 2 keys and 4 arguments, as without the
-// counts, no HyperLogLog is written, and both reads return
-// ErrCountsDisabled; with them on, 4 keys and 6 arguments in the same one
+// negative the touch script gets 4 keys (the user's marker hashes of
+// generations g, g-1 and g+1, its pending hash) and 6 arguments, as without
+// the counts, no HyperLogLog is written, and both reads return
+// ErrCountsDisabled; with them on, 6 keys and 8 arguments in the same one
 // EVALSHA.
 func TestPresenceCountsOff(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
@@ -160,8 +161,14 @@ func TestPresenceCountsOff(t *testing.T) {
 		touchRange(t, p, 1, 1, h.clock.Now())
 		equal(t, "commands, off", rec.names(), "evalsha")
 		args := rec.all("evalsha")[0]
-		equal(t, "keys, off", fmt.Sprint(args[2]), "2")
-		equal(t, "arguments, off", len(args)-3-2, 4)
+		equal(t, "keys, off", fmt.Sprint(args[2]), "4")
+		equal(t, "arguments, off", len(args)-3-4, 6)
+		g := generation(p) // 09:30:00Z / 5 min: the start of generation 5907858
+		equal(t, "touch keys, off", fmt.Sprint(args[3:7]), fmt.Sprint([]string{
+			markersKey(p, "1", g), markersKey(p, "1", g-1), markersKey(p, "1", g+1), pendingKey(p, "1")}))
+		// uid, Unix µs, window ms, ceiling (now + MaxClockSkew), ms into
+		// the generation, generation length ms
+		equal(t, "touch arguments, off", fmt.Sprint(args[7:]), "[1 1772357400000000 300000 1772361000000000 0 300000]")
 		equal(t, "redis keys, off", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:1")
 		if _, err := p.Online(ctx, 5*time.Minute); !errors.Is(err, lastseen.ErrCountsDisabled) {
 			t.Errorf("Online with the counts off: %v, want ErrCountsDisabled", err)
@@ -177,8 +184,8 @@ func TestPresenceCountsOff(t *testing.T) {
 		touchRange(t, q, 2, 2, h.clock.Now())
 		equal(t, "commands, on", rec.names(), "evalsha")
 		args = rec.all("evalsha")[0]
-		equal(t, "keys, on", fmt.Sprint(args[2]), "4")
-		equal(t, "arguments, on", len(args)-3-4, 6)
+		equal(t, "keys, on", fmt.Sprint(args[2]), "6")
+		equal(t, "arguments, on", len(args)-3-6, 8)
 	})
 }
 

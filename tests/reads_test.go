@@ -127,7 +127,7 @@ func manyFixture(t testing.TB, p *lastseen.Plugin, db *gorm.DB, n int) map[int]s
 // TestLastSeenManyMixesEveryState: 2,000 ids in six states (column only,
 // pending, in-flight, backlog only, never seen, pending older than the
 // column; a tenth without a row) come back exactly, aligned with the ids,
-// from one Redis pipeline of 2 HMGETs per shard (32 with 16 shards) and one
+// from one Redis pipeline of one read-script EVALSHA per shard (16) and one
 // SELECT; with the bind-parameter limit lowered to 500, four SELECTs give
 // the same answer.
 func TestLastSeenManyMixesEveryState(t *testing.T) {
@@ -172,7 +172,7 @@ func TestLastSeenManyMixesEveryState(t *testing.T) {
 		must(t, err)
 		check("one statement", got)
 		if !h.memory() {
-			equal(t, "redis round trips", rt.String(), "1 pipelines of 32 commands, 0 single commands")
+			equal(t, "redis round trips", rt.String(), "1 pipelines of 16 commands, 0 single commands")
 		}
 		equal(t, "select statements", selects.Load(), int64(1))
 
@@ -183,7 +183,7 @@ func TestLastSeenManyMixesEveryState(t *testing.T) {
 		must(t, err)
 		check("chunks of 500", got)
 		if !h.memory() {
-			equal(t, "redis round trips, chunked", rt.String(), "1 pipelines of 32 commands, 0 single commands")
+			equal(t, "redis round trips, chunked", rt.String(), "1 pipelines of 16 commands, 0 single commands")
 		}
 		equal(t, "select statements, chunked", selects.Load(), int64(4))
 

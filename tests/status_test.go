@@ -12,8 +12,8 @@ import (
 // TestStatus reads the buffer with pending entries, in-flight entries left
 // by a failed flush, and unreadable entries written by hand, and checks
 // every shard's counts and the oldest timestamp. User ids 9 and 10 fall in
-// shard 4, 2 in shard 5 and 1 in shard 12 (FNV-1a of the decimal id, mod 16:
-// every instance must agree on this mapping).
+// shard 4, 2 in shard 5, 1 and 21 in shard 12 and "abc" in shard 11 (FNV-1a
+// of the decimal id, mod 16: every instance must agree on this mapping).
 func TestStatus(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -56,14 +56,14 @@ func TestStatus(t *testing.T) {
 			must(t, err)
 			equal(t, "recorded", recorded, true)
 		}
-		// Two unreadable entries in shard 7, written past the plugin: a
-		// Redis-only case (the in-process buffer holds only what touches
-		// put there).
+		// Two unreadable entries, each in its shard's pending hash (12 and
+		// 11), written past the plugin: a Redis-only case (the in-process
+		// buffer holds only what touches put there).
 		junk := int64(2)
 		if h.memory() {
 			junk = 0
 		} else {
-			must(t, h.r.client.HSet(ctx, h.prefix+":{7}:pending", "21", "not-a-time", "abc", "1772357400000000").Err())
+			h.putPending(t, p, "21", "not-a-time", "abc", "1772357400000000")
 		}
 
 		st, err := p.Status(ctx)
@@ -78,11 +78,12 @@ func TestStatus(t *testing.T) {
 		want := map[int]lastseen.ShardStatus{
 			4:  {Shard: 4, Pending: 1, InFlight: 2, Oldest: mustTime("2026-03-01T09:00:00Z")},
 			5:  {Shard: 5, Pending: 0, InFlight: 1, Oldest: mustTime("2026-03-01T09:20:00Z")},
-			7:  {Shard: 7, Pending: 2, Unreadable: 2},
-			12: {Shard: 12, Pending: 1, Oldest: mustTime("2026-03-01T09:29:00Z")},
+			11: {Shard: 11, Pending: 1, Unreadable: 1},
+			12: {Shard: 12, Pending: 2, Oldest: mustTime("2026-03-01T09:29:00Z"), Unreadable: 1},
 		}
 		if junk == 0 {
-			delete(want, 7)
+			delete(want, 11)
+			want[12] = lastseen.ShardStatus{Shard: 12, Pending: 1, Oldest: mustTime("2026-03-01T09:29:00Z")}
 		}
 		for i, s := range st.Shards {
 			w, ok := want[i]

@@ -196,9 +196,7 @@ func TestTouchPendingNeverMovesBackwards(t *testing.T) {
 		}
 		raw := func(want string) {
 			t.Helper()
-			v, err := h.r.client.HGet(ctx, h.prefix+":{0}:pending", "5").Result()
-			must(t, err)
-			equal(t, "stored value", v, want)
+			equal(t, "stored value", h.pendingValue(t, p, "5"), want)
 		}
 
 		ok, err := p.TouchAt(ctx, 5, mustTime("2026-03-01T09:40:00Z"))
@@ -241,18 +239,23 @@ func TestTouchStoredForm(t *testing.T) {
 		equal(t, "recorded", ok, true)
 
 		equal(t, "keys", strings.Join(h.keys(), " "), ":manifest :{0}:active:2026-03-01 :{0}:online:29539290 :{0}:pending :{0}:seen:42")
-		v, err := h.r.client.HGet(ctx, h.prefix+":{0}:pending", "42").Result()
+		equal(t, "stored value", h.pendingValue(t, p, "42"), "1772357400123456")
+		equal(t, "pending entries", h.pendingLen(t, p, 0), int64(1))
+		// The marker is a field of the hash of the clock's generation
+		// (09:30:00Z is the start of one: 1772357400000 ms / 90000 ms =
+		// 19692860), which expires at the end of the next generation.
+		g := generation(p)
+		equal(t, "generation", g, int64(19692860))
+		marker := markersKey(p, "42", g)
+		v, err := h.r.client.HGet(ctx, marker, "42").Result()
 		must(t, err)
-		equal(t, "stored value", v, "1772357400123456")
-		n, err := h.r.client.HLen(ctx, h.prefix+":{0}:pending").Result()
-		must(t, err)
-		equal(t, "pending entries", n, int64(1))
-		pttl, err := h.r.client.PTTL(ctx, h.prefix+":{0}:seen:42").Result()
+		equal(t, "marker: window end, ms into the generation", v, "90000")
+		pttl, err := h.r.client.PTTL(ctx, marker).Result()
 		must(t, err)
 		if h.r.mr != nil {
-			equal(t, "marker PTTL", pttl, 90*time.Second)
-		} else if pttl <= 80*time.Second || pttl > 90*time.Second {
-			t.Errorf("marker PTTL = %v, want 80s < PTTL <= 90s", pttl)
+			equal(t, "marker hash PTTL", pttl, 180*time.Second)
+		} else if pttl <= 170*time.Second || pttl > 180*time.Second {
+			t.Errorf("marker hash PTTL = %v, want 170s < PTTL <= 180s", pttl)
 		}
 		pend, _, err := p.Pending(ctx, "42")
 		must(t, err)
@@ -300,9 +303,9 @@ func TestTouchKeysShareHashTag(t *testing.T) {
 			if shard < 0 || shard >= lastseen.DefaultShards {
 				t.Errorf("user %d: shard %d, want 0..%d", id, shard, lastseen.DefaultShards-1)
 			}
-			v, err := h.r.client.HGet(ctx, h.prefix+":{"+tags[0]+"}:pending", fmt.Sprint(id)).Result()
-			must(t, err)
-			equal(t, fmt.Sprintf("user %d stored", id), v, "1772357400000000")
+			equal(t, fmt.Sprintf("user %d pending key", id), pendingKey(p, fmt.Sprint(id)), h.prefix+":{"+tags[0]+"}:pending:"+
+				fmt.Sprint(bucketOf(p, fmt.Sprint(id))))
+			equal(t, fmt.Sprintf("user %d stored", id), h.pendingValue(t, p, fmt.Sprint(id)), "1772357400000000")
 		}
 	})
 }
@@ -325,8 +328,7 @@ func TestTouchSpreadsOverShards(t *testing.T) {
 		equal(t, "pending hashes", strings.Join(h.pendingKeys(), " "), ":{0}:pending :{1}:pending :{2}:pending :{3}:pending")
 		total := int64(0)
 		for n := range 4 {
-			c, err := h.r.client.HLen(ctx, fmt.Sprintf("%s:{%d}:pending", h.prefix, n)).Result()
-			must(t, err)
+			c := h.pendingLen(t, p, n)
 			if c < 150 {
 				t.Errorf("shard %d holds %d users, want a fair share of 1000 (at least 150)", n, c)
 			}
@@ -510,12 +512,11 @@ func TestTouchUserIDs(t *testing.T) {
 				continue
 			}
 			equal(t, label+" recorded", ok, true)
-			prefix := p.Config().Prefix
-			n, err := h.r.client.HExists(ctx, prefix+":{0}:pending", c.want).Result()
+			n, err := h.r.client.HExists(ctx, pendingKey(p, c.want), c.want).Result()
 			must(t, err)
 			equal(t, label+" stored as "+c.want, n, true)
-			must(t, h.r.client.HDel(ctx, prefix+":{0}:pending", c.want).Err())
-			must(t, h.r.client.Del(ctx, prefix+":{0}:seen:"+c.want).Err())
+			must(t, h.r.client.HDel(ctx, pendingKey(p, c.want), c.want).Err())
+			must(t, h.r.client.HDel(ctx, markersKey(p, c.want, generation(p)), c.want).Err())
 			continue
 		}
 		if err == nil {
