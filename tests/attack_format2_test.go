@@ -400,3 +400,182 @@ func TestAttackNoScriptReads(t *testing.T) {
 		equal(t, "redis errors", p.Stats().RedisErrors, 0)
 	})
 }
+
+// longKeyUser is a users table keyed by text up to 128 bytes (the default
+// MaxIDLength).
+type longKeyUser struct {
+	ID         string `gorm:"primaryKey;size:128"`
+	LastSeenAt *time.Time
+}
+
+func (longKeyUser) TableName() string { return "users" }
+
+// TestAttackLongIDsOneShard: ids of MaxIDLength bytes (past Redis's
+// hash-max-listpack-value, 64 bytes, so every bucket holding one is
+// hashtable-encoded) with Shards 1: 4,096 buckets in one hash tag, so
+// swap.lua, ack.lua and sample.lua name 4,097 to 8,193 keys of one slot,
+// and ids that differ only in case or in a trailing byte land apart. Touch,
+// LastSeenMany, Status, SampleBuffer and two flushes (one in batches of 3,
+// one of a left-over in-flight set) are exact on every Redis kind.
+func TestAttackLongIDsOneShard(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		cfg := h.config()
+		cfg.Shards = 1
+		cfg.BatchSize = 3
+		cfg.Throttle = time.Minute
+		cfg.Model = &longKeyUser{}
+		must(t, h.db.AutoMigrate(&longKeyUser{}))
+		p, db := h.plugin(cfg)
+		var ids []string
+		for i := range 30 {
+			stem := strings.Repeat("x", 120) + fmt.Sprintf("%08d", i)
+			ids = append(ids, stem, strings.ToUpper(stem))
+		}
+		ids = append(ids, strings.Repeat("é", 64)) // 128 bytes of UTF-8
+		users := make([]longKeyUser, len(ids))
+		for i, id := range ids {
+			users[i].ID = id
+		}
+		must(t, db.Create(&users).Error)
+		want := map[string]string{}
+		anyIDs := make([]any, len(ids))
+		for i, id := range ids {
+			at := mustTime("2026-03-01T09:00:00Z").Add(time.Duration(i) * time.Second)
+			ok, err := p.TouchAt(ctx, id, at)
+			must(t, err)
+			equal(t, fmt.Sprintf("touch %d", i), ok, true)
+			want[id] = at.Format(time.RFC3339)
+			anyIDs[i] = id
+		}
+		seen, err := p.LastSeenMany(ctx, anyIDs)
+		must(t, err)
+		for i, id := range ids {
+			equal(t, fmt.Sprintf("LastSeenMany(%d)", i), seen[i].Format(time.RFC3339), want[id])
+		}
+		st, err := p.Status(ctx)
+		must(t, err)
+		equal(t, "status pending", st.Pending, int64(len(ids)))
+		equal(t, "status unreadable", st.Unreadable, int64(0))
+		sample, err := p.SampleBuffer(ctx, 1000)
+		must(t, err)
+		equal(t, "sample pending", sample.Pending, int64(len(ids)))
+		equal(t, "sample oldest", sample.Oldest.Format(time.RFC3339), "2026-03-01T09:00:00Z")
+		res, err := p.Flush(ctx)
+		must(t, err)
+		equal(t, "written", res.Written, len(ids))
+		equal(t, "drained", res.Drained, len(ids))
+
+		h.expireThrottle(time.Minute)
+		for i, id := range ids {
+			at := mustTime("2026-03-01T09:31:00Z").Add(time.Duration(i) * time.Second)
+			_, err := p.TouchAt(ctx, id, at)
+			must(t, err)
+			want[id] = at.Format(time.RFC3339)
+		}
+		must(t, buf(p).LeaveInFlight(ctx, 0))
+		st, err = p.Status(ctx)
+		must(t, err)
+		equal(t, "status in-flight", st.InFlight, int64(len(ids)))
+		res, err = p.Flush(ctx)
+		must(t, err)
+		equal(t, "written from the left-over in-flight set", res.Written, len(ids))
+		for i, id := range ids {
+			equal(t, fmt.Sprintf("user %d", i), lastSeenColumn(t, db, "users", "id", "last_seen_at", id), want[id])
+		}
+		equal(t, "buffers left", len(h.pendingKeys()), 0)
+	})
+}
+
+// TestAttackPausedRedisReads: Redis hangs (CLIENT PAUSE) during
+// LastSeenMany and Pending: LastSeenMany answers from the database within
+// its own bound (5×TouchTimeout) without an error, and once Redis is back
+// both read the buffer again, the connection cut short by the deadline
+// not reused with a stale reply.
+func TestAttackPausedRedisReads(t *testing.T) {
+	rs := startPrivateRedis(t)
+	rdb := newPrivateClient(t, rs.Addr())
+	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	ctx := context.Background()
+	cfg := h.config()
+	cfg.TouchTimeout = 20 * time.Millisecond
+	cfg.Throttle = time.Minute
+	p, db := h.plugin(cfg)
+	seedUsers(t, db, 20)
+	ids := make([]any, 20)
+	for i := range ids {
+		ids[i] = i + 1
+		_, err := p.TouchAt(ctx, i+1, mustTime("2026-03-01T09:00:00Z"))
+		must(t, err)
+	}
+	_, err := p.Flush(ctx)
+	must(t, err)
+	h.expireThrottle(time.Minute)
+	for i := range ids {
+		_, err := p.TouchAt(ctx, i+1, mustTime("2026-03-01T09:31:00Z").Add(time.Duration(i)*time.Second))
+		must(t, err)
+	}
+
+	admin := newPrivateClient(t, rs.Addr())
+	must(t, admin.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err())
+	seen, err := p.LastSeenMany(ctx, ids)
+	must(t, err)
+	for i := range ids {
+		equal(t, fmt.Sprintf("paused: LastSeenMany(%d)", i+1), seen[i].Format(time.RFC3339), "2026-03-01T09:00:00Z")
+	}
+	must(t, admin.Do(ctx, "CLIENT", "UNPAUSE").Err())
+	waitForRedis(t, rdb)
+	for range 3 { // each on a connection of the pool, none holding a stale reply
+		seen, err = p.LastSeenMany(ctx, ids)
+		must(t, err)
+		for i := range ids {
+			equal(t, fmt.Sprintf("after: LastSeenMany(%d)", i+1), seen[i].Format(time.RFC3339),
+				mustTime("2026-03-01T09:31:00Z").Add(time.Duration(i)*time.Second).Format(time.RFC3339))
+		}
+		at, ok, err := p.Pending(ctx, 7)
+		must(t, err)
+		equal(t, "after: Pending(7)", ok && at.Equal(mustTime("2026-03-01T09:31:06Z")), true)
+	}
+}
+
+// TestAttackThrottleChanged: a second instance on the prefix with another
+// Throttle (a rolling deploy) starts, logs the mismatch once, and, its
+// marker generations being of another length, does not see the first
+// instance's windows: it records the user again inside them (more writes,
+// as the manifest's warning says), and nothing is lost: the column ends at
+// the newest timestamp.
+func TestAttackThrottleChanged(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 1)
+		cfg := h.config()
+		cfg.Throttle = time.Minute
+		a, db := h.plugin(cfg)
+		logs := &syncBuffer{}
+		bcfg := cfg
+		bcfg.Throttle = 2 * time.Minute
+		bcfg.Logger = jsonLogger(logs)
+		b, _ := h.plugin(bcfg)
+		out := logs.take()
+		equal(t, "mismatch logged", strings.Count(out, "the buffer was created with another Throttle"), 1)
+		equal(t, "values logged", strings.Contains(out, `"manifest_throttle":"1m0s","throttle":"2m0s"`), true)
+
+		ok, err := a.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "a records", ok, true)
+		h.clock.Add(10 * time.Second)
+		ok, err = b.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "b records inside a's window", ok, true)
+		h.clock.Add(10 * time.Second)
+		ok, err = a.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "a inside its own window", ok, false)
+		ok, err = b.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "b inside its own window", ok, false)
+		_, err = a.Flush(ctx)
+		must(t, err)
+		equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:30:10Z")
+	})
+}
