@@ -190,18 +190,19 @@ func TestAttackGarbageMarkers(t *testing.T) {
 			{g, "abc", true}, {g, "", true}, {g, "-5", true}, {g, "0", true}, {g, "30000", true},
 			{g, "30001", false}, {g, " 30001", false},
 			{g - 1, "90000", true}, {g - 1, "90001", false}, {g - 1, "nonsense", true},
-			{g + 1, "-30000", true}, {g + 1, "-29999", false},
+			{g + 1, "-30000", true}, {g + 1, "-29999", true}, // not values touch.lua writes (0 < v <= 2 windows): ignored
+			{g + 1, "1", false}, {g - 1, "120001", true}, {g, "inf", true}, {g, "1e309", true},
 		}
 		for i, c := range cases {
 			uid := strconv.Itoa(i + 1)
 			n, b := keys.Locate(uid, p.Config().Shards)
 			k := keys.ForShard(h.prefix, n, p.Config().Shards)
-			must(t, h.r.client.HSet(ctx, k.Markers(b, c.gen), uid, c.value).Err())
+			must(t, h.r.client.HSet(ctx, k.Markers(b, c.gen*time.Minute.Milliseconds()), uid, c.value).Err())
 			ok, err := p.Touch(ctx, i+1)
 			must(t, err)
 			equal(t, fmt.Sprintf("marker %q in generation %+d: recorded", c.value, c.gen-g), ok, c.recorded)
 			if c.recorded {
-				v, err := h.r.client.HGet(ctx, k.Markers(b, g), uid).Result()
+				v, err := h.r.client.HGet(ctx, k.Markers(b, g*time.Minute.Milliseconds()), uid).Result()
 				must(t, err)
 				equal(t, fmt.Sprintf("marker %q in generation %+d: field of the current generation", c.value, c.gen-g), v, "90000")
 			}
@@ -539,11 +540,13 @@ func TestAttackPausedRedisReads(t *testing.T) {
 }
 
 // TestAttackThrottleChanged: a second instance on the prefix with another
-// Throttle (a rolling deploy) starts, logs the mismatch once, and, its
-// marker generations being of another length, does not see the first
-// instance's windows: it records the user again inside them (more writes,
-// as the manifest's warning says), and nothing is lost: the column ends at
-// the newest timestamp.
+// Throttle (a rolling deploy) starts and logs the mismatch once. Marker
+// hashes are named by their generation's start (Unix ms): where both
+// instances' generations start at the same instant they read each other's
+// windows exactly; where they start apart, they use other keys, do not see
+// each other's windows and record the user again (more writes, as the
+// manifest's warning says). Nothing is lost: the column ends at the newest
+// timestamp.
 func TestAttackThrottleChanged(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -560,13 +563,24 @@ func TestAttackThrottleChanged(t *testing.T) {
 		equal(t, "mismatch logged", strings.Count(out, "the buffer was created with another Throttle"), 1)
 		equal(t, "values logged", strings.Contains(out, `"manifest_throttle":"1m0s","throttle":"2m0s"`), true)
 
+		// 09:30:00Z starts a generation of both (a multiple of 1m and of 2m):
+		// one key, read alike.
 		ok, err := a.Touch(ctx, 1)
 		must(t, err)
 		equal(t, "a records", ok, true)
 		h.clock.Add(10 * time.Second)
 		ok, err = b.Touch(ctx, 1)
 		must(t, err)
-		equal(t, "b records inside a's window", ok, true)
+		equal(t, "b inside a's window (same generation start)", ok, false)
+		// 09:31:30Z: a's generation starts at 09:31, b's at 09:30: other keys.
+		h.clock.Add(80 * time.Second)
+		ok, err = a.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "a records after its window", ok, true)
+		h.clock.Add(10 * time.Second)
+		ok, err = b.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "b records inside a's window (other generation start)", ok, true)
 		h.clock.Add(10 * time.Second)
 		ok, err = a.Touch(ctx, 1)
 		must(t, err)
@@ -576,6 +590,6 @@ func TestAttackThrottleChanged(t *testing.T) {
 		equal(t, "b inside its own window", ok, false)
 		_, err = a.Flush(ctx)
 		must(t, err)
-		equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:30:10Z")
+		equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:31:40Z")
 	})
 }

@@ -133,10 +133,11 @@ func generation(p *lastseen.Plugin) int64 {
 }
 
 // markersKey returns the key of the marker hash of generation g that holds
-// uid's throttle marker in p.
+// uid's throttle marker in p: the hash is named by the generation's start,
+// g × Throttle in Unix ms.
 func markersKey(p *lastseen.Plugin, uid string, g int64) string {
 	n, b := keys.Locate(uid, p.Config().Shards)
-	return shardKeys(p, n).Markers(b, g)
+	return shardKeys(p, n).Markers(b, g*max(p.Config().Throttle.Milliseconds(), 1))
 }
 
 // putPending writes pending entries by hand, each field into the pending

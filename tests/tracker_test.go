@@ -247,6 +247,8 @@ func TestTouchStoredForm(t *testing.T) {
 		g := generation(p)
 		equal(t, "generation", g, int64(19692860))
 		marker := markersKey(p, "42", g)
+		equal(t, "marker hash: named by the generation's start, Unix ms", strings.TrimPrefix(marker, p.Config().Prefix),
+			fmt.Sprintf(":{0}:seen:%d:1772357400000", bucketOf(p, "42")))
 		v, err := h.r.client.HGet(ctx, marker, "42").Result()
 		must(t, err)
 		equal(t, "marker: window end, ms into the generation", v, "90000")
