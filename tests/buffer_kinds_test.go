@@ -37,7 +37,7 @@ func (h *harness) leaveInFlight(p *lastseen.Plugin, n int) {
 	h.t.Helper()
 	ctx := context.Background()
 	if !h.memory() {
-		must(h.t, h.r.client.Rename(ctx, fmt.Sprintf("%s:{%d}:pending", h.prefix, n), fmt.Sprintf("%s:{%d}:inflight", h.prefix, n)).Err())
+		must(h.t, h.r.Client.Rename(ctx, fmt.Sprintf("%s:{%d}:pending", h.prefix, n), fmt.Sprintf("%s:{%d}:inflight", h.prefix, n)).Err())
 		return
 	}
 	must(h.t, buf(p).LeaveInFlight(ctx, n))
@@ -58,8 +58,8 @@ func (h *harness) markerTime(d time.Duration) {
 	switch {
 	case h.memory():
 		h.clock.Add(d)
-	case h.r.mr != nil:
-		h.r.mr.FastForward(d)
+	case h.r.Mini != nil:
+		h.r.Mini.FastForward(d)
 	}
 }
 

@@ -390,7 +390,7 @@ func TestFlushPagesWithHScan(t *testing.T) {
 			must(t, err)
 		}
 		updates := countStatements(t, db, "UPDATE")
-		rec := recordCommands(h.r.client)
+		rec := recordCommands(h.r.Client)
 		rec.reset()
 		res, err := p.Flush(ctx)
 		must(t, err)
@@ -533,7 +533,7 @@ func TestFlushRejectsGarbage(t *testing.T) {
 			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:10:00Z"))
 			must(t, err)
 		}
-		must(t, h.r.client.HSet(ctx, h.prefix+":{0}:pending",
+		must(t, h.r.Client.HSet(ctx, h.prefix+":{0}:pending",
 			"abc", "1772357400000000", // not an unsigned integer id
 			strings.Repeat("1", 129), "1772357400000000", // id too long
 			"2", "xyz", // not a number
@@ -554,7 +554,7 @@ func TestFlushRejectsGarbage(t *testing.T) {
 		equal(t, "redis buffers left", strings.Join(h.pendingKeys(), " "), "")
 
 		// A shard holding garbage only.
-		must(t, h.r.client.HSet(ctx, h.prefix+":{0}:pending", "x", "1", "y", "2").Err())
+		must(t, h.r.Client.HSet(ctx, h.prefix+":{0}:pending", "x", "1", "y", "2").Err())
 		res, err = p.Flush(ctx)
 		must(t, err)
 		equal(t, "garbage-only rejected", res.Rejected, 2)
@@ -603,7 +603,7 @@ func seedPending(t testing.TB, h *harness, ids []int, at time.Time) {
 		for _, id := range ids[i:min(i+1000, len(ids))] {
 			args = append(args, fmt.Sprint(id), fmt.Sprint(at.UnixMicro()))
 		}
-		must(t, h.r.client.HSet(ctx, h.prefix+":{0}:pending", args...).Err())
+		must(t, h.r.Client.HSet(ctx, h.prefix+":{0}:pending", args...).Err())
 	}
 }
 
@@ -703,7 +703,7 @@ func TestFlushKeyOutOfRange(t *testing.T) {
 			equal(t, "touch", fmt.Sprint(err),
 				`lastseen: invalid user id: string "9223372036854775808": over 9223372036854775807, the largest key the database stores`)
 		}
-		must(t, h.r.client.HSet(ctx, h.prefix+":{0}:pending", "18446744073709551615", "1772357400000000").Err())
+		must(t, h.r.Client.HSet(ctx, h.prefix+":{0}:pending", "18446744073709551615", "1772357400000000").Err())
 		_, err = p.Touch(ctx, 1)
 		must(t, err)
 		for i := range 2 {

@@ -204,7 +204,7 @@ func TestHandWrittenPendingValues(t *testing.T) {
 			"-2":  ten,                    // rejected: negative id for an unsigned key
 			"11":  "99999999999999999999", // rejected: beyond int64
 		} {
-			must(t, h.r.client.HSet(ctx, pending, field, value).Err())
+			must(t, h.r.Client.HSet(ctx, pending, field, value).Err())
 		}
 		want[1] = "2026-03-01T10:00:00Z"
 		want[7] = "2026-03-01T11:00:00Z"

@@ -50,7 +50,7 @@ func allShardKeys(p *lastseen.Plugin) []keys.Shard {
 // touch runs EVALSHA alone.
 func loadTouchScript(t testing.TB, h *harness) {
 	t.Helper()
-	must(t, internals().LoadTouch(context.Background(), h.r.client))
+	must(t, internals().LoadTouch(context.Background(), h.r.Client))
 }
 
 // pluginDB returns p's own database handle.

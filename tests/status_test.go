@@ -63,7 +63,7 @@ func TestStatus(t *testing.T) {
 		if h.memory() {
 			junk = 0
 		} else {
-			must(t, h.r.client.HSet(ctx, h.prefix+":{7}:pending", "21", "not-a-time", "abc", "1772357400000000").Err())
+			must(t, h.r.Client.HSet(ctx, h.prefix+":{7}:pending", "21", "not-a-time", "abc", "1772357400000000").Err())
 		}
 
 		st, err := p.Status(ctx)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // jsonClaimID is a named float type, as an app's claims struct may declare.
@@ -73,7 +74,7 @@ func fmtID(v any) string { b, _ := json.Marshal(v); return string(b) }
 // (float64) is touched like the integer it holds: one pending entry under
 // "42", and the second touch is a local-cache hit with no Redis command.
 func TestTouchJSONClaimUsesLocalCache(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	p, _ := h.plugin(h.config())
 	var claims map[string]any
@@ -81,7 +82,7 @@ func TestTouchJSONClaimUsesLocalCache(t *testing.T) {
 	recorded, err := p.Touch(ctx, claims["sub"])
 	must(t, err)
 	equal(t, "first touch recorded", recorded, true)
-	cc := countCommands(h.r.client)
+	cc := countCommands(h.r.Client)
 	recorded, err = p.Touch(ctx, claims["sub"])
 	must(t, err)
 	equal(t, "second touch recorded", recorded, false)

@@ -1,0 +1,118 @@
+package testenv
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Dialect makes fresh, isolated databases of one dialect.
+type Dialect struct {
+	// Name is "sqlite", "postgres" or "mysql", the plugin's dialect names.
+	Name string
+	// New makes a database of the test's own and removes it at cleanup; on
+	// a server whose variable is unset it skips the test (see Need).
+	New func(t testing.TB) *DB
+}
+
+// DB is one isolated database: a SQLite file in the test's temporary
+// directory, a PostgreSQL schema or a MySQL database of its own.
+type DB struct {
+	// Dialect is the name of the Dialect that made it.
+	Dialect string
+	// DSN is what the CLI's --sqlite (a file path), --postgres (a DSN
+	// with search_path set to the schema) or --mysql (a DSN naming the
+	// database) flag takes to reach this database.
+	DSN       string
+	dialector func() gorm.Dialector
+}
+
+// Quiet returns a GORM config that logs nothing, new on every call: a
+// handle takes one plugin of a name, so handles must not share a config.
+func Quiet() *gorm.Config { return &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)} }
+
+// Open opens a new handle to the database with Quiet's config and closes it
+// at cleanup.
+func (d *DB) Open(t testing.TB) *gorm.DB { return d.OpenWith(t, Quiet()) }
+
+// OpenWith opens a new handle to the database with cfg and closes it at
+// cleanup.
+func (d *DB) OpenWith(t testing.TB, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	db, err := gorm.Open(d.dialector(), cfg)
+	if err != nil {
+		t.Fatalf("open %s: %v", d.Dialect, err)
+	}
+	t.Cleanup(func() { CloseDB(db) })
+	return db
+}
+
+// Flags returns the CLI flags that name this database: --sqlite PATH,
+// --postgres DSN or --mysql DSN.
+func (d *DB) Flags() []string { return []string{"--" + d.Dialect, d.DSN} }
+
+// CloseDB closes the connection pool behind db.
+func CloseDB(db *gorm.DB) {
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.Close()
+	}
+}
+
+// Dialects returns every dialect: SQLite, PostgreSQL and MySQL.
+func Dialects() []Dialect { return []Dialect{SQLite(), Postgres(), MySQL()} }
+
+// ServerDialects returns the dialects with a server: PostgreSQL and MySQL.
+func ServerDialects() []Dialect { return []Dialect{Postgres(), MySQL()} }
+
+// SQLite makes a SQLite file in the test's temporary directory, opened in
+// WAL mode with a 5 s busy timeout (as the CLI opens --sqlite).
+func SQLite() Dialect {
+	return Dialect{Name: "sqlite", New: func(t testing.TB) *DB {
+		path := filepath.Join(t.TempDir(), "test.db")
+		return &DB{Dialect: "sqlite", DSN: path, dialector: func() gorm.Dialector {
+			return sqlite.Open(path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+		}}
+	}}
+}
+
+// Postgres makes a schema of the test's own in the database of
+// LASTSEEN_POSTGRES_DSN and drops it (CASCADE) at cleanup.
+func Postgres() Dialect {
+	return Dialect{Name: "postgres", New: func(t testing.TB) *DB {
+		dsn := Need(t, EnvPostgres)
+		admin := (&DB{Dialect: "postgres", dialector: func() gorm.Dialector { return postgres.Open(dsn) }}).Open(t)
+		schema := RandomName("t_")
+		if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
+			t.Fatalf("create schema: %v", err)
+		}
+		t.Cleanup(func() { admin.Exec("DROP SCHEMA " + schema + " CASCADE") })
+		own := dsn + " search_path=" + schema
+		return &DB{Dialect: "postgres", DSN: own, dialector: func() gorm.Dialector { return postgres.Open(own) }}
+	}}
+}
+
+// MySQL makes a database of the test's own on the server of
+// LASTSEEN_MYSQL_DSN and drops it at cleanup.
+func MySQL() Dialect {
+	return Dialect{Name: "mysql", New: func(t testing.TB) *DB {
+		dsn := Need(t, EnvMySQL)
+		admin := (&DB{Dialect: "mysql", dialector: func() gorm.Dialector { return mysql.Open(dsn) }}).Open(t)
+		name := RandomName("lastseen_t_")
+		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
+			t.Fatalf("create database: %v", err)
+		}
+		t.Cleanup(func() { admin.Exec("DROP DATABASE " + name) })
+		slash, q := strings.Index(dsn, "/"), strings.Index(dsn, "?")
+		if q < 0 {
+			q = len(dsn)
+		}
+		own := dsn[:slash+1] + name + dsn[q:]
+		return &DB{Dialect: "mysql", DSN: own, dialector: func() gorm.Dialector { return mysql.Open(own) }}
+	}}
+}
