@@ -2,13 +2,16 @@ module github.com/lastseen/lastseen/extra/lastseenotel
 
 go 1.26.0
 
-replace github.com/lastseen/lastseen => ../..
+// The library and its test helpers (tests/testenv) from this checkout.
+replace (
+	github.com/lastseen/lastseen => ../..
+	github.com/lastseen/lastseen/tests => ../../tests
+)
 
 require (
-	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/bsm/redislock v0.9.4
-	github.com/glebarez/sqlite v1.11.0
 	github.com/lastseen/lastseen v0.0.0-00010101000000-000000000000
+	github.com/lastseen/lastseen/tests v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -16,6 +19,19 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	gorm.io/gorm v1.31.2
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/glebarez/sqlite v1.11.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.13.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	gorm.io/driver/mysql v1.6.0 // indirect
+	gorm.io/driver/postgres v1.6.3 // indirect
 )
 
 require (
