@@ -45,7 +45,7 @@ func TestTouchErrorSaysKeptOrDropped(t *testing.T) {
 // table at Close even while Redis is still down (the final flush writes the
 // backlog directly); Close reports Redis's error. Before, they were lost.
 func TestCloseWritesBacklogWhileRedisDown(t *testing.T) {
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()

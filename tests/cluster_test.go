@@ -175,7 +175,7 @@ func (r *errorRecorder) record(c redis.Cmder) {
 // two instances flushing at once, a purge, Close. No command may fail:
 // no CROSSSLOT, no other error; the database ends exact.
 func TestClusterFullCycle(t *testing.T) {
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.RedisCluster())
 			rec := &errorRecorder{}

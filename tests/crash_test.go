@@ -305,7 +305,7 @@ func TestCrashMidFlush(t *testing.T) {
 	for _, env := range []struct {
 		d testenv.Dialect
 		r testenv.RedisKind
-	}{{testenv.SQLite(), testenv.Miniredis()}, {testenv.SQLite(), testenv.RedisServer()}, {testenv.Postgres(), testenv.RedisServer()}} {
+	}{{testenv.SQLite(), testenv.Miniredis()}, {testenv.SQLite(), testenv.RedisServer()}, {servers.Postgres(), testenv.RedisServer()}} {
 		for _, point := range crashPoints {
 			t.Run(env.d.Name+"/"+env.r.Name+"/"+point, func(t *testing.T) {
 				crashAt(t, newHarness(t, env.d, env.r), point)
@@ -577,7 +577,7 @@ func TestManyInstances(t *testing.T) {
 	for _, env := range []struct {
 		d testenv.Dialect
 		r testenv.RedisKind
-	}{{testenv.SQLite(), testenv.Miniredis()}, {testenv.Postgres(), testenv.RedisServer()}, {testenv.MySQL(), testenv.RedisServer()}, {testenv.Postgres(), testenv.RedisCluster()}} {
+	}{{testenv.SQLite(), testenv.Miniredis()}, {servers.Postgres(), testenv.RedisServer()}, {servers.MySQL(), testenv.RedisServer()}, {servers.Postgres(), testenv.RedisCluster()}} {
 		t.Run(env.d.Name+"/"+env.r.Name, func(t *testing.T) { manyInstances(t, newHarness(t, env.d, env.r)) })
 	}
 }

@@ -469,7 +469,7 @@ func TestRedisOutageRequestPath(t *testing.T) {
 // most BacklogSize users, the rest counted in BacklogDropped), and the first
 // flush after Redis is back writes them: exact values in the database.
 func TestBacklogReplayedAfterOutage(t *testing.T) {
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			rs := startPrivateRedis(t)
 			px := startFaultProxy(t, rs.Addr())
@@ -637,7 +637,7 @@ func committedAndKept(t *testing.T, p *lastseen.Plugin, db *gorm.DB, before, tou
 // touches arrive; the first flush after the server is back writes the
 // newest timestamp of every user.
 func TestDatabaseStoppedDuringFlush(t *testing.T) {
-	for _, d := range testenv.ServerDialects() {
+	for _, d := range servers.ServerDialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
@@ -713,7 +713,7 @@ func singleConnection(t *testing.T, db *gorm.DB) {
 // the flush goes on over a new connection and writes every timestamp, with
 // no entry reported as refused.
 func TestDatabaseConnectionKilledDuringFlush(t *testing.T) {
-	for _, d := range testenv.ServerDialects() {
+	for _, d := range servers.ServerDialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
@@ -782,7 +782,7 @@ func TestDatabaseConnectionKilledDuringFlush(t *testing.T) {
 // and is reported (Failed, ErrRefused); once the lock is gone the next flush
 // writes it.
 func TestDatabaseStatementTimeoutDuringFlush(t *testing.T) {
-	for _, d := range testenv.ServerDialects() {
+	for _, d := range servers.ServerDialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -25,6 +27,9 @@ func equal[T comparable](t testing.TB, what string, got, want T) {
 	t.Helper()
 	testenv.Equal(t, what, got, want)
 }
+
+// servers are the PostgreSQL and MySQL dialects with their GORM drivers.
+var servers = testenv.Servers{PostgresDriver: postgres.Open, MySQLDriver: mysql.Open}
 
 // memoryKind is no Redis at all: Config.Redis stays nil and the plugin
 // buffers in process (memoryBuffer). The harness shows that buffer's state
@@ -84,7 +89,7 @@ func (h *harness) needRedis(t testing.TB, why string) {
 // with a Redis Cluster, and with no Redis (the in-process buffer).
 func forEachEnv(t *testing.T, fn func(t *testing.T, h *harness)) {
 	for _, r := range allBuffers() {
-		for _, d := range testenv.Dialects() {
+		for _, d := range servers.Dialects() {
 			t.Run(d.Name+"/"+r.Name, func(t *testing.T) {
 				fn(t, newHarness(t, d, r))
 			})
@@ -95,7 +100,7 @@ func forEachEnv(t *testing.T, fn func(t *testing.T, h *harness)) {
 // forEachDialect runs fn for every dialect with miniredis only: for tests
 // about SQL, where the Redis kind does not matter.
 func forEachDialect(t *testing.T, fn func(t *testing.T, h *harness)) {
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) { fn(t, newHarness(t, d, testenv.Miniredis())) })
 	}
 }

@@ -58,7 +58,7 @@ func TestUUIDMatchedByValueNotCase(t *testing.T) {
 		"mysql":    "CREATE TABLE upper_uuid_users (id CHAR(36) PRIMARY KEY, last_seen DATETIME(6) NULL)",
 		"sqlite":   "CREATE TABLE upper_uuid_users (id text PRIMARY KEY, last_seen datetime)",
 	}
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()

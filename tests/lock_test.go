@@ -69,7 +69,7 @@ func slowUpdates(t *testing.T, db *gorm.DB) *atomic.Int64 {
 // next flush drains nothing.
 func TestSlowBatchKeepsItsLock(t *testing.T) {
 	for _, r := range testenv.RedisKinds()[1:] { // miniredis expires keys only when told to
-		for _, d := range testenv.Dialects() {
+		for _, d := range servers.Dialects() {
 			t.Run(d.Name+"/"+r.Name, func(t *testing.T) {
 				h := newHarness(t, d, r)
 				cfg := h.config()
@@ -108,7 +108,7 @@ func TestSlowBatchKeepsItsLock(t *testing.T) {
 // (600ms), so the purge lock would expire between two batches; the keeper
 // refreshes it and the purge deletes all 6 sessions in 3 batches.
 func TestSlowPurgeKeepsItsLock(t *testing.T) {
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.RedisServer())
 			cfg := h.config()

@@ -128,7 +128,7 @@ func TestManifestDialectDisagrees(t *testing.T) {
 		t.Run(r.Name, func(t *testing.T) {
 			h := newHarness(t, testenv.SQLite(), r)
 			_ = tryUse(t, h.openDB(), h.config())
-			pg := testenv.Postgres().New(t).Open(t)
+			pg := servers.Postgres().New(t).Open(t)
 			err := tryUse(t, pg, h.config())
 			equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for dialect "sqlite", `+
 				`this instance has dialect "postgres": set another Prefix (or leave Prefix empty to derive one from the database and table), `+
@@ -247,7 +247,7 @@ func TestDefaultPrefixSQLiteFile(t *testing.T) {
 
 // dialectByName returns the opener of one dialect.
 func dialectByName(name string) testenv.Dialect {
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		if d.Name == name {
 			return d
 		}

@@ -15,7 +15,7 @@ import (
 // forEachMemory runs fn for every dialect with no Redis: the in-process
 // buffer.
 func forEachMemory(t *testing.T, fn func(t *testing.T, h *harness)) {
-	for _, d := range testenv.Dialects() {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) { fn(t, newHarness(t, d, memoryKind())) })
 	}
 }

@@ -70,7 +70,7 @@ func TestPostgresKeyCasts(t *testing.T) {
 		ID         int64 `gorm:"primaryKey;type:integer;autoIncrement:false"`
 		LastSeenAt *time.Time
 	}
-	h := newHarness(t, testenv.Postgres(), testenv.Miniredis())
+	h := newHarness(t, servers.Postgres(), testenv.Miniredis())
 	ctx := context.Background()
 	at := mustTime("2026-03-01T10:00:00Z")
 

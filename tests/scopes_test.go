@@ -105,7 +105,7 @@ func TestExpiredTimeZones(t *testing.T) {
 		return
 	}
 	for _, zone := range []string{"Pacific/Kiritimati", "America/Adak"} {
-		for _, d := range testenv.Dialects() {
+		for _, d := range servers.Dialects() {
 			t.Run(zone+"/"+d.Name, func(t *testing.T) {
 				switch d.Name {
 				case "postgres":

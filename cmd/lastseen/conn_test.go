@@ -10,6 +10,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
@@ -25,11 +27,14 @@ func equal[T comparable](t testing.TB, what string, got, want T) {
 	testenv.Equal(t, what, got, want)
 }
 
+// servers are the PostgreSQL and MySQL dialects with their GORM drivers.
+var servers = testenv.Servers{PostgresDriver: postgres.Open, MySQLDriver: mysql.Open}
+
 func quiet() *gorm.Config { return &gorm.Config{Logger: logger.Discard} }
 
 // forEachDB runs fn on every dialect, skipping those without a server.
 func forEachDB(t *testing.T, fn func(t *testing.T, d *testenv.DB)) {
-	for _, o := range testenv.Dialects() {
+	for _, o := range servers.Dialects() {
 		t.Run(o.Name, func(t *testing.T) { fn(t, o.New(t)) })
 	}
 }

@@ -23,7 +23,7 @@ var opsRedisKinds = []testenv.RedisKind{testenv.Miniredis(), testenv.RedisServer
 // with a key prefix whose keys are removed at cleanup.
 func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d *testenv.DB, r *testenv.Redis, prefix string)) {
 	for _, rk := range opsRedisKinds {
-		for _, o := range testenv.Dialects() {
+		for _, o := range servers.Dialects() {
 			t.Run(o.Name+"/"+rk.Name, func(t *testing.T) {
 				r := rk.Open(t)
 				d := o.New(t)

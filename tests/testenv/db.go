@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/glebarez/sqlite"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
@@ -64,11 +62,22 @@ func CloseDB(db *gorm.DB) {
 	}
 }
 
+// Servers holds the GORM drivers of the dialects with a server
+// (gorm.io/driver/postgres's Open and gorm.io/driver/mysql's Open), which
+// the tests that run on servers pass in. This package does not import
+// them: a module whose tests import it only for SQLite and miniredis (the
+// extra/* integrations) then does not require those drivers, and its
+// users are not moved to the drivers' versions.
+type Servers struct {
+	PostgresDriver func(dsn string) gorm.Dialector
+	MySQLDriver    func(dsn string) gorm.Dialector
+}
+
 // Dialects returns every dialect: SQLite, PostgreSQL and MySQL.
-func Dialects() []Dialect { return []Dialect{SQLite(), Postgres(), MySQL()} }
+func (s Servers) Dialects() []Dialect { return []Dialect{SQLite(), s.Postgres(), s.MySQL()} }
 
 // ServerDialects returns the dialects with a server: PostgreSQL and MySQL.
-func ServerDialects() []Dialect { return []Dialect{Postgres(), MySQL()} }
+func (s Servers) ServerDialects() []Dialect { return []Dialect{s.Postgres(), s.MySQL()} }
 
 // SQLite makes a SQLite file in the test's temporary directory, opened in
 // WAL mode with a 5 s busy timeout (as the CLI opens --sqlite).
@@ -83,26 +92,28 @@ func SQLite() Dialect {
 
 // Postgres makes a schema of the test's own in the database of
 // LASTSEEN_POSTGRES_DSN and drops it (CASCADE) at cleanup.
-func Postgres() Dialect {
+func (s Servers) Postgres() Dialect {
+	open := s.PostgresDriver
 	return Dialect{Name: "postgres", New: func(t testing.TB) *DB {
 		dsn := Need(t, EnvPostgres)
-		admin := (&DB{Dialect: "postgres", dialector: func() gorm.Dialector { return postgres.Open(dsn) }}).Open(t)
+		admin := (&DB{Dialect: "postgres", dialector: func() gorm.Dialector { return open(dsn) }}).Open(t)
 		schema := RandomName("t_")
 		if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
 			t.Fatalf("create schema: %v", err)
 		}
 		t.Cleanup(func() { admin.Exec("DROP SCHEMA " + schema + " CASCADE") })
 		own := dsn + " search_path=" + schema
-		return &DB{Dialect: "postgres", DSN: own, dialector: func() gorm.Dialector { return postgres.Open(own) }}
+		return &DB{Dialect: "postgres", DSN: own, dialector: func() gorm.Dialector { return open(own) }}
 	}}
 }
 
 // MySQL makes a database of the test's own on the server of
 // LASTSEEN_MYSQL_DSN and drops it at cleanup.
-func MySQL() Dialect {
+func (s Servers) MySQL() Dialect {
+	open := s.MySQLDriver
 	return Dialect{Name: "mysql", New: func(t testing.TB) *DB {
 		dsn := Need(t, EnvMySQL)
-		admin := (&DB{Dialect: "mysql", dialector: func() gorm.Dialector { return mysql.Open(dsn) }}).Open(t)
+		admin := (&DB{Dialect: "mysql", dialector: func() gorm.Dialector { return open(dsn) }}).Open(t)
 		name := RandomName("lastseen_t_")
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			t.Fatalf("create database: %v", err)
@@ -113,6 +124,6 @@ func MySQL() Dialect {
 			q = len(dsn)
 		}
 		own := dsn[:slash+1] + name + dsn[q:]
-		return &DB{Dialect: "mysql", DSN: own, dialector: func() gorm.Dialector { return mysql.Open(own) }}
+		return &DB{Dialect: "mysql", DSN: own, dialector: func() gorm.Dialector { return open(own) }}
 	}}
 }

@@ -10,9 +10,13 @@
 // one-line reason when it is not. With LASTSEEN_REQUIRE_SERVICES set (as
 // .ci/run sets it) such a skip is a failure instead.
 //
-// The root package's own in-package tests do not use it: importing this
-// module from the library's module would add it (and its database drivers)
-// to the library's go.mod.
+// It does not import the PostgreSQL and MySQL drivers: the tests that run
+// on those servers hand them in (Servers), so that the extra/* modules,
+// whose tests use only SQLite and miniredis, do not require them.
+//
+// The root package's own in-package tests do not use it: importing it
+// from the library's module would add the tests module (and its
+// requirements) to the library's go.mod.
 package testenv
 
 import (
