@@ -93,37 +93,36 @@ func SQLite() Dialect {
 // Postgres makes a schema of the test's own in the database of
 // LASTSEEN_POSTGRES_DSN and drops it (CASCADE) at cleanup.
 func (s Servers) Postgres() Dialect {
-	open := s.PostgresDriver
 	return Dialect{Name: "postgres", New: func(t testing.TB) *DB {
 		dsn := Need(t, EnvPostgres)
-		admin := (&DB{Dialect: "postgres", dialector: func() gorm.Dialector { return open(dsn) }}).Open(t)
 		schema := RandomName("t_")
-		if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
-			t.Fatalf("create schema: %v", err)
-		}
-		t.Cleanup(func() { admin.Exec("DROP SCHEMA " + schema + " CASCADE") })
-		own := dsn + " search_path=" + schema
-		return &DB{Dialect: "postgres", DSN: own, dialector: func() gorm.Dialector { return open(own) }}
+		return serverDB(t, "postgres", s.PostgresDriver, dsn, "SCHEMA "+schema, " CASCADE", dsn+" search_path="+schema)
 	}}
 }
 
 // MySQL makes a database of the test's own on the server of
 // LASTSEEN_MYSQL_DSN and drops it at cleanup.
 func (s Servers) MySQL() Dialect {
-	open := s.MySQLDriver
 	return Dialect{Name: "mysql", New: func(t testing.TB) *DB {
 		dsn := Need(t, EnvMySQL)
-		admin := (&DB{Dialect: "mysql", dialector: func() gorm.Dialector { return open(dsn) }}).Open(t)
 		name := RandomName("lastseen_t_")
-		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
-			t.Fatalf("create database: %v", err)
-		}
-		t.Cleanup(func() { admin.Exec("DROP DATABASE " + name) })
 		slash, q := strings.Index(dsn, "/"), strings.Index(dsn, "?")
 		if q < 0 {
 			q = len(dsn)
 		}
-		own := dsn[:slash+1] + name + dsn[q:]
-		return &DB{Dialect: "mysql", DSN: own, dialector: func() gorm.Dialector { return open(own) }}
+		return serverDB(t, "mysql", s.MySQLDriver, dsn, "DATABASE "+name, "", dsn[:slash+1]+name+dsn[q:])
 	}}
+}
+
+// serverDB creates the object (a schema or a database) on the server of
+// dsn, drops it at cleanup (with dropSuffix), and returns the database
+// reached by own.
+func serverDB(t testing.TB, dialect string, open func(dsn string) gorm.Dialector, dsn, object, dropSuffix, own string) *DB {
+	t.Helper()
+	admin := (&DB{Dialect: dialect, dialector: func() gorm.Dialector { return open(dsn) }}).Open(t)
+	if err := admin.Exec("CREATE " + object).Error; err != nil {
+		t.Fatalf("create %s: %v", strings.ToLower(strings.Fields(object)[0]), err)
+	}
+	t.Cleanup(func() { admin.Exec("DROP " + object + dropSuffix) })
+	return &DB{Dialect: dialect, DSN: own, dialector: func() gorm.Dialector { return open(own) }}
 }
