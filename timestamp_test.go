@@ -1,7 +1,6 @@
 package lastseen
 
 import (
-	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -11,18 +10,9 @@ import (
 // with: garbage, negative, zero, far future, other spellings. It accepts
 // exactly a decimal integer of Unix microseconds from 1970 (exclusive) to
 // the earlier of 9999-12-31 and now+MaxClockSkew, and returns it in UTC.
+// Its seeds (testdata/fuzz/FuzzParseMicros) are those values at now
+// 2026-03-01T10:00:00Z (1772359200000000 µs), and two at the ends of int64.
 func FuzzParseMicros(f *testing.F) {
-	now := mustTime("2026-03-01T10:00:00Z").UnixMicro()
-	for _, s := range []string{
-		"1772359200000000", "1772362800000000", "1772362800000001", "1", "0", "-1", "-5", "", " ", "abc",
-		" 1772359200000000", "1772359200000000 ", "+1772359200000000", "01772359200000000", "1772359200000000.5",
-		"1.7723592e15", "0x64", "1_000", "١٢٣", "253402300799999999", "253402300800000000", "9223372036854775807",
-		"9223372036854775808", "-9223372036854775808", "99999999999999999999", "NaN", "inf", "\x00", "2026-03-01T10:00:00Z",
-	} {
-		f.Add(s, now)
-	}
-	f.Add("253402300799999999", int64(math.MaxInt64))
-	f.Add("1", int64(math.MinInt64))
 	f.Fuzz(func(t *testing.T, s string, nowMicros int64) {
 		clock := time.UnixMicro(nowMicros)
 		at, ok := parseMicros(s, clock)

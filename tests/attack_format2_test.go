@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,7 +78,7 @@ func encodings(t testing.TB, c redis.UniversalClient, k keys.Shard, inflight boo
 func TestAttackHashtableBucketsDrain(t *testing.T) {
 	rs := startPrivateRedis(t, "--hash-max-listpack-entries", "8")
 	rdb := newPrivateClient(t, rs.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.Shards = 1024
@@ -197,12 +198,12 @@ func TestAttackGarbageMarkers(t *testing.T) {
 			uid := strconv.Itoa(i + 1)
 			n, b := keys.Locate(uid, p.Config().Shards)
 			k := keys.ForShard(h.prefix, n, p.Config().Shards)
-			must(t, h.r.client.HSet(ctx, k.Markers(b, c.gen*time.Minute.Milliseconds()), uid, c.value).Err())
+			must(t, h.r.Client.HSet(ctx, k.Markers(b, c.gen*time.Minute.Milliseconds()), uid, c.value).Err())
 			ok, err := p.Touch(ctx, i+1)
 			must(t, err)
 			equal(t, fmt.Sprintf("marker %q in generation %+d: recorded", c.value, c.gen-g), ok, c.recorded)
 			if c.recorded {
-				v, err := h.r.client.HGet(ctx, k.Markers(b, g*time.Minute.Milliseconds()), uid).Result()
+				v, err := h.r.Client.HGet(ctx, k.Markers(b, g*time.Minute.Milliseconds()), uid).Result()
 				must(t, err)
 				equal(t, fmt.Sprintf("marker %q in generation %+d: field of the current generation", c.value, c.gen-g), v, "90000")
 			}
@@ -230,7 +231,7 @@ func TestAttackClockSkew(t *testing.T) {
 		for i, skew := range []time.Duration{20 * time.Second, -20 * time.Second, 150 * time.Second} {
 			id := i + 1
 			h.clock.Set(mustTime("2026-03-01T09:30:45Z").Add(time.Duration(i) * 10 * time.Minute))
-			other := &fakeClock{now: h.clock.Now().Add(skew)}
+			other := testenv.NewClock(h.clock.Now().Add(skew))
 			bcfg := cfg
 			bcfg.Now = other.Now
 			b, _ := h.plugin(bcfg)
@@ -354,8 +355,8 @@ func TestAttackNoScriptReads(t *testing.T) {
 			must(t, err)
 		}
 		loads := &scriptLoads{}
-		h.r.client.AddHook(loads)
-		_, isCluster := h.r.client.(*redis.ClusterClient)
+		h.r.Client.AddHook(loads)
+		_, isCluster := h.r.Client.(*redis.ClusterClient)
 		for _, onlyFirst := range []bool{false, true} {
 			if onlyFirst && !isCluster {
 				continue
@@ -363,11 +364,11 @@ func TestAttackNoScriptReads(t *testing.T) {
 			what := fmt.Sprintf("one master only %v", onlyFirst)
 			check := func(name string, read func() error) {
 				t.Helper()
-				flushScripts(t, h.r.client, onlyFirst)
+				flushScripts(t, h.r.Client, onlyFirst)
 				before := loads.n.Load()
 				must(t, read())
 				want := int64(1)
-				if name == "Pending" && onlyFirst && !onFirstMaster(t, h.r.client, pendingKey(p, "40")) {
+				if name == "Pending" && onlyFirst && !onFirstMaster(t, h.r.Client, pendingKey(p, "40")) {
 					want = 0 // its shard's master kept its scripts
 				}
 				equal(t, what+": "+name+": SCRIPT LOADs", loads.n.Load()-before, want)
@@ -496,7 +497,7 @@ func TestAttackLongIDsOneShard(t *testing.T) {
 func TestAttackPausedRedisReads(t *testing.T) {
 	rs := startPrivateRedis(t)
 	rdb := newPrivateClient(t, rs.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.TouchTimeout = 20 * time.Millisecond
@@ -554,12 +555,12 @@ func TestAttackThrottleChanged(t *testing.T) {
 		cfg := h.config()
 		cfg.Throttle = time.Minute
 		a, db := h.plugin(cfg)
-		logs := &syncBuffer{}
+		logs := &testenv.Logs{}
 		bcfg := cfg
 		bcfg.Throttle = 2 * time.Minute
-		bcfg.Logger = jsonLogger(logs)
+		bcfg.Logger = testenv.JSONLogger(logs)
 		b, _ := h.plugin(bcfg)
-		out := logs.take()
+		out := logs.Take()
 		equal(t, "mismatch logged", strings.Count(out, "the buffer was created with another Throttle"), 1)
 		equal(t, "values logged", strings.Contains(out, `"manifest_throttle":"1m0s","throttle":"2m0s"`), true)
 

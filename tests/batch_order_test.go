@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func TestFlushWritesBatchesInKeyOrder(t *testing.T) {
 // it in pages of about BatchSize; with the next page fetched while a batch
 // is written, every user is written exactly once.
 func TestFlushReadsEveryPageOfALargeHash(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), realRedisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.RedisServer())
 	ctx := context.Background()
 	must(t, h.db.AutoMigrate(&lastseen.User{}))
 	users := make([]lastseen.User, 1200)

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"os"
 	"runtime/metrics"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 func BenchmarkUncachedTouch(b *testing.B) {
 	ids := benchIDs(256)
 	b.Run("lastseen", func(b *testing.B) {
-		p := benchPlugin(b, realRedisKind(), -1)
+		p := benchPlugin(b, testenv.RedisServer(), -1)
 		warm(b, p, ids)
 		ctx := context.Background()
 		b.ReportAllocs()
@@ -35,11 +36,11 @@ func BenchmarkUncachedTouch(b *testing.B) {
 		b.ReportMetric(float64(goroutinesCreated()-start)/float64(b.N), "goroutines/op")
 	})
 	b.Run("seed", func(b *testing.B) {
-		c := redis.NewClient(&redis.Options{Addr: needService(b, envRedis), ContextTimeoutEnabled: true})
+		c := redis.NewClient(&redis.Options{Addr: testenv.Need(b, testenv.EnvRedis), ContextTimeoutEnabled: true})
 		b.Cleanup(func() { c.Close() })
 		ctx := context.Background()
 		prefix := "lastseen-bench-seed-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		b.Cleanup(func() { _ = deleteKeys(context.Background(), c, prefix+":*") })
+		b.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), c, prefix+":*") })
 		marker := make([]string, len(ids))
 		for i, id := range ids {
 			marker[i] = prefix + ":seen:" + strconv.FormatUint(id.(uint64), 10)
@@ -66,11 +67,11 @@ func BenchmarkUncachedTouch(b *testing.B) {
 // with the touch's keys and arguments from a plain client, no breaker, no
 // timeout.
 func benchTouchScript(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: needService(b, envRedis)})
+	c := redis.NewClient(&redis.Options{Addr: testenv.Need(b, testenv.EnvRedis)})
 	b.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	prefix := "lastseen-bench-script-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	b.Cleanup(func() { _ = deleteKeys(context.Background(), c, prefix+":*") })
+	b.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), c, prefix+":*") })
 	sha, err := c.ScriptLoad(ctx, touchLuaForBench(b)).Result()
 	if err != nil {
 		b.Fatal(err)

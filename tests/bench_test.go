@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // Micro-benchmarks of the request path. Run them with
@@ -33,9 +34,9 @@ func benchIDs(n int) []any {
 // benchPlugin registers a plugin on a fresh SQLite database with the given
 // Redis kind, on the real clock (the harness's fake clock takes a mutex per
 // call, which a real app does not pay).
-func benchPlugin(b *testing.B, r redisKind, localCache int) *lastseen.Plugin {
+func benchPlugin(b *testing.B, r testenv.RedisKind, localCache int) *lastseen.Plugin {
 	b.Helper()
-	h := newHarness(b, sqliteOpener(), r)
+	h := newHarness(b, testenv.SQLite(), r)
 	cfg := h.config()
 	cfg.Now = nil // time.Now
 	cfg.LocalCacheSize = localCache
@@ -61,7 +62,7 @@ func warm(b *testing.B, p *lastseen.Plugin, ids []any) {
 // window and the in-process cache answers without I/O. Target:
 // under 100 ns/op and 0 allocs/op.
 func BenchmarkTouchCached(b *testing.B) {
-	p := benchPlugin(b, miniredisKind(), 0)
+	p := benchPlugin(b, testenv.Miniredis(), 0)
 	ids := benchIDs(1024)
 	warm(b, p, ids)
 	ctx := context.Background()
@@ -95,7 +96,7 @@ func BenchmarkTimeNow(b *testing.B) {
 // BenchmarkTouchCachedParallel is BenchmarkTouchCached from GOMAXPROCS
 // goroutines at once, as concurrent requests would call it.
 func BenchmarkTouchCachedParallel(b *testing.B) {
-	p := benchPlugin(b, miniredisKind(), 0)
+	p := benchPlugin(b, testenv.Miniredis(), 0)
 	ids := benchIDs(1024)
 	warm(b, p, ids)
 	before := p.Stats().CacheHits
@@ -127,7 +128,7 @@ func BenchmarkTouchCachedParallel(b *testing.B) {
 // script sets the marker and the pending entry), "throttled" asks Redis
 // about a user already inside the window with the local cache off (script
 // finds the marker and returns its PTTL). Both are one round trip.
-func benchRedisTouch(b *testing.B, r redisKind) {
+func benchRedisTouch(b *testing.B, r testenv.RedisKind) {
 	b.Run("recorded", func(b *testing.B) {
 		p := benchPlugin(b, r, -1)
 		ids := benchIDs(b.N)
@@ -161,8 +162,8 @@ func benchRedisTouch(b *testing.B, r redisKind) {
 
 // BenchmarkTouchMiniredis measures Touch's Redis path against the in-process
 // miniredis: the library's own cost plus a loopback round trip to a Go server.
-func BenchmarkTouchMiniredis(b *testing.B) { benchRedisTouch(b, miniredisKind()) }
+func BenchmarkTouchMiniredis(b *testing.B) { benchRedisTouch(b, testenv.Miniredis()) }
 
 // BenchmarkTouchRedis measures Touch's Redis path against the real Redis at
 // LASTSEEN_REDIS_ADDR.
-func BenchmarkTouchRedis(b *testing.B) { benchRedisTouch(b, realRedisKind()) }
+func BenchmarkTouchRedis(b *testing.B) { benchRedisTouch(b, testenv.RedisServer()) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 
@@ -18,9 +19,9 @@ import (
 // are all kept in the backlog and counted in Canceled (not RedisErrors),
 // and the next 100 touches on the healthy Redis are all recorded.
 func TestBreakerIgnoresCallerEndedContexts(t *testing.T) {
-	for _, r := range allRedis() {
-		t.Run(r.name, func(t *testing.T) {
-			h := newHarness(t, sqliteOpener(), r)
+	for _, r := range testenv.RedisKinds() {
+		t.Run(r.Name, func(t *testing.T) {
+			h := newHarness(t, testenv.SQLite(), r)
 			cfg := h.config()
 			cfg.WriteMode = lastseen.Upsert // every id gets a row
 			p, db := h.plugin(cfg)
@@ -67,7 +68,7 @@ func TestBreakerIgnoresCallerEndedContexts(t *testing.T) {
 func TestBreakerIgnoresCallerDeadlineDuringCall(t *testing.T) {
 	rs := startPrivateRedis(t)
 	px := startFaultProxy(t, rs.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(newPrivateClient(t, px.Addr())))
+	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, px.Addr())))
 	cfg := h.config()
 	cfg.TouchTimeout = time.Second
 	cfg.BreakerCooldown = time.Hour

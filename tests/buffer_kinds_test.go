@@ -51,8 +51,8 @@ func (h *harness) inFlightLen(p *lastseen.Plugin, n int) int64 {
 // marker hashes expire as they would).
 func (h *harness) markerTime(d time.Duration) {
 	h.clock.Add(d)
-	if h.r != nil && h.r.mr != nil {
-		h.r.mr.FastForward(d)
+	if h.r != nil && h.r.Mini != nil {
+		h.r.Mini.FastForward(d)
 	}
 }
 

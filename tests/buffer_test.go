@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestSampleBuffer: sizes are exact; the oldest timestamp is exact while
@@ -69,19 +70,19 @@ func TestSampleBuffer(t *testing.T) {
 // TestBreakerState: the breaker is closed before and after db.Use, and
 // open after 5 touches in a row failed.
 func TestBreakerState(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.BreakerCooldown = time.Hour
 	equal(t, "before db.Use", lastseen.New(cfg).Breaker(), lastseen.BreakerClosed)
 	p, _ := h.plugin(cfg)
 	equal(t, "after db.Use", p.Breaker(), lastseen.BreakerClosed)
-	h.r.mr.SetError("LOADING Redis is loading the dataset in memory")
+	h.r.Mini.SetError("LOADING Redis is loading the dataset in memory")
 	for id := 1; id <= 5; id++ {
 		if _, err := p.Touch(ctx, id); err == nil {
 			t.Fatalf("touch %d: no error from a failing Redis", id)
 		}
 	}
 	equal(t, "after 5 failures", p.Breaker(), lastseen.BreakerOpen)
-	h.r.mr.SetError("")
+	h.r.Mini.SetError("")
 }

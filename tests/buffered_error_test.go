@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 )
@@ -13,14 +14,14 @@ import (
 // kept it (the next flush writes it; callers may ignore the error),
 // ErrDropped when the backlog was full; the cause stays wrapped.
 func TestTouchErrorSaysKeptOrDropped(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.TouchTimeout = time.Second
 	cfg.BacklogSize = 1
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 2)
-	h.r.mr.Close()
+	h.r.Mini.Close()
 
 	_, err := p.Touch(ctx, 1)
 	equal(t, "user 1: ErrBuffered", errors.Is(err, lastseen.ErrBuffered), true)
@@ -32,7 +33,7 @@ func TestTouchErrorSaysKeptOrDropped(t *testing.T) {
 	equal(t, "backlogged", s.Backlogged, 1)
 	equal(t, "backlog dropped", s.BacklogDropped, 1)
 
-	must(t, h.r.mr.Restart())
+	must(t, h.r.Mini.Restart())
 	res, err := p.Flush(ctx)
 	must(t, err)
 	equal(t, "written after redis is back", res.Written, 1)
@@ -44,15 +45,15 @@ func TestTouchErrorSaysKeptOrDropped(t *testing.T) {
 // table at Close even while Redis is still down (the final flush writes the
 // backlog directly); Close reports Redis's error. Before, they were lost.
 func TestCloseWritesBacklogWhileRedisDown(t *testing.T) {
-	for _, d := range allDialects() {
-		t.Run(d.name, func(t *testing.T) {
-			h := newHarness(t, d, miniredisKind())
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
 			cfg := h.config()
 			cfg.TouchTimeout = time.Second
 			p, db := h.plugin(cfg)
 			seedUsers(t, db, 3)
-			h.r.mr.Close()
+			h.r.Mini.Close()
 			for id, at := range map[int]string{1: "2026-03-01T09:10:00Z", 2: "2026-03-01T09:20:00Z"} {
 				_, err := p.TouchAt(ctx, id, mustTime(at))
 				equal(t, "kept", errors.Is(err, lastseen.ErrBuffered), true)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"go.uber.org/goleak"
 	"gorm.io/gorm"
 )
@@ -137,7 +138,7 @@ func TestCloseDuringLoad(t *testing.T) {
 // entry stays in Redis, a new instance flushes it, and no goroutine of the
 // closed plugin is left.
 func TestCloseReturnsWithinContext(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	db := h.openDB()
 	must(t, db.AutoMigrate(&lastseen.User{}))
@@ -243,7 +244,7 @@ func TestCloseFlushesOnceThenErrClosed(t *testing.T) {
 // holds shard locks Close's own final flush would skip), and a second Close
 // made meanwhile returns the first one's result only once it is known.
 func TestCloseWaitsForAppFlush(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.Shards, cfg.BatchSize = 1, 10
@@ -344,7 +345,7 @@ func TestCloseWaitsForPurge(t *testing.T) {
 // running flush's context, waits for it to return, and then its own final
 // flush writes what the interrupted one left in flight.
 func TestCloseWaitsForScheduledFlush(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.DisableScheduler = false

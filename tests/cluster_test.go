@@ -12,6 +12,7 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -54,7 +55,7 @@ var defaultShardSlots = []int64{13907, 9842, 5649, 1584, 14039, 9974, 5781, 1716
 
 func clusterClient(t *testing.T) *redis.ClusterClient {
 	t.Helper()
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(needService(t, envRedisCluster), ",")})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testenv.Need(t, testenv.EnvRedisCluster), ",")})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -176,14 +177,14 @@ func (r *errorRecorder) record(c redis.Cmder) {
 // two instances flushing at once, a purge, Close. No command may fail:
 // no CROSSSLOT, no other error; the database ends exact.
 func TestClusterFullCycle(t *testing.T) {
-	for _, d := range allDialects() {
-		t.Run(d.name, func(t *testing.T) {
-			h := newHarness(t, d, clusterRedisKind())
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.RedisCluster())
 			rec := &errorRecorder{}
-			h.r.client.AddHook(rec)
+			h.r.Client.AddHook(rec)
 			ctx := context.Background()
 			// The recorder sees a CROSSSLOT when there is one.
-			if err := h.r.client.MGet(ctx, h.prefix+":{0}:a", h.prefix+":{1}:b").Err(); err == nil || !strings.HasPrefix(err.Error(), "CROSSSLOT") {
+			if err := h.r.Client.MGet(ctx, h.prefix+":{0}:a", h.prefix+":{1}:b").Err(); err == nil || !strings.HasPrefix(err.Error(), "CROSSSLOT") {
 				t.Fatalf("MGET over two slots: %v, want CROSSSLOT", err)
 			}
 			equal(t, "recorded", strings.Join(rec.errs, ""), "mget: CROSSSLOT Keys in request don't hash to the same slot")
@@ -272,11 +273,11 @@ func TestClusterFullCycle(t *testing.T) {
 // *redis.ClusterClient.
 func TestSuiteRunsOnCluster(t *testing.T) {
 	var names []string
-	for _, r := range allRedis() {
-		names = append(names, r.name)
+	for _, r := range testenv.RedisKinds() {
+		names = append(names, r.Name)
 	}
 	equal(t, "Redis kinds of forEachEnv", strings.Join(names, " "), "miniredis redis cluster")
-	if _, ok := clusterRedisKind().open(t).client.(*redis.ClusterClient); !ok { // skips without a cluster
+	if _, ok := testenv.RedisCluster().Open(t).Client.(*redis.ClusterClient); !ok { // skips without a cluster
 		t.Fatal("the cluster kind does not use a *redis.ClusterClient")
 	}
 }

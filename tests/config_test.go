@@ -3,7 +3,6 @@ package tests
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -39,7 +39,7 @@ func dialectOnly(t *testing.T, name string) *gorm.DB {
 	if err != nil {
 		t.Fatalf("open %s handle: %v", name, err)
 	}
-	t.Cleanup(func() { closeDB(db) })
+	t.Cleanup(func() { testenv.CloseDB(db) })
 	return db
 }
 
@@ -186,7 +186,7 @@ func TestConfigMistakes(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(dialect+"/"+tc.name, func(t *testing.T) {
-				cfg := lastseen.Config{Redis: rdb, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+				cfg := lastseen.Config{Redis: rdb, Logger: testenv.Discard}
 				tc.change(&cfg)
 				p := lastseen.New(cfg)
 				err := dialectOnly(t, dialect).Use(p)
@@ -203,7 +203,7 @@ func TestConfigMistakes(t *testing.T) {
 	t.Run("unsupported dialect", func(t *testing.T) {
 		db, err := gorm.Open(renamedDialector{sqlite.Open(":memory:")}, quietGorm())
 		must(t, err)
-		t.Cleanup(func() { closeDB(db) })
+		t.Cleanup(func() { testenv.CloseDB(db) })
 		err = db.Use(lastseen.New(lastseen.Config{Redis: rdb}))
 		equal(t, "error", fmt.Sprint(err), `lastseen: invalid config: dialect "oracle" is not supported (want postgres, mysql or sqlite)`)
 	})
@@ -224,7 +224,7 @@ func TestConfigLimitsAccepted(t *testing.T) {
 				{Redis: rdb, DisableScheduler: true, BatchSize: batch, Shards: 1024, Throttle: time.Millisecond,
 					LockTTL: 10 * time.Millisecond, FlushSchedule: "@every 1m; 0 3 * * *"},
 			} {
-				cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+				cfg.Logger = testenv.Discard
 				cfg.Prefix = "limits"
 				p := lastseen.New(cfg)
 				must(t, dialectOnly(t, dialect).Use(p))
@@ -244,12 +244,12 @@ func TestConfigRedisUnreachableAtStart(t *testing.T) {
 	ln.Close() // nothing listens there now: connections are refused
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	var logs logBuffer
+	var logs testenv.Logs
 	db := dialectOnly(t, "sqlite")
 	p := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	must(t, db.Use(p))
 	t.Cleanup(func() { internals().StopTracker(p) })
-	equal(t, "start-up warnings", logs.count(`level=WARN msg="lastseen: redis unreachable at start; touches are kept in memory until it is back"`), 1)
+	equal(t, "start-up warnings", logs.Count(`level=WARN msg="lastseen: redis unreachable at start; touches are kept in memory until it is back"`), 1)
 	_, err = p.Touch(t.Context(), 1)
 	if err == nil {
 		t.Fatal("touch with Redis unreachable returned no error")

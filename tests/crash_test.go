@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -184,20 +184,20 @@ func childTarget(t *testing.T, h *harness) (spec childSpec) {
 	case "postgres":
 		var schema string
 		must(t, h.db.Raw("SELECT current_schema()").Scan(&schema).Error)
-		spec.DSN = os.Getenv(envPostgres) + " search_path=" + schema
+		spec.DSN = os.Getenv(testenv.EnvPostgres) + " search_path=" + schema
 	case "mysql":
-		mc, err := gomysql.ParseDSN(os.Getenv(envMySQL))
+		mc, err := gomysql.ParseDSN(os.Getenv(testenv.EnvMySQL))
 		must(t, err)
 		must(t, h.db.Raw("SELECT DATABASE()").Scan(&mc.DBName).Error)
 		spec.DSN = mc.FormatDSN()
 	}
 	switch h.redis {
 	case "miniredis":
-		spec.Redis = h.r.mr.Addr()
+		spec.Redis = h.r.Mini.Addr()
 	case "redis":
-		spec.Redis = os.Getenv(envRedis)
+		spec.Redis = os.Getenv(testenv.EnvRedis)
 	case "cluster":
-		spec.Redis, spec.Cluster = os.Getenv(envRedisCluster), true
+		spec.Redis, spec.Cluster = os.Getenv(testenv.EnvRedisCluster), true
 	}
 	return spec
 }
@@ -224,7 +224,7 @@ func childPlugin(t *testing.T, spec *childSpec, cfg lastseen.Config) *lastseen.P
 	}
 	cfg.Prefix = spec.Prefix
 	cfg.DisableScheduler = true
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = testenv.Discard
 	p := lastseen.New(cfg)
 	must(t, db.Use(p))
 	return p
@@ -304,11 +304,11 @@ func TestCrashMidFlush(t *testing.T) {
 		t.Skip("starts child processes; runs without -short")
 	}
 	for _, env := range []struct {
-		d dbOpener
-		r redisKind
-	}{{sqliteOpener(), miniredisKind()}, {sqliteOpener(), realRedisKind()}, {postgresOpener(), realRedisKind()}} {
+		d testenv.Dialect
+		r testenv.RedisKind
+	}{{testenv.SQLite(), testenv.Miniredis()}, {testenv.SQLite(), testenv.RedisServer()}, {servers.Postgres(), testenv.RedisServer()}} {
 		for _, point := range crashPoints {
-			t.Run(env.d.name+"/"+env.r.name+"/"+point, func(t *testing.T) {
+			t.Run(env.d.Name+"/"+env.r.Name+"/"+point, func(t *testing.T) {
 				crashAt(t, newHarness(t, env.d, env.r), point)
 			})
 		}
@@ -362,7 +362,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 	shard := shardKeys(p, s)
 	var inflight int64
 	for _, key := range shard.AllInFlight() {
-		n, err := h.r.client.HLen(ctx, key).Result()
+		n, err := h.r.Client.HLen(ctx, key).Result()
 		must(t, err)
 		inflight += n
 	}
@@ -376,19 +376,19 @@ func crashAt(t *testing.T, h *harness, point string) {
 	equal(t, "in-flight entries at the crash", int(inflight), expect.inflight)
 	for _, id := range changed {
 		if point == "between-batches" {
-			in, err := h.r.client.HExists(ctx, inflightKey(p, strconv.Itoa(id)), strconv.Itoa(id)).Result()
+			in, err := h.r.Client.HExists(ctx, inflightKey(p, strconv.Itoa(id)), strconv.Itoa(id)).Result()
 			must(t, err)
 			equal(t, fmt.Sprintf("committed user %d still in flight", id), in, false)
 		}
 	}
-	equal(t, "pending hashes of the crashed shard", h.r.client.Exists(ctx, shard.AllPending()...).Val(), int64(0))
+	equal(t, "pending hashes of the crashed shard", h.r.Client.Exists(ctx, shard.AllPending()...).Val(), int64(0))
 
 	// Requests during the crash: users 5-8 newer, 9-12 older (a delayed
 	// request), and the app itself writes a newer value for users 1 and 2.
 	// The throttle window passes (markers deleted as their expiry would;
 	// miniredis is not fast-forwarded, which would expire the lock too).
 	h.clock.Add(time.Minute)
-	must(t, deleteKeys(ctx, h.r.client, h.prefix+":*:seen:*"))
+	must(t, testenv.DeleteKeys(ctx, h.r.Client, h.prefix+":*:seen:*"))
 	for id := 5; id <= 12; id++ {
 		at := mustTime("2026-03-01T10:05:00Z")
 		if id > 8 {
@@ -425,7 +425,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 	// A new flusher: the dead one's locks (shard s, and the other shard if
 	// it was being flushed concurrently) keep their shards until they expire.
 	p2, _ := h.plugin(cfg)
-	ttl, err := h.r.client.PTTL(ctx, shard.Lock).Result()
+	ttl, err := h.r.Client.PTTL(ctx, shard.Lock).Result()
 	must(t, err)
 	if ttl <= 0 || ttl > lastseen.DefaultLockTTL {
 		t.Fatalf("the dead flusher's lock has PTTL %v, want 0 < PTTL <= %v", ttl, lastseen.DefaultLockTTL)
@@ -434,13 +434,13 @@ func crashAt(t *testing.T, h *harness, point string) {
 	for _, k := range allShardKeys(p) {
 		locks = append(locks, k.Lock)
 	}
-	held, err := h.r.client.Exists(ctx, locks...).Result()
+	held, err := h.r.Client.Exists(ctx, locks...).Result()
 	must(t, err)
 	res, err := p2.Flush(ctx)
 	must(t, err)
 	equal(t, "shards skipped while the dead flusher's locks live", res.Skipped, int(held))
 	noneBackwards("after the first flush")
-	must(t, h.r.client.Del(ctx, locks...).Err()) // what their TTL does
+	must(t, h.r.Client.Del(ctx, locks...).Err()) // what their TTL does
 	res, err = p2.Flush(ctx)
 	must(t, err)
 	equal(t, "skipped once the lock expired", res.Skipped, 0)
@@ -572,10 +572,10 @@ func TestManyInstances(t *testing.T) {
 		t.Skip("starts child processes; runs without -short")
 	}
 	for _, env := range []struct {
-		d dbOpener
-		r redisKind
-	}{{sqliteOpener(), miniredisKind()}, {postgresOpener(), realRedisKind()}, {mysqlOpener(), realRedisKind()}, {postgresOpener(), clusterRedisKind()}} {
-		t.Run(env.d.name+"/"+env.r.name, func(t *testing.T) { manyInstances(t, newHarness(t, env.d, env.r)) })
+		d testenv.Dialect
+		r testenv.RedisKind
+	}{{testenv.SQLite(), testenv.Miniredis()}, {servers.Postgres(), testenv.RedisServer()}, {servers.MySQL(), testenv.RedisServer()}, {servers.Postgres(), testenv.RedisCluster()}} {
+		t.Run(env.d.Name+"/"+env.r.Name, func(t *testing.T) { manyInstances(t, newHarness(t, env.d, env.r)) })
 	}
 }
 
@@ -611,7 +611,7 @@ func manyInstances(t *testing.T, h *harness) {
 	}
 	must(t, db.CreateInBatches(&sessions, 200).Error)
 
-	if h.r.mr != nil { // miniredis expires keys only when told: let real time pass
+	if h.r.Mini != nil { // miniredis expires keys only when told: let real time pass
 		stop := make(chan struct{})
 		ticked := make(chan struct{})
 		go func() {
@@ -622,7 +622,7 @@ func manyInstances(t *testing.T, h *harness) {
 				case <-stop:
 					return
 				case now := <-time.After(5 * time.Millisecond):
-					h.r.mr.FastForward(now.Sub(last))
+					h.r.Mini.FastForward(now.Sub(last))
 					last = now
 				}
 			}

@@ -1,47 +1,21 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/robfig/cron/v3"
 )
-
-// logBuffer is a slog destination tests can read while jobs write to it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count returns how many log lines contain s.
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
-
-func debugLogger(b *logBuffer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 // TestInitializeSchedulesJobs: with the scheduler on, Initialize adds one
 // cron entry per flush and purge spec; Close cancels the jobs' context.
 func TestInitializeSchedulesJobs(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := h.config()
 	cfg.DisableScheduler = false
 	cfg.FlushSchedule = "@every 1m; */5 * * * *"
@@ -86,7 +60,7 @@ func TestInitializeSchedulesJobs(t *testing.T) {
 // TestInitializeRejectsBadSchedules: a spec that does not parse fails
 // Initialize with a message naming the option and the spec.
 func TestInitializeRejectsBadSchedules(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	for _, c := range []struct {
 		flush, purge string
 		want         string

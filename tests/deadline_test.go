@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -42,10 +43,8 @@ var blackholeClients = []struct {
 }
 
 // logLine returns the first log line containing msg, or "".
-func logLine(logs *logBuffer, msg string) string {
-	logs.mu.Lock()
-	defer logs.mu.Unlock()
-	for _, l := range strings.Split(logs.buf.String(), "\n") {
+func logLine(logs *testenv.Logs, msg string) string {
+	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, msg) {
 			return l
 		}
@@ -66,11 +65,11 @@ func TestEveryCallBoundedDuringBlackhole(t *testing.T) {
 			px := startFaultProxy(t, rs.Addr())
 			rdb := kind.open(px.Addr())
 			t.Cleanup(func() { rdb.Close() })
-			h := newHarness(t, sqliteOpener(), clientKind(rdb))
+			h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 			t.Cleanup(func() { px.Restore() }) // before the harness deletes its keys
-			var logs logBuffer
+			var logs testenv.Logs
 			cfg := h.config()
-			cfg.Logger = debugLogger(&logs)
+			cfg.Logger = testenv.TextLogger(&logs)
 			cfg.TouchTimeout = 100 * time.Millisecond
 			cfg.DisableScheduler = false
 			cfg.FlushSchedule, cfg.PurgeSchedule = "@every 1h", "@every 1h" // run by hand below
@@ -137,14 +136,14 @@ func TestEveryCallBoundedDuringBlackhole(t *testing.T) {
 				internals().RunScheduled(p, false)
 				return nil
 			})
-			equal(t, "scheduled flush failures logged", logs.count(`msg="lastseen: flush failed"`), 1)
+			equal(t, "scheduled flush failures logged", logs.Count(`msg="lastseen: flush failed"`), 1)
 			equal(t, "the scheduled flush ended by its deadline",
 				strings.Contains(logLine(&logs, `msg="lastseen: flush failed"`), "context deadline exceeded"), true)
 			bounded("scheduled purge", cfg.PurgeTimeout, func(context.Context) error {
 				internals().RunScheduled(p, true)
 				return nil
 			})
-			equal(t, "scheduled purge failures logged", logs.count(`msg="lastseen: purge failed"`), 1)
+			equal(t, "scheduled purge failures logged", logs.Count(`msg="lastseen: purge failed"`), 1)
 			equal(t, "the scheduled purge ended by its deadline",
 				strings.Contains(logLine(&logs, `msg="lastseen: purge failed"`), "context deadline exceeded"), true)
 			deadlineErr("Close", bounded("Close", 500*time.Millisecond, p.Close))
@@ -166,7 +165,7 @@ func TestOwnClientFollowsAppOptions(t *testing.T) {
 	rs := startPrivateRedis(t)
 	app := redis.NewClient(&redis.Options{Addr: rs.Addr(), DB: 3})
 	t.Cleanup(func() { app.Close() })
-	h := newHarness(t, sqliteOpener(), clientKind(app))
+	h := newHarness(t, testenv.SQLite(), clientKind(app))
 	snapshot := goleak.IgnoreCurrent()
 	p, db := h.plugin(h.config())
 	must(t, db.AutoMigrate(&lastseen.User{}))
@@ -233,7 +232,7 @@ func TestTouchRunsOnCallersGoroutine(t *testing.T) {
 			t.Cleanup(func() { rdb.Close() })
 			hook := &gidHook{}
 			rdb.AddHook(hook)
-			h := newHarness(t, sqliteOpener(), clientKind(rdb))
+			h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 			p, _ := h.plugin(h.config())
 			ok, err := p.TouchAt(context.Background(), 1, mustTime("2026-03-01T09:20:00Z"))
 			must(t, err)

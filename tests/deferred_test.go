@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // subRouterApp is an app whose authentication runs in the /api/ sub-router
@@ -63,12 +64,12 @@ func get(h http.Handler, path string, headers ...string) (int, string) {
 // and public requests send nothing; a known value inside the window costs
 // no Redis command; SetUser outside the middleware reports false.
 func TestDeferredMiddlewareTouchesUserNamedBySubRouter(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	p, db := h.plugin(withModel(h.config(), &usernameUser{}))
 	must(t, db.AutoMigrate(&usernameUser{}))
 	app := subRouterApp(t, p)
-	cc := countCommands(h.r.client)
+	cc := countCommands(h.r.Client)
 
 	code, body := get(app, "/public")
 	equal(t, "public", fmt.Sprint(code, " ", body), "200 public")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestFlushFullDiskKeepsEverything: a database that is out of space (here
@@ -19,7 +20,7 @@ import (
 // dropped, everything stays in Redis, and once there is room the next flush
 // writes every value exactly.
 func TestFlushFullDiskKeepsEverything(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.Shards = 1

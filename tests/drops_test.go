@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +26,11 @@ import (
 func TestBacklogDropsCountedDuringBlackhole(t *testing.T) {
 	rs := startPrivateRedis(t)
 	px := startFaultProxy(t, rs.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(newPrivateClient(t, px.Addr())))
+	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, px.Addr())))
 	t.Cleanup(func() { px.Restore() }) // before the harness deletes its keys
-	var logs logBuffer
+	var logs testenv.Logs
 	cfg := h.config()
-	cfg.Logger = debugLogger(&logs)
+	cfg.Logger = testenv.TextLogger(&logs)
 	cfg.TouchTimeout = 100 * time.Millisecond
 	cfg.BreakerCooldown = time.Hour
 	cfg.BacklogSize = 100
@@ -85,7 +86,7 @@ func TestBacklogDropsCountedDuringBlackhole(t *testing.T) {
 	equal(t, "stats after Close", p.Stats(), lastseen.Stats{Touches: 211, RedisErrors: 211, Backlogged: 200, BacklogDropped: 201,
 		Flushes: 2, FlushErrors: 2})
 	// One line per reason per 10s, with the running total.
-	equal(t, "drop log lines", logs.count(`msg="lastseen: dropped touches that never reached redis: `), 4)
+	equal(t, "drop log lines", logs.Count(`msg="lastseen: dropped touches that never reached redis: `), 4)
 	for _, want := range []struct{ reason, counts string }{
 		{"backlog full", "dropped=1 backlog_dropped_total=1"},
 		{"backlog full when a failed replay put it back", "dropped=90 backlog_dropped_total=100"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,14 +20,14 @@ import (
 func evictingRedis(t *testing.T, policy string, extra ...string) (*harness, *privateRedis) {
 	t.Helper()
 	srv := startPrivateRedis(t, append([]string{"--maxmemory", "4mb", "--maxmemory-policy", policy}, extra...)...)
-	h := newHarness(t, sqliteOpener(), clientKind(newPrivateClient(t, srv.Addr())))
+	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, srv.Addr())))
 	return h, srv
 }
 
 // evictionConfig is the harness's lastseen.Config logging into logs.
-func evictionConfig(h *harness, logs *logBuffer) lastseen.Config {
+func evictionConfig(h *harness, logs *testenv.Logs) lastseen.Config {
 	cfg := h.config()
-	cfg.Logger = debugLogger(logs)
+	cfg.Logger = testenv.TextLogger(logs)
 	return cfg
 }
 
@@ -62,19 +63,19 @@ func evictionWarning(h *harness) string {
 // naming the policy, the risk and the fix, however many checks follow
 // (Initialize, then flushes a minute apart), and lastseen.Status shows the policy.
 func TestEvictionPolicyWarnedOnce(t *testing.T) {
-	var logs logBuffer
+	var logs testenv.Logs
 	h, _ := evictingRedis(t, "allkeys-lru")
 	ctx := context.Background()
 	p, db := h.plugin(evictionConfig(h, &logs))
 	must(t, db.AutoMigrate(&lastseen.User{}))
-	equal(t, "warnings after Initialize", logs.count(evictionWarning(h)), 1)
+	equal(t, "warnings after Initialize", logs.Count(evictionWarning(h)), 1)
 	for range 3 {
 		h.clock.Add(evictionCheckInterval)
 		_, err := p.Flush(ctx)
 		must(t, err)
 	}
-	equal(t, "warnings after 3 more checks", logs.count(evictionWarning(h)), 1)
-	equal(t, "policy lines", logs.count("maxmemory_policy="), 1)
+	equal(t, "warnings after 3 more checks", logs.Count(evictionWarning(h)), 1)
+	equal(t, "policy lines", logs.Count("maxmemory_policy="), 1)
 	st, err := p.Status(ctx)
 	must(t, err)
 	equal(t, "Status.EvictionPolicy", st.EvictionPolicy, "allkeys-lru")
@@ -87,10 +88,10 @@ func TestEvictionPolicyWarnedOnce(t *testing.T) {
 // (the pending hashes among the rest), and the next check adds exactly the
 // INFO stats evicted_keys delta to lastseen.Stats.Evictions and logs it once.
 func TestEvictionsCounted(t *testing.T) {
-	var logs logBuffer
+	var logs testenv.Logs
 	h, _ := evictingRedis(t, "allkeys-lru")
 	ctx := context.Background()
-	rdb := h.r.client
+	rdb := h.r.Client
 	p, db := h.plugin(evictionConfig(h, &logs))
 	seedUsers(t, db, 1000)
 	before := evictedKeys(t, rdb) // what Initialize read as its baseline
@@ -124,7 +125,7 @@ func TestEvictionsCounted(t *testing.T) {
 	_, err = p.Flush(ctx)
 	must(t, err)
 	equal(t, "Stats.Evictions", p.Stats().Evictions, after-before)
-	equal(t, "eviction log lines", logs.count(fmt.Sprintf(
+	equal(t, "eviction log lines", logs.Count(fmt.Sprintf(
 		`level=WARN msg="lastseen: Redis evicted keys since the last check; pending timestamps may have been lost" %s evicted=%d maxmemory_policy=allkeys-lru`,
 		logAttrs(h), after-before)), 1)
 	t.Logf("1000 users touched, %d keys evicted, %d users reached the table", after-before, res.Written)
@@ -134,10 +135,10 @@ func TestEvictionsCounted(t *testing.T) {
 // by the first check a minute after the last one: noeviction clears the
 // risk (one note), volatile-lru raises it again (one new warning).
 func TestEvictionPolicyChangeAtRunTime(t *testing.T) {
-	var logs logBuffer
+	var logs testenv.Logs
 	h, _ := evictingRedis(t, "allkeys-lru")
 	ctx := context.Background()
-	rdb := h.r.client
+	rdb := h.r.Client
 	p, db := h.plugin(evictionConfig(h, &logs))
 	must(t, db.AutoMigrate(&lastseen.User{}))
 	status := func(what, policy string, risk bool) {
@@ -156,13 +157,13 @@ func TestEvictionPolicyChangeAtRunTime(t *testing.T) {
 	_, err = p.Flush(ctx)
 	must(t, err)
 	status("after CONFIG SET noeviction", "noeviction", false)
-	equal(t, "noeviction notes", logs.count(`level=INFO msg="lastseen: Redis maxmemory-policy is now noeviction"`), 1)
+	equal(t, "noeviction notes", logs.Count(`level=INFO msg="lastseen: Redis maxmemory-policy is now noeviction"`), 1)
 
 	must(t, rdb.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
 	h.clock.Add(evictionCheckInterval)
 	status("after CONFIG SET volatile-lru (lastseen.Status checks too)", "volatile-lru", true)
-	equal(t, "volatile-lru warnings", logs.count(`level=WARN msg="lastseen: Redis maxmemory-policy is volatile-lru:`), 1)
-	equal(t, "allkeys-lru warnings", logs.count(evictionWarning(h)), 1)
+	equal(t, "volatile-lru warnings", logs.Count(`level=WARN msg="lastseen: Redis maxmemory-policy is volatile-lru:`), 1)
+	equal(t, "allkeys-lru warnings", logs.Count(evictionWarning(h)), 1)
 }
 
 // TestRequireNoEviction: with RequireNoEviction, Initialize refuses an
@@ -170,7 +171,7 @@ func TestEvictionPolicyChangeAtRunTime(t *testing.T) {
 // noeviction, and accepts an unreadable policy (miniredis) with a warning.
 func TestRequireNoEviction(t *testing.T) {
 	t.Run("allkeys-lru", func(t *testing.T) {
-		var logs logBuffer
+		var logs testenv.Logs
 		h, _ := evictingRedis(t, "allkeys-lru")
 		cfg := evictionConfig(h, &logs)
 		cfg.RequireNoEviction = true
@@ -184,7 +185,7 @@ func TestRequireNoEviction(t *testing.T) {
 		equal(t, "buffer keys written", strings.Join(h.keys(), " "), "")
 	})
 	t.Run("noeviction", func(t *testing.T) {
-		var logs logBuffer
+		var logs testenv.Logs
 		h, _ := evictingRedis(t, "noeviction")
 		cfg := evictionConfig(h, &logs)
 		cfg.RequireNoEviction = true
@@ -192,11 +193,11 @@ func TestRequireNoEviction(t *testing.T) {
 		st, err := p.Status(context.Background())
 		must(t, err)
 		equal(t, "policy", st.EvictionPolicy, "noeviction")
-		equal(t, "policy log lines", logs.count("maxmemory_policy="), 0)
+		equal(t, "policy log lines", logs.Count("maxmemory_policy="), 0)
 	})
 	t.Run("unknown", func(t *testing.T) {
-		var logs logBuffer
-		h := newHarness(t, sqliteOpener(), miniredisKind())
+		var logs testenv.Logs
+		h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 		cfg := evictionConfig(h, &logs)
 		cfg.RequireNoEviction = true
 		p, _ := h.plugin(cfg)
@@ -204,7 +205,7 @@ func TestRequireNoEviction(t *testing.T) {
 		must(t, err)
 		equal(t, "policy", st.EvictionPolicy, lastseen.PolicyUnknown)
 		equal(t, "risk", st.EvictionRisk, false)
-		equal(t, "warnings", logs.count(`level=WARN msg="lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); make sure it is noeviction" `+logAttrs(h)+` maxmemory_policy=unknown`), 1)
+		equal(t, "warnings", logs.Count(`level=WARN msg="lastseen: cannot read Redis maxmemory-policy (CONFIG GET and INFO memory did not answer); make sure it is noeviction" `+logAttrs(h)+` maxmemory_policy=unknown`), 1)
 	})
 }
 
@@ -212,10 +213,10 @@ func TestRequireNoEviction(t *testing.T) {
 // (rename-command CONFIG "", as managed Redis does) is read from INFO
 // memory's maxmemory_policy, warned about once, and counted from INFO stats.
 func TestEvictionPolicyWithoutConfig(t *testing.T) {
-	var logs logBuffer
+	var logs testenv.Logs
 	h, _ := evictingRedis(t, "allkeys-lfu", "--rename-command", "CONFIG", "")
 	ctx := context.Background()
-	if err := h.r.client.ConfigGet(ctx, "maxmemory-policy").Err(); err == nil {
+	if err := h.r.Client.ConfigGet(ctx, "maxmemory-policy").Err(); err == nil {
 		t.Fatal("CONFIG GET answered; the server should have it disabled")
 	}
 	p, _ := h.plugin(evictionConfig(h, &logs))
@@ -223,7 +224,7 @@ func TestEvictionPolicyWithoutConfig(t *testing.T) {
 	must(t, err)
 	equal(t, "policy", st.EvictionPolicy, "allkeys-lfu")
 	equal(t, "risk", st.EvictionRisk, true)
-	equal(t, "warnings", logs.count(`level=WARN msg="lastseen: Redis maxmemory-policy is allkeys-lfu:`), 1)
+	equal(t, "warnings", logs.Count(`level=WARN msg="lastseen: Redis maxmemory-policy is allkeys-lfu:`), 1)
 }
 
 // TestEvictionPolicyEveryRedisKind: miniredis answers neither CONFIG nor
@@ -231,10 +232,10 @@ func TestEvictionPolicyWithoutConfig(t *testing.T) {
 // shared Redis and every master of the cluster run noeviction: no line
 // either.
 func TestEvictionPolicyEveryRedisKind(t *testing.T) {
-	for _, r := range allRedis() {
-		t.Run(r.name, func(t *testing.T) {
-			var logs logBuffer
-			h := newHarness(t, sqliteOpener(), r)
+	for _, r := range testenv.RedisKinds() {
+		t.Run(r.Name, func(t *testing.T) {
+			var logs testenv.Logs
+			h := newHarness(t, testenv.SQLite(), r)
 			ctx := context.Background()
 			must(t, h.db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 			p, _ := h.plugin(evictionConfig(h, &logs))
@@ -248,13 +249,13 @@ func TestEvictionPolicyEveryRedisKind(t *testing.T) {
 			st, err := p.Status(ctx)
 			must(t, err)
 			want := "noeviction"
-			if r.name == "miniredis" {
+			if r.Name == "miniredis" {
 				want = lastseen.PolicyUnknown
 			}
 			equal(t, "policy", st.EvictionPolicy, want)
 			equal(t, "risk", st.EvictionRisk, false)
-			equal(t, "policy log lines", logs.count("maxmemory_policy="), 0)
-			equal(t, "warnings", logs.count("level=WARN"), 0)
+			equal(t, "policy log lines", logs.Count("maxmemory_policy="), 0)
+			equal(t, "warnings", logs.Count("level=WARN"), 0)
 			equal(t, "evictions", p.Stats().Evictions, 0)
 		})
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/internal/faultproxy"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"gorm.io/driver/mysql"
@@ -62,8 +63,8 @@ func startPrivateRedis(t testing.TB, args ...string) *privateRedis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv(envRequire) != "" {
-			t.Fatalf("redis-server not found but %s is set: this test must run", envRequire)
+		if os.Getenv(testenv.EnvRequire) != "" {
+			t.Fatalf("redis-server not found but %s is set: this test must run", testenv.EnvRequire)
 		}
 		t.Skip("redis-server not installed")
 	}
@@ -184,10 +185,10 @@ func startFaultProxy(t testing.TB, target string) *faultproxy.Proxy {
 	return px
 }
 
-// clientKind is a redisKind for a client the test made itself (a private
+// clientKind is a testenv.RedisKind for a client the test made itself (a private
 // server, a proxy).
-func clientKind(c redis.UniversalClient) redisKind {
-	return redisKind{name: "private", open: func(testing.TB) *testRedis { return &testRedis{client: c} }}
+func clientKind(c redis.UniversalClient) testenv.RedisKind {
+	return testenv.RedisKind{Name: "private", Open: func(testing.TB) *testenv.Redis { return &testenv.Redis{Client: c} }}
 }
 
 func newPrivateClient(t testing.TB, addr string) *redis.Client {
@@ -325,7 +326,7 @@ type requestRig struct {
 }
 
 func newRequestRig(t *testing.T, rdb *redis.Client) *requestRig {
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
 	cfg.TouchTimeout = requestBudget
 	cfg.BreakerCooldown = breakerCooldown
@@ -468,8 +469,8 @@ func TestRedisOutageRequestPath(t *testing.T) {
 // most BacklogSize users, the rest counted in BacklogDropped), and the first
 // flush after Redis is back writes them: exact values in the database.
 func TestBacklogReplayedAfterOutage(t *testing.T) {
-	for _, d := range allDialects() {
-		t.Run(d.name, func(t *testing.T) {
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
 			rs := startPrivateRedis(t)
 			px := startFaultProxy(t, rs.Addr())
 			// go-redis retries a failed command 3 times and a failed dial 5
@@ -566,7 +567,7 @@ func proxiedDB(t *testing.T, h *harness) (*gorm.DB, *faultproxy.Proxy) {
 	var px *faultproxy.Proxy
 	switch h.dialect {
 	case "postgres":
-		dsn := os.Getenv(envPostgres)
+		dsn := os.Getenv(testenv.EnvPostgres)
 		pc, err := pgx.ParseConfig(dsn)
 		must(t, err)
 		var schema string
@@ -575,7 +576,7 @@ func proxiedDB(t *testing.T, h *harness) (*gorm.DB, *faultproxy.Proxy) {
 		host, port, _ := net.SplitHostPort(px.Addr())
 		d = postgres.Open(dsn + " search_path=" + schema + " host=" + host + " port=" + port) // later keys win
 	case "mysql":
-		mc, err := gomysql.ParseDSN(os.Getenv(envMySQL))
+		mc, err := gomysql.ParseDSN(os.Getenv(testenv.EnvMySQL))
 		must(t, err)
 		must(t, h.db.Raw("SELECT DATABASE()").Scan(&mc.DBName).Error)
 		px = startFaultProxy(t, mc.Addr)
@@ -586,12 +587,9 @@ func proxiedDB(t *testing.T, h *harness) (*gorm.DB, *faultproxy.Proxy) {
 	}
 	db, err := gorm.Open(d, quietGorm())
 	must(t, err)
-	t.Cleanup(func() { closeDB(db) })
+	t.Cleanup(func() { testenv.CloseDB(db) })
 	return db, px
 }
-
-// serverDialects are the dialects with a database server to fail.
-func serverDialects() []dbOpener { return []dbOpener{postgresOpener(), mysqlOpener()} }
 
 // faultFlushConfig flushes one shard in batches of 3, so that ten users
 // make four batches in a known order of events.
@@ -639,9 +637,9 @@ func committedAndKept(t *testing.T, p *lastseen.Plugin, db *gorm.DB, before, tou
 // touches arrive; the first flush after the server is back writes the
 // newest timestamp of every user.
 func TestDatabaseStoppedDuringFlush(t *testing.T) {
-	for _, d := range serverDialects() {
-		t.Run(d.name, func(t *testing.T) {
-			h := newHarness(t, d, miniredisKind())
+	for _, d := range servers.ServerDialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
 			db, px := proxiedDB(t, h)
 			before := seedFaultUsers(t, h.db, 10)
@@ -715,9 +713,9 @@ func singleConnection(t *testing.T, db *gorm.DB) {
 // the flush goes on over a new connection and writes every timestamp, with
 // no entry reported as refused.
 func TestDatabaseConnectionKilledDuringFlush(t *testing.T) {
-	for _, d := range serverDialects() {
-		t.Run(d.name, func(t *testing.T) {
-			h := newHarness(t, d, miniredisKind())
+	for _, d := range servers.ServerDialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
 			db := h.openDB()
 			singleConnection(t, db)
@@ -784,9 +782,9 @@ func TestDatabaseConnectionKilledDuringFlush(t *testing.T) {
 // and is reported (Failed, ErrRefused); once the lock is gone the next flush
 // writes it.
 func TestDatabaseStatementTimeoutDuringFlush(t *testing.T) {
-	for _, d := range serverDialects() {
-		t.Run(d.name, func(t *testing.T) {
-			h := newHarness(t, d, miniredisKind())
+	for _, d := range servers.ServerDialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
 			db := h.openDB()
 			singleConnection(t, db)
@@ -929,7 +927,7 @@ func TestDatabaseRefusesOneRow(t *testing.T) {
 func TestRedisScriptCacheFlushed(t *testing.T) {
 	rs := startPrivateRedis(t)
 	rdb := newPrivateClient(t, rs.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := faultFlushConfig(h)
 	cfg.TouchTimeout = requestBudget
@@ -962,7 +960,7 @@ func TestRedisScriptCacheFlushed(t *testing.T) {
 func TestRedisLostItsData(t *testing.T) {
 	rs := startPrivateRedis(t)
 	rdb := newPrivateClient(t, rs.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := faultFlushConfig(h)
 	cfg.TouchTimeout = requestBudget

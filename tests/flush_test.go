@@ -390,7 +390,7 @@ func TestFlushPagesWithHScan(t *testing.T) {
 			must(t, err)
 		}
 		updates := countStatements(t, db, "UPDATE")
-		rec := recordCommands(h.r.client)
+		rec := recordCommands(h.r.Client)
 		rec.reset()
 		res, err := p.Flush(ctx)
 		must(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"strings"
 	"testing"
 )
@@ -55,7 +56,7 @@ func TestTableHealthListsIndexesOnTheColumn(t *testing.T) {
 // unindexed one they are), expression and partial indexes on the column
 // are listed, and the fillfactor comes from the table's reloptions.
 func TestTableHealthPostgresHOTShare(t *testing.T) {
-	h := newHarness(t, postgresOpener(), miniredisKind())
+	h := newHarness(t, servers.Postgres(), testenv.Miniredis())
 	ctx := context.Background()
 	must(t, h.db.AutoMigrate(&lastseen.User{}))
 	p, db := h.plugin(h.config())

@@ -2,257 +2,48 @@ package tests
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/glebarez/sqlite"
 	"github.com/lastseen/lastseen"
-	"github.com/redis/go-redis/v9"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 )
 
-// Environment variables that point the tests at real servers. Unset, the
-// tests that need them skip with a one-line reason; with
-// LASTSEEN_REQUIRE_SERVICES=1 (as .ci/run sets) such a skip is a failure.
-const (
-	envPostgres     = "LASTSEEN_POSTGRES_DSN" // host=127.0.0.1 user=postgres dbname=lastseen_test sslmode=disable
-	envMySQL        = "LASTSEEN_MYSQL_DSN"    // root@tcp(127.0.0.1:3306)/lastseen_test?parseTime=true
-	envRedis        = "LASTSEEN_REDIS_ADDR"   // 127.0.0.1:6379
-	envRedisCluster = "LASTSEEN_REDIS_CLUSTER"
-	envRequire      = "LASTSEEN_REQUIRE_SERVICES"
+// The helpers of the black-box tests, on the environment matrix of
+// testenv (dialects, Redis kinds, clock, logs, key cleanup).
+
+var (
+	must       = testenv.Must
+	mustTime   = testenv.MustTime
+	randomName = testenv.RandomName
+	quietGorm  = testenv.Quiet
 )
 
-// needService skips (or, under LASTSEEN_REQUIRE_SERVICES, fails) when the
-// environment variable is unset, and returns its value.
-func needService(t testing.TB, env string) string {
+func equal[T comparable](t testing.TB, what string, got, want T) {
 	t.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if os.Getenv(envRequire) != "" {
-			t.Fatalf("%s is not set but %s is: this test must run", env, envRequire)
-		}
-		t.Skipf("%s not set", env)
-	}
-	return v
+	testenv.Equal(t, what, got, want)
 }
 
-func randomName(prefix string) string {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
-// fakeClock is the plugin's clock in tests.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock(rfc3339 string) *fakeClock { return &fakeClock{now: mustTime(rfc3339)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func mustTime(s string) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		panic(err)
-	}
-	return t.UTC()
-}
-
-// dbOpener opens fresh, isolated databases of one dialect: a SQLite file, a
-// PostgreSQL schema or a MySQL database of its own, dropped at cleanup.
-type dbOpener struct {
-	name string
-	open func(t testing.TB) func() *gorm.DB // returns a func opening more handles to the same database
-}
-
-// quietGorm returns a new config per handle: a handle takes one plugin of a name.
-func quietGorm() *gorm.Config { return &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)} }
-
-func sqliteOpener() dbOpener {
-	return dbOpener{name: "sqlite", open: func(t testing.TB) func() *gorm.DB {
-		path := filepath.Join(t.TempDir(), "test.db")
-		return func() *gorm.DB {
-			db, err := gorm.Open(sqlite.Open(path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"), quietGorm())
-			if err != nil {
-				t.Fatalf("open sqlite: %v", err)
-			}
-			t.Cleanup(func() { closeDB(db) })
-			return db
-		}
-	}}
-}
-
-func postgresOpener() dbOpener {
-	return dbOpener{name: "postgres", open: func(t testing.TB) func() *gorm.DB {
-		dsn := needService(t, envPostgres)
-		admin, err := gorm.Open(postgres.Open(dsn), quietGorm())
-		if err != nil {
-			t.Fatalf("open postgres: %v", err)
-		}
-		schema := randomName("t_")
-		if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
-			t.Fatalf("create schema: %v", err)
-		}
-		t.Cleanup(func() {
-			admin.Exec("DROP SCHEMA " + schema + " CASCADE")
-			closeDB(admin)
-		})
-		return func() *gorm.DB {
-			db, err := gorm.Open(postgres.Open(dsn+" search_path="+schema), quietGorm())
-			if err != nil {
-				t.Fatalf("open postgres: %v", err)
-			}
-			t.Cleanup(func() { closeDB(db) })
-			return db
-		}
-	}}
-}
-
-func mysqlOpener() dbOpener {
-	return dbOpener{name: "mysql", open: func(t testing.TB) func() *gorm.DB {
-		dsn := needService(t, envMySQL)
-		admin, err := gorm.Open(mysql.Open(dsn), quietGorm())
-		if err != nil {
-			t.Fatalf("open mysql: %v", err)
-		}
-		name := randomName("lastseen_t_")
-		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
-			t.Fatalf("create database: %v", err)
-		}
-		t.Cleanup(func() {
-			admin.Exec("DROP DATABASE " + name)
-			closeDB(admin)
-		})
-		slash, q := strings.Index(dsn, "/"), strings.Index(dsn, "?")
-		if q < 0 {
-			q = len(dsn)
-		}
-		own := dsn[:slash+1] + name + dsn[q:]
-		return func() *gorm.DB {
-			db, err := gorm.Open(mysql.Open(own), quietGorm())
-			if err != nil {
-				t.Fatalf("open mysql: %v", err)
-			}
-			t.Cleanup(func() { closeDB(db) })
-			return db
-		}
-	}}
-}
-
-func closeDB(db *gorm.DB) {
-	if sqlDB, err := db.DB(); err == nil {
-		sqlDB.Close()
-	}
-}
-
-func allDialects() []dbOpener { return []dbOpener{sqliteOpener(), postgresOpener(), mysqlOpener()} }
-
-// redisKind makes Redis clients of one kind, each test with a key prefix of
-// its own that is deleted at cleanup.
-type redisKind struct {
-	name string
-	open func(t testing.TB) *testRedis
-}
-
-// The test clients set ContextTimeoutEnabled, so the plugin sends on them
-// as they are and hooks a test adds to them (command counters, recorders)
-// see the plugin's commands. With the go-redis default (false) the plugin
-// opens a client of its own (redisclient.go); the tests of that path build
-// such clients themselves (deadline_test.go).
-type testRedis struct {
-	client redis.UniversalClient // nil for the in-process buffer (memoryKind)
-	mr     *miniredis.Miniredis  // nil on a real server
-}
-
-func miniredisKind() redisKind {
-	return redisKind{name: "miniredis", open: func(t testing.TB) *testRedis {
-		mr := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		return &testRedis{client: c, mr: mr}
-	}}
-}
-
-func realRedisKind() redisKind {
-	return redisKind{name: "redis", open: func(t testing.TB) *testRedis {
-		c := redis.NewClient(&redis.Options{Addr: needService(t, envRedis), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		return &testRedis{client: c}
-	}}
-}
-
-func clusterRedisKind() redisKind {
-	return redisKind{name: "cluster", open: func(t testing.TB) *testRedis {
-		addrs := strings.Split(needService(t, envRedisCluster), ",")
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		return &testRedis{client: c}
-	}}
-}
-
-func allRedis() []redisKind { return []redisKind{miniredisKind(), realRedisKind(), clusterRedisKind()} }
+// servers are the PostgreSQL and MySQL dialects with their GORM drivers.
+var servers = testenv.Servers{PostgresDriver: postgres.Open, MySQLDriver: mysql.Open}
 
 // memoryKind is no Redis at all: Config.Redis stays nil and the plugin
 // buffers in process (memoryBuffer). The harness shows that buffer's state
 // under the Redis key names (keys, pendingKeys), so that tests written
 // against Redis check the same state; tests about Redis itself skip it
 // (needRedis).
-func memoryKind() redisKind {
-	return redisKind{name: "memory", open: func(testing.TB) *testRedis { return &testRedis{} }}
+func memoryKind() testenv.RedisKind {
+	return testenv.RedisKind{Name: "memory", Open: func(testing.TB) *testenv.Redis { return &testenv.Redis{} }}
 }
 
 // allBuffers is every buffer forEachEnv runs on: the Redis kinds and the
 // in-process buffer.
-func allBuffers() []redisKind { return append(allRedis(), memoryKind()) }
-
-// deleteKeys removes every key matching pattern, on every master of a
-// cluster.
-func deleteKeys(ctx context.Context, c redis.UniversalClient, pattern string) error {
-	del := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
-				return err
-			}
-		}
-		return iter.Err()
-	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return del(ctx, m) })
-	}
-	return del(ctx, c)
-}
+func allBuffers() []testenv.RedisKind { return append(testenv.RedisKinds(), memoryKind()) }
 
 // harness is one test environment: a database of one dialect, a Redis of
 // one kind, a key prefix and a clock.
@@ -260,28 +51,30 @@ type harness struct {
 	t       testing.TB
 	dialect string
 	redis   string
-	openDB  func() *gorm.DB
+	openDB  func() *gorm.DB // a new handle to the harness's database, closed at cleanup
 	db      *gorm.DB
-	r       *testRedis
+	r       *testenv.Redis
 	prefix  string
-	clock   *fakeClock
+	clock   *testenv.Clock
 	plugins []*lastseen.Plugin // made by plugin(), whose memory buffers keys() shows
 }
 
-func newHarness(t testing.TB, d dbOpener, r redisKind) *harness {
-	h := &harness{t: t, dialect: d.name, redis: r.name, clock: newClock("2026-03-01T09:30:00Z")}
-	h.r = r.open(t)
-	h.openDB = d.open(t)
+func newHarness(t testing.TB, d testenv.Dialect, r testenv.RedisKind) *harness {
+	h := &harness{t: t, dialect: d.Name, redis: r.Name, clock: testenv.ClockAt("2026-03-01T09:30:00Z")}
+	h.r = r.Open(t)
+	db := d.New(t)
+	h.openDB = func() *gorm.DB { return db.Open(t) }
 	h.db = h.openDB()
-	h.prefix = randomName("ls")
-	if h.r.client != nil {
-		t.Cleanup(func() { _ = deleteKeys(context.Background(), h.r.client, h.prefix+":*") })
+	if h.r.Client != nil {
+		h.prefix = testenv.KeyPrefix(t, h.r.Client)
+	} else {
+		h.prefix = randomName("ls")
 	}
 	return h
 }
 
 // memory reports whether the harness runs on the in-process buffer.
-func (h *harness) memory() bool { return h.r.client == nil }
+func (h *harness) memory() bool { return h.r.Client == nil }
 
 // needRedis skips a test that is about Redis itself (its keys, commands,
 // outages, or one buffer shared by several instances) on the in-process
@@ -297,8 +90,8 @@ func (h *harness) needRedis(t testing.TB, why string) {
 // with a Redis Cluster, and with no Redis (the in-process buffer).
 func forEachEnv(t *testing.T, fn func(t *testing.T, h *harness)) {
 	for _, r := range allBuffers() {
-		for _, d := range allDialects() {
-			t.Run(d.name+"/"+r.name, func(t *testing.T) {
+		for _, d := range servers.Dialects() {
+			t.Run(d.Name+"/"+r.Name, func(t *testing.T) {
 				fn(t, newHarness(t, d, r))
 			})
 		}
@@ -308,8 +101,8 @@ func forEachEnv(t *testing.T, fn func(t *testing.T, h *harness)) {
 // forEachDialect runs fn for every dialect with miniredis only: for tests
 // about SQL, where the Redis kind does not matter.
 func forEachDialect(t *testing.T, fn func(t *testing.T, h *harness)) {
-	for _, d := range allDialects() {
-		t.Run(d.name, func(t *testing.T) { fn(t, newHarness(t, d, miniredisKind())) })
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) { fn(t, newHarness(t, d, testenv.Miniredis())) })
 	}
 }
 
@@ -317,11 +110,11 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, h *harness)) {
 // scheduler, logs discarded.
 func (h *harness) config() lastseen.Config {
 	return lastseen.Config{
-		Redis:            h.r.client,
+		Redis:            h.r.Client,
 		Prefix:           h.prefix,
 		Now:              h.clock.Now,
 		DisableScheduler: true,
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:           testenv.Discard,
 		TouchTimeout:     2 * time.Second,
 	}
 }
@@ -331,11 +124,7 @@ func (h *harness) config() lastseen.Config {
 func (h *harness) plugin(cfg lastseen.Config) (*lastseen.Plugin, *gorm.DB) {
 	h.t.Helper()
 	db := h.openDB()
-	p := lastseen.New(cfg)
-	if err := db.Use(p); err != nil {
-		h.t.Fatalf("db.Use: %v", err)
-	}
-	h.t.Cleanup(func() { p.Close(context.Background()) })
+	p := testenv.Use(h.t, db, cfg)
 	h.plugins = append(h.plugins, p)
 	return p, db
 }
@@ -349,11 +138,11 @@ func (h *harness) expireThrottle(d time.Duration) {
 	switch {
 	case h.memory(): // markers end on the plugin's clock
 		return
-	case h.r.mr != nil:
-		h.r.mr.FastForward(d)
+	case h.r.Mini != nil:
+		h.r.Mini.FastForward(d)
 		return
 	}
-	if err := deleteKeys(context.Background(), h.r.client, h.prefix+":*:seen:*"); err != nil {
+	if err := testenv.DeleteKeys(context.Background(), h.r.Client, h.prefix+":*:seen:*"); err != nil {
 		h.t.Fatalf("expire markers: %v", err)
 	}
 }
@@ -365,26 +154,12 @@ func (h *harness) keys() []string {
 	if h.memory() {
 		return h.memoryKeys()
 	}
-	ctx := context.Background()
-	var out []string
-	var mu sync.Mutex
-	collect := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, h.prefix+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			mu.Lock()
-			out = append(out, strings.TrimPrefix(iter.Val(), h.prefix))
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := h.r.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return collect(ctx, m) })
-	} else {
-		err = collect(ctx, h.r.client)
-	}
+	out, err := testenv.Keys(context.Background(), h.r.Client, h.prefix+":*")
 	if err != nil {
 		h.t.Fatalf("scan keys: %v", err)
+	}
+	for i, k := range out {
+		out[i] = strings.TrimPrefix(k, h.prefix)
 	}
 	return h.logicalKeys(out)
 }
@@ -402,7 +177,7 @@ func (h *harness) logicalKeys(raw []string) []string {
 		case len(parts) == 4 && (parts[2] == "pending" || parts[2] == "inflight"):
 			set[strings.Join(parts[:3], ":")] = true
 		case len(parts) == 5 && parts[2] == "seen":
-			fields, err := h.r.client.HKeys(context.Background(), h.prefix+k).Result()
+			fields, err := h.r.Client.HKeys(context.Background(), h.prefix+k).Result()
 			if err != nil {
 				h.t.Fatalf("markers %s: %v", k, err)
 			}
@@ -448,18 +223,4 @@ func lastSeenColumn(t testing.TB, db *gorm.DB, table, pk, col string, id any) st
 		return ""
 	}
 	return rows[0].V.UTC().Format(time.RFC3339Nano)
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func equal[T comparable](t testing.TB, what string, got, want T) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s = %v, want %v", what, got, want)
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -135,7 +136,7 @@ func TestIdlePurgeKeepsBufferedActivity(t *testing.T) {
 
 // TestIdleConfig: IdleTimeout checks its settings at db.Use.
 func TestIdleConfig(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	for _, c := range []struct {
 		name string
 		set  func(*lastseen.Config)

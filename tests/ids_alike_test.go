@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestIntegerIDSpellingsShareOneEntry: every spelling of user 7 that an app
@@ -16,9 +17,9 @@ import (
 // integer types) is one user: one recorded touch, one entry, one row
 // written, for an unsigned key as for a signed one.
 func TestIntegerIDSpellingsShareOneEntry(t *testing.T) {
-	for _, r := range []redisKind{miniredisKind(), memoryKind()} {
-		t.Run(r.name, func(t *testing.T) {
-			h := newHarness(t, sqliteOpener(), r)
+	for _, r := range []testenv.RedisKind{testenv.Miniredis(), memoryKind()} {
+		t.Run(r.Name, func(t *testing.T) {
+			h := newHarness(t, testenv.SQLite(), r)
 			ctx := context.Background()
 			p, db := h.plugin(h.config())
 			seedUsers(t, db, 7) // lastseen.User: a uint64 key
@@ -57,11 +58,11 @@ func TestUUIDMatchedByValueNotCase(t *testing.T) {
 		"mysql":    "CREATE TABLE upper_uuid_users (id CHAR(36) PRIMARY KEY, last_seen DATETIME(6) NULL)",
 		"sqlite":   "CREATE TABLE upper_uuid_users (id text PRIMARY KEY, last_seen datetime)",
 	}
-	for _, d := range allDialects() {
-		t.Run(d.name, func(t *testing.T) {
-			h := newHarness(t, d, miniredisKind())
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
-			must(t, h.db.Exec(ddl[d.name]).Error)
+			must(t, h.db.Exec(ddl[d.Name]).Error)
 			u := uuid.MustParse("0b5d6f3c-8a8e-4f4e-9b1c-2f6f5d9a7e01")
 			must(t, h.db.Exec("INSERT INTO upper_uuid_users (id) VALUES (?)", strings.ToUpper(u.String())).Error)
 			cfg := h.config()
@@ -73,7 +74,7 @@ func TestUUIDMatchedByValueNotCase(t *testing.T) {
 			must(t, err)
 			res, err := p.Flush(ctx)
 			must(t, err)
-			want := map[string]int{"postgres": 1, "mysql": 1, "sqlite": 0}[d.name]
+			want := map[string]int{"postgres": 1, "mysql": 1, "sqlite": 0}[d.Name]
 			equal(t, "GORM's own WHERE id = ? finds", gormFinds, int64(want))
 			equal(t, "written", res.Written, want)
 			equal(t, "unknown", res.Unknown, 1-want)

@@ -71,7 +71,7 @@ func allShardKeys(p *lastseen.Plugin) []keys.Shard {
 // touch runs EVALSHA alone.
 func loadTouchScript(t testing.TB, h *harness) {
 	t.Helper()
-	must(t, internals().LoadTouch(context.Background(), h.r.client))
+	must(t, internals().LoadTouch(context.Background(), h.r.Client))
 }
 
 // pluginDB returns p's own database handle.
@@ -158,7 +158,7 @@ func (h *harness) putPending(t testing.TB, p *lastseen.Plugin, pairs ...string) 
 		byKey[k] = append(byKey[k], pairs[i], pairs[i+1])
 	}
 	ctx := context.Background()
-	_, err := h.r.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err := h.r.Client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, k := range order {
 			pipe.HSet(ctx, k, byKey[k]...)
 		}
@@ -170,7 +170,7 @@ func (h *harness) putPending(t testing.TB, p *lastseen.Plugin, pairs ...string) 
 // pendingValue reads uid's pending entry from Redis as stored.
 func (h *harness) pendingValue(t testing.TB, p *lastseen.Plugin, uid string) string {
 	t.Helper()
-	v, err := h.r.client.HGet(context.Background(), pendingKey(p, uid), uid).Result()
+	v, err := h.r.Client.HGet(context.Background(), pendingKey(p, uid), uid).Result()
 	must(t, err)
 	return v
 }
@@ -180,7 +180,7 @@ func (h *harness) pendingLen(t testing.TB, p *lastseen.Plugin, n int) int64 {
 	t.Helper()
 	ctx := context.Background()
 	var cmds []*redis.IntCmd
-	_, err := h.r.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err := h.r.Client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, key := range shardKeys(p, n).AllPending() {
 			cmds = append(cmds, pipe.HLen(ctx, key))
 		}

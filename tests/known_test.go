@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestTouchKnownInsideWindowIsFree: a known value inside the throttle window
@@ -14,14 +15,14 @@ import (
 // start, the zero time or one past MaxClockSkew is a normal touch, one
 // EVALSHA each.
 func TestTouchKnownInsideWindowIsFree(t *testing.T) {
-	for _, r := range allRedis() {
-		t.Run(r.name, func(t *testing.T) {
-			h := newHarness(t, sqliteOpener(), r)
+	for _, r := range testenv.RedisKinds() {
+		t.Run(r.Name, func(t *testing.T) {
+			h := newHarness(t, testenv.SQLite(), r)
 			ctx := context.Background()
 			p, _ := h.plugin(h.config())
 			_, err := p.Touch(ctx, 99) // loads the touch script: later touches are one EVALSHA
 			must(t, err)
-			cc := countCommands(h.r.client)
+			cc := countCommands(h.r.Client)
 			now := h.clock.Now() // 09:30:00Z; Throttle 5m
 
 			cases := []struct {

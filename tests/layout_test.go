@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ import (
 func TestLayoutHashesStayListpack(t *testing.T) {
 	rs := startPrivateRedis(t)
 	rdb := newPrivateClient(t, rs.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	const users = 2000
 	cfg := h.config()
@@ -110,7 +111,7 @@ func TestLayoutHashesStayListpack(t *testing.T) {
 // and refusals hash hash to the slot of "{N}", for 1, 16 and 1024 shards:
 // each script and RENAME of a shard stays in one slot.
 func TestLayoutBucketKeysShareShardSlot(t *testing.T) {
-	addrs := strings.Split(needService(t, envRedisCluster), ",")
+	addrs := strings.Split(testenv.Need(t, testenv.EnvRedisCluster), ",")
 	c := redis.NewClient(&redis.Options{Addr: addrs[0]}) // CLUSTER KEYSLOT is answered by any node
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -67,9 +68,9 @@ func slowUpdates(t *testing.T, db *gorm.DB) *atomic.Int64 {
 // written by exactly one statement, every user has its timestamp, and the
 // next flush drains nothing.
 func TestSlowBatchKeepsItsLock(t *testing.T) {
-	for _, r := range allRedis()[1:] { // miniredis expires keys only when told to
-		for _, d := range allDialects() {
-			t.Run(d.name+"/"+r.name, func(t *testing.T) {
+	for _, r := range testenv.RedisKinds()[1:] { // miniredis expires keys only when told to
+		for _, d := range servers.Dialects() {
+			t.Run(d.Name+"/"+r.Name, func(t *testing.T) {
 				h := newHarness(t, d, r)
 				cfg := h.config()
 				cfg.Shards, cfg.BatchSize = 1, 5
@@ -107,9 +108,9 @@ func TestSlowBatchKeepsItsLock(t *testing.T) {
 // (600ms), so the purge lock would expire between two batches; the keeper
 // refreshes it and the purge deletes all 6 sessions in 3 batches.
 func TestSlowPurgeKeepsItsLock(t *testing.T) {
-	for _, d := range allDialects() {
-		t.Run(d.name, func(t *testing.T) {
-			h := newHarness(t, d, realRedisKind())
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.RedisServer())
 			cfg := h.config()
 			cfg.LockTTL, cfg.PurgeBatchTimeout = lockTTL, lockTTL/2
 			cfg.PurgeBatchSize, cfg.PurgePause = 2, slowBatch
@@ -151,7 +152,7 @@ func TestLostLockStopsForwardOnly(t *testing.T) {
 		ctx := context.Background()
 		setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
 			if batch == 1 { // another instance holds the lock from now on
-				must(t, h.r.client.Set(ctx, lockKey, "another flusher", time.Minute).Err())
+				must(t, h.r.Client.Set(ctx, lockKey, "another flusher", time.Minute).Err())
 			}
 		}})
 		res, err := p.Flush(ctx)
@@ -162,7 +163,7 @@ func TestLostLockStopsForwardOnly(t *testing.T) {
 		equal(t, "batches", res.Batches, 1)
 		equal(t, "acknowledged (drained)", res.Drained, 0)
 		setHooks(p, nil)
-		must(t, h.r.client.Del(ctx, lockKey).Err()) // the other instance is done
+		must(t, h.r.Client.Del(ctx, lockKey).Err()) // the other instance is done
 
 		res, err = p.Flush(ctx)
 		must(t, err)

@@ -1,69 +1,32 @@
 package tests
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// take returns what was written since the last take.
-func (b *syncBuffer) take() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	b.buf.Reset()
-	return s
-}
-
-// jsonLogger logs JSON at Debug level into b without the time and duration
-// attributes, the two that differ from run to run.
-func jsonLogger(b *syncBuffer) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{
-		Level: slog.LevelDebug,
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey || a.Key == "duration" {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
-}
 
 // TestFlushJobLogLines: a scheduled flush that finds nothing logs one Debug
 // line, a flush that wrote rows one Info line with its counts; both carry
 // the plugin, the tracked table and the Redis prefix.
 func TestFlushJobLogLines(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
-	var out syncBuffer
+	var out testenv.Logs
 	cfg := h.config()
 	cfg.Shards = 2
-	cfg.Logger = jsonLogger(&out)
+	cfg.Logger = testenv.JSONLogger(&out)
 	must(t, h.db.AutoMigrate(&lastseen.User{}, &lastseen.Session{})) // tables made after db.Use would be one warning each
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 2)
-	equal(t, "lines from db.Use", out.take(), "")
+	equal(t, "lines from db.Use", out.Take(), "")
 
 	flushJob(p, ctx)
 	common := `"plugin":"lastseen:github.com/lastseen/lastseen.User.LastSeenAt","table":"users","prefix":"` + h.prefix + `",`
-	equal(t, "empty flush", out.take(), `{"level":"DEBUG","msg":"lastseen: flush: nothing pending",`+common+
+	equal(t, "empty flush", out.Take(), `{"level":"DEBUG","msg":"lastseen: flush: nothing pending",`+common+
 		`"drained":0,"written":0,"unknown":0,"stale":0,"rejected":0,"failed":0,"batches":0,"shards":0,"skipped":0}`+"\n")
 
 	for _, id := range []int{1, 2, 3} { // 3 is not in the table
@@ -71,7 +34,7 @@ func TestFlushJobLogLines(t *testing.T) {
 		must(t, err)
 	}
 	flushJob(p, ctx)
-	equal(t, "real flush", out.take(), `{"level":"INFO","msg":"lastseen: flush",`+common+
+	equal(t, "real flush", out.Take(), `{"level":"INFO","msg":"lastseen: flush",`+common+
 		`"drained":3,"written":2,"unknown":1,"stale":0,"rejected":0,"failed":0,"batches":2,"shards":2,"skipped":0}`+"\n")
 }
 
@@ -79,24 +42,24 @@ func TestFlushJobLogLines(t *testing.T) {
 // real one an Info line with its counts, both with the tracked table,
 // prefix and the sessions table.
 func TestPurgeJobLogLines(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
-	var out syncBuffer
+	var out testenv.Logs
 	cfg := purgeConfig(h, 1000)
-	cfg.Logger = jsonLogger(&out)
+	cfg.Logger = testenv.JSONLogger(&out)
 	must(t, h.db.AutoMigrate(&lastseen.User{}, &lastseen.Session{})) // tables made after db.Use would be one warning each
 	p, db := h.plugin(cfg)
 	seedSessions(t, db, sess("z", "2026-03-02T00:00:00Z"))
-	equal(t, "lines from db.Use", out.take(), "")
+	equal(t, "lines from db.Use", out.Take(), "")
 
 	purgeJob(p, ctx)
 	common := `"plugin":"lastseen:github.com/lastseen/lastseen.User.LastSeenAt","table":"users","prefix":"` + h.prefix + `","session_table":"sessions",`
-	equal(t, "empty purge", out.take(), `{"level":"DEBUG","msg":"lastseen: purge: nothing expired",`+common+
+	equal(t, "empty purge", out.Take(), `{"level":"DEBUG","msg":"lastseen: purge: nothing expired",`+common+
 		`"deleted":0,"batches":0,"retries":0,"cutoff":"2026-03-01T09:30:00Z","stopped":false}`+"\n")
 
 	must(t, db.Create(&lastseen.Session{ID: "a", UserID: 1, ExpiresAt: mustTime("2026-03-01T09:00:00Z")}).Error)
 	purgeJob(p, ctx)
-	got := out.take()
+	got := out.Take()
 	equal(t, "real purge", got, `{"level":"INFO","msg":"lastseen: purge",`+common+
 		`"deleted":1,"batches":1,"retries":0,"cutoff":"2026-03-01T09:30:00Z","stopped":false}`+"\n")
 	equal(t, "lines", strings.Count(got, "\n"), 1)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -113,7 +114,7 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		cfg := h.config()
 		cfg.Model, cfg.Field = &twoTimesUser{}, "last_seen_at" // same table, column and key type
 		must(t, tryUse(t, h.openDB(), cfg))
-		m, err := h.r.client.HGetAll(context.Background(), h.prefix+":manifest").Result()
+		m, err := h.r.Client.HGetAll(context.Background(), h.prefix+":manifest").Result()
 		must(t, err)
 		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
 		delete(m, "database")
@@ -124,11 +125,11 @@ func TestManifestTargetDisagrees(t *testing.T) {
 // TestManifestDialectDisagrees: a PostgreSQL instance on the Prefix of a
 // SQLite buffer is refused.
 func TestManifestDialectDisagrees(t *testing.T) {
-	for _, r := range []redisKind{realRedisKind(), clusterRedisKind()} {
-		t.Run(r.name, func(t *testing.T) {
-			h := newHarness(t, sqliteOpener(), r)
+	for _, r := range []testenv.RedisKind{testenv.RedisServer(), testenv.RedisCluster()} {
+		t.Run(r.Name, func(t *testing.T) {
+			h := newHarness(t, testenv.SQLite(), r)
 			_ = tryUse(t, h.openDB(), h.config())
-			pg := postgresOpener().open(t)()
+			pg := servers.Postgres().New(t).Open(t)
 			err := tryUse(t, pg, h.config())
 			equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for dialect "sqlite", `+
 				`this instance has dialect "postgres": set another Prefix (or leave Prefix empty to derive one from the database and table), `+
@@ -145,7 +146,7 @@ func TestManifestFormatDisagrees(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		_ = tryUse(t, h.openDB(), h.config())
-		must(t, h.r.client.HSet(ctx, h.prefix+":manifest", "format", "1").Err())
+		must(t, h.r.Client.HSet(ctx, h.prefix+":manifest", "format", "1").Err())
 		err := tryUse(t, h.openDB(), h.config())
 		equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
 		equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was written by a lastseen `+
@@ -160,7 +161,7 @@ func TestManifestFormatDisagrees(t *testing.T) {
 // write into a buffer of another layout.
 func TestManifestCheckedByFirstFlush(t *testing.T) {
 	srv := startPrivateRedis(t)
-	h := newHarness(t, sqliteOpener(), clientKind(newPrivateClient(t, srv.Addr())))
+	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, srv.Addr())))
 	seedUsers(t, h.db, 10)
 	srv.kill()
 	cfg := h.config()
@@ -169,7 +170,7 @@ func TestManifestCheckedByFirstFlush(t *testing.T) {
 	must(t, h.openDB().Use(late)) // Redis unreachable: logged, not an error
 	t.Cleanup(func() { late.Close(context.Background()) })
 	srv.restart()
-	waitForRedis(t, h.r.client)
+	waitForRedis(t, h.r.Client)
 
 	cfg.Shards = 8
 	_ = tryUse(t, h.openDB(), cfg) // creates the manifest with Shards 8
@@ -191,7 +192,8 @@ var derivedPrefix = regexp.MustCompile(`^lastseen:users:[0-9a-f]{8}$`)
 func TestDefaultPrefixPerTarget(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
-		openOther := dialectByName(h.dialect).open(t)
+		other := dialectByName(h.dialect).New(t)
+		openOther := func() *gorm.DB { return other.Open(t) }
 		apps := []struct {
 			db   *gorm.DB
 			p    *lastseen.Plugin
@@ -207,7 +209,7 @@ func TestDefaultPrefixPerTarget(t *testing.T) {
 			a.p = usePlugin(t, a.open(), cfg)
 			prefix := a.p.Config().Prefix
 			if !h.memory() {
-				t.Cleanup(func() { _ = deleteKeys(context.Background(), h.r.client, prefix+":*") })
+				t.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), h.r.Client, prefix+":*") })
 			}
 			if !derivedPrefix.MatchString(prefix) {
 				t.Fatalf("app %d prefix %q does not match %s", i, prefix, derivedPrefix)
@@ -240,7 +242,7 @@ func TestDefaultPrefixPerTarget(t *testing.T) {
 // absolute path, and the prefix is the documented hash of it; two files on
 // one explicit Prefix are refused.
 func TestDefaultPrefixSQLiteFile(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := h.config()
 	cfg.Prefix = ""
 	p := usePlugin(t, h.openDB(), cfg)
@@ -251,7 +253,7 @@ func TestDefaultPrefixSQLiteFile(t *testing.T) {
 	equal(t, "prefix, by hand", p.Config().Prefix, "lastseen:users:"+hex.EncodeToString(sum[:4]))
 
 	// Another file with the same explicit Prefix: refused, the database named.
-	other := sqliteOpener().open(t)()
+	other := testenv.SQLite().New(t).Open(t)
 	cfg.Prefix = h.prefix
 	_ = tryUse(t, h.openDB(), cfg)
 	err := tryUse(t, other, cfg)
@@ -263,9 +265,9 @@ func TestDefaultPrefixSQLiteFile(t *testing.T) {
 }
 
 // dialectByName returns the opener of one dialect.
-func dialectByName(name string) dbOpener {
-	for _, d := range allDialects() {
-		if d.name == name {
+func dialectByName(name string) testenv.Dialect {
+	for _, d := range servers.Dialects() {
+		if d.Name == name {
 			return d
 		}
 	}

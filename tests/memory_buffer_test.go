@@ -9,20 +9,21 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // forEachMemory runs fn for every dialect with no Redis: the in-process
 // buffer.
 func forEachMemory(t *testing.T, fn func(t *testing.T, h *harness)) {
-	for _, d := range allDialects() {
-		t.Run(d.name, func(t *testing.T) { fn(t, newHarness(t, d, memoryKind())) })
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) { fn(t, newHarness(t, d, memoryKind())) })
 	}
 }
 
 // TestMemoryBufferChosenWithoutRedis: Config.Redis nil gives the in-process
 // buffer, which has no breaker and no backlog.
 func TestMemoryBufferChosenWithoutRedis(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), memoryKind())
+	h := newHarness(t, testenv.SQLite(), memoryKind())
 	p, _ := h.plugin(h.config())
 	isMemory := buf(p).Memory()
 	equal(t, "memory buffer", isMemory, true)
@@ -70,7 +71,7 @@ func TestMemoryThrottleOncePerWindow(t *testing.T) {
 // the 3m left, so the next touch at 09:34:59 is a cache hit and the one
 // at 09:35 reaches the buffer again.
 func TestMemoryThrottleWithLocalCache(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), memoryKind())
+	h := newHarness(t, testenv.SQLite(), memoryKind())
 	ctx := context.Background()
 	p, _ := h.plugin(h.config())
 	_, err := p.Touch(ctx, 7)
@@ -174,7 +175,7 @@ func TestMemoryPurgeInProcessLock(t *testing.T) {
 // TestMemoryFlushSkipsLockedShard: a shard whose in-process flush lock is
 // held is skipped (Skipped 1) and flushed by the next flush.
 func TestMemoryFlushSkipsLockedShard(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), memoryKind())
+	h := newHarness(t, testenv.SQLite(), memoryKind())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.Shards = 1
@@ -288,7 +289,7 @@ func TestMemorySeveralModels(t *testing.T) {
 // memory, with the Redis keys' expiry: 3 users at 09:30, 2 more at 09:33;
 // Online(5m) is 5 at 09:35:59 and 2 at 09:36:00; the day counts 5.
 func TestMemoryPresenceCounts(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), memoryKind())
+	h := newHarness(t, testenv.SQLite(), memoryKind())
 	ctx, count := context.Background(), counted(t)
 	cfg := h.config()
 	cfg.Shards = 2
@@ -310,7 +311,7 @@ func TestMemoryPresenceCounts(t *testing.T) {
 // TestMemoryMarkersSwept: expired throttle markers leave the map at the
 // flush's swap, so the buffer does not grow with every user ever seen.
 func TestMemoryMarkersSwept(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), memoryKind())
+	h := newHarness(t, testenv.SQLite(), memoryKind())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.Shards = 1

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // userFromHeader is the test apps' extractor: the X-User header, absent for
@@ -41,10 +43,10 @@ func okHandler(calls *int) http.Handler {
 // TestMiddlewareTouchesUser: the extractor's user is touched, the request
 // is served, anonymous requests send nothing to Redis.
 func TestMiddlewareTouchesUser(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	p, _ := h.plugin(h.config())
-	rec := recordCommands(h.r.client)
+	rec := recordCommands(h.r.Client)
 	calls := 0
 	handler := p.Middleware(userFromHeader)(okHandler(&calls))
 
@@ -83,7 +85,7 @@ func TestMiddlewareTouchesUser(t *testing.T) {
 // the touch is kept in memory, and the next flush after Redis is back
 // writes it.
 func TestMiddlewareRedisDown(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.TouchTimeout = 200 * time.Millisecond
@@ -92,7 +94,7 @@ func TestMiddlewareRedisDown(t *testing.T) {
 	calls := 0
 	handler := p.Middleware(userFromHeader)(okHandler(&calls))
 
-	h.r.mr.Close()
+	h.r.Mini.Close()
 	code, body := serve(t, handler, "7")
 	equal(t, "status with redis down", code, http.StatusOK)
 	equal(t, "body with redis down", body, "hello 7")
@@ -102,7 +104,7 @@ func TestMiddlewareRedisDown(t *testing.T) {
 	equal(t, "backlogged", s.Backlogged, 1)
 	equal(t, "backlog", s.Backlog, 1)
 
-	must(t, h.r.mr.Restart())
+	must(t, h.r.Mini.Restart())
 	res, err := p.Flush(ctx)
 	must(t, err)
 	equal(t, "written after redis is back", res.Written, 1)
@@ -112,7 +114,7 @@ func TestMiddlewareRedisDown(t *testing.T) {
 // TestMiddlewareServeMux: the middleware wraps a standard ServeMux behind a
 // real HTTP server; every route is served and every user touched once.
 func TestMiddlewareServeMux(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	p, db := h.plugin(h.config())
 	seedUsers(t, db, 3)

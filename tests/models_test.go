@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 	"gorm.io/gorm/utils/tests"
@@ -319,7 +320,7 @@ type stringTimeUser struct {
 // TestInitializeValidation: every configuration problem Initialize can see
 // is an error wrapping ErrInvalidConfig that names it.
 func TestInitializeValidation(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	for _, c := range []struct {
 		name string
 		edit func(*lastseen.Config)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -24,7 +25,7 @@ func (trackedDevice) TableName() string { return "devices" }
 // field twice is GORM's ErrRegistered; a second model in the same Prefix is
 // refused.
 func TestSeveralModelsRegister(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	db := h.openDB()
 	cfg := func(prefix string, model any, field string) lastseen.Config {
 		c := h.config()
@@ -106,7 +107,7 @@ func TestScopesResolveOwnModel(t *testing.T) {
 // same session table, the scheduled purge runs in the one that tracks the
 // sessions, else in the least Name; DisablePurge takes a plugin out.
 func TestScheduledPurgeOnePluginPerSessionTable(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := func(prefix string, model any, field string, disable bool) lastseen.Config {
 		c := h.config()
 		c.Prefix, c.Model, c.Field, c.DisablePurge = h.prefix+":"+prefix, model, field, disable

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func TestNaiveColumnLocation(t *testing.T) {
 			dsn := h.db.Dialector.(*mysqldriver.Dialector).DSN + "&loc=Europe%2FBerlin"
 			app, err := gorm.Open(mysqldriver.Open(dsn), quietGorm())
 			must(t, err)
-			t.Cleanup(func() { closeDB(app) })
+			t.Cleanup(func() { testenv.CloseDB(app) })
 			var u berlinUser
 			must(t, app.First(&u, 1).Error)
 			equal(t, "app reads (loc=Europe/Berlin)", u.Seen.UTC().Format(time.RFC3339Nano), "2026-03-01T09:20:00.75Z")

@@ -106,7 +106,7 @@ func TestObserverSeesFlushAndPurge(t *testing.T) {
 		equal(t, "written", res.Written, 3)
 		_, err = p.PurgeExpiredSessions(ctx)
 		must(t, err)
-		lock, err := redislock.New(h.r.client).Obtain(ctx, h.prefix+":purge:lock", time.Minute, nil)
+		lock, err := redislock.New(h.r.Client).Obtain(ctx, h.prefix+":purge:lock", time.Minute, nil)
 		must(t, err)
 		if _, err := p.PurgeExpiredSessions(ctx); err != lastseen.ErrLocked {
 			t.Fatalf("purge under another's lock: err = %v, want ErrLocked", err)
@@ -158,7 +158,7 @@ func TestObserverSeesFlushAndPurge(t *testing.T) {
 // the plugin is initialized, and only the prefix before.
 func TestTarget(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
-		before := lastseen.New(lastseen.Config{Redis: h.r.client, Prefix: "pfx"})
+		before := lastseen.New(lastseen.Config{Redis: h.r.Client, Prefix: "pfx"})
 		got, err := before.Target()
 		equal(t, "before db.Use: error", err, lastseen.ErrNotInitialized)
 		equal(t, "before db.Use", got, lastseen.Target{Prefix: "pfx"})

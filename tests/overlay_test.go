@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -70,7 +71,7 @@ func TestOverlayLoadsBufferedValues(t *testing.T) {
 		for i, u := range users {
 			equal(t, fmt.Sprint("Find: user ", u.ID), seenAt(u), want[i])
 		}
-		rt := countRoundTrips(h.r.client)
+		rt := countRoundTrips(h.r.Client)
 		var ptrs []*lastseen.User
 		must(t, db.WithContext(ctx).Where("id IN ?", []int{3, 4, 5}).Order("id").Find(&ptrs).Error)
 		for i, u := range ptrs {
@@ -128,7 +129,7 @@ func TestOverlayNonPointerTimeAndStringKey(t *testing.T) {
 func TestOverlayWithRedisDown(t *testing.T) {
 	srv := startPrivateRedis(t)
 	rdb := newPrivateClient(t, srv.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
 	cfg.Overlay, cfg.TouchTimeout = true, 50*time.Millisecond
 	p, db := h.plugin(cfg)
@@ -153,7 +154,7 @@ func TestOverlayWithRedisBlackholed(t *testing.T) {
 	srv := startPrivateRedis(t)
 	px := startFaultProxy(t, srv.Addr())
 	rdb := newPrivateClient(t, px.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
 	cfg.Overlay, cfg.TouchTimeout = true, requestBudget
 	p, db := h.plugin(cfg)

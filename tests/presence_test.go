@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // touchRange touches users from..to at at and fails unless each was recorded.
@@ -64,7 +65,7 @@ func TestOnlineCountsWindowsOpened(t *testing.T) {
 		equal(t, "online 10m at 09:36:00", count(p.Online(ctx, 10*time.Minute)), int64(150))
 		equal(t, "online 1h at 09:36:00", count(p.Online(ctx, time.Hour)), int64(150))
 
-		rt := countRoundTrips(h.r.client)
+		rt := countRoundTrips(h.r.Client)
 		_, err := p.Online(ctx, time.Hour)
 		must(t, err)
 		equal(t, "online round trips", rt.String(), "1 pipelines of 16 commands, 0 single commands")
@@ -97,7 +98,7 @@ func TestActiveUsersByUTCDay(t *testing.T) {
 		day1, day2 := mustTime("2026-03-01T12:00:00Z"), mustTime("2026-03-02T00:00:00Z")
 		equal(t, "active on day 1", count(p.ActiveUsers(ctx, day1, day1)), int64(100))
 		equal(t, "active on day 2", count(p.ActiveUsers(ctx, day2, day2)), int64(100))
-		if h.r.mr == nil {
+		if h.r.Mini == nil {
 			// miniredis v2.40.0 answers a PFCOUNT of several keys with the sum
 			// of their counts (db.go hllCount), not the union's cardinality
 			// that Redis gives: only a real server can check the union.
@@ -122,25 +123,25 @@ func TestActiveUsersByUTCDay(t *testing.T) {
 // ends, both computed on the plugin's clock; a backdated touch whose minute
 // is past OnlineWindow adds to its day only.
 func TestPresenceKeysExpire(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx, count := context.Background(), counted(t)
 	cfg := h.config()
 	cfg.Shards = 1
 	p, _ := h.plugin(cfg) // now 09:30:00, OnlineWindow 1h, retention 35 days
 	touchRange(t, p, 1, 1, mustTime("2026-03-01T09:29:30Z"))
 	online, active := h.prefix+":{0}:online:29539289", h.prefix+":{0}:active:2026-03-01"
-	equal(t, "online bucket TTL", h.r.mr.TTL(online), time.Hour) // its minute ends at 09:30:00 = now
-	equal(t, "day TTL", h.r.mr.TTL(active), 14*time.Hour+30*time.Minute+35*24*time.Hour)
+	equal(t, "online bucket TTL", h.r.Mini.TTL(online), time.Hour) // its minute ends at 09:30:00 = now
+	equal(t, "day TTL", h.r.Mini.TTL(active), 14*time.Hour+30*time.Minute+35*24*time.Hour)
 
 	touchRange(t, p, 2, 2, mustTime("2026-03-01T08:29:00Z")) // minute ended 1h ago: no bucket
 	equal(t, "keys", strings.Join(h.keys(), " "),
 		":manifest :{0}:active:2026-03-01 :{0}:online:29539289 :{0}:pending :{0}:seen:1 :{0}:seen:2")
 	equal(t, "active users", count(p.ActiveUsers(ctx, h.clock.Now(), h.clock.Now())), int64(2))
 	equal(t, "online 1h", count(p.Online(ctx, time.Hour)), int64(1))
-	h.r.mr.FastForward(time.Hour - time.Second)
-	equal(t, "online bucket 1s before its TTL", h.r.mr.Exists(online), true)
-	h.r.mr.FastForward(time.Second)
-	equal(t, "online bucket at its TTL", h.r.mr.Exists(online), false)
+	h.r.Mini.FastForward(time.Hour - time.Second)
+	equal(t, "online bucket 1s before its TTL", h.r.Mini.Exists(online), true)
+	h.r.Mini.FastForward(time.Second)
+	equal(t, "online bucket at its TTL", h.r.Mini.Exists(online), false)
 }
 
 // TestPresenceCountsOff: with OnlineWindow and ActiveUsersRetention
@@ -157,7 +158,7 @@ func TestPresenceCountsOff(t *testing.T) {
 		cfg.OnlineWindow, cfg.ActiveUsersRetention = -1, -1
 		p, _ := h.plugin(cfg)
 		loadTouchScript(t, h)
-		rec := recordCommands(h.r.client)
+		rec := recordCommands(h.r.Client)
 		touchRange(t, p, 1, 1, h.clock.Now())
 		equal(t, "commands, off", rec.names(), "evalsha")
 		args := rec.all("evalsha")[0]
@@ -192,7 +193,7 @@ func TestPresenceCountsOff(t *testing.T) {
 // TestOnlineWindowConfig: OnlineWindow below Throttle is refused; left
 // zero it defaults to 1h, or to Throttle when that is longer.
 func TestOnlineWindowConfig(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := h.config()
 	cfg.OnlineWindow = time.Minute
 	if err := h.openDB().Use(lastseen.New(cfg)); !errors.Is(err, lastseen.ErrInvalidConfig) || !strings.Contains(err.Error(), "OnlineWindow is 1m0s") {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // spacedUser lives in a table whose name needs quoting, with upper-case
@@ -69,7 +70,7 @@ func TestPostgresKeyCasts(t *testing.T) {
 		ID         int64 `gorm:"primaryKey;type:integer;autoIncrement:false"`
 		LastSeenAt *time.Time
 	}
-	h := newHarness(t, postgresOpener(), miniredisKind())
+	h := newHarness(t, servers.Postgres(), testenv.Miniredis())
 	ctx := context.Background()
 	at := mustTime("2026-03-01T10:00:00Z")
 
@@ -151,7 +152,7 @@ func TestStatementErrorKeepsBatch(t *testing.T) {
 // TestLastSeenWhileRedisDown: with Redis unreachable LastSeen answers from
 // the column (and the backlog) instead of failing.
 func TestLastSeenWhileRedisDown(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.TouchTimeout = 50 * time.Millisecond
@@ -159,7 +160,7 @@ func TestLastSeenWhileRedisDown(t *testing.T) {
 	must(t, db.AutoMigrate(&lastseen.User{}))
 	must(t, db.Create(&lastseen.User{ID: 5, LastSeenAt: ptr(mustTime("2026-03-01T08:00:00Z"))}).Error)
 	must(t, db.Create(&lastseen.User{ID: 6, LastSeenAt: ptr(mustTime("2026-03-01T08:00:00Z"))}).Error)
-	h.r.mr.Close()
+	h.r.Mini.Close()
 	if _, err := p.TouchAt(ctx, 6, mustTime("2026-03-01T09:00:00Z")); err == nil {
 		t.Fatal("touch with Redis down returned no error")
 	}

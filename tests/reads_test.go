@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -141,7 +142,7 @@ func TestLastSeenManyMixesEveryState(t *testing.T) {
 			ids = append(ids, uint64(id))
 		}
 		ids = append(ids, "7", int32(7)) // duplicates, other spellings
-		rt, selects := countRoundTrips(h.r.client), countSelects(t, db)
+		rt, selects := countRoundTrips(h.r.Client), countSelects(t, db)
 
 		check := func(what string, got []time.Time) {
 			t.Helper()
@@ -196,10 +197,10 @@ func TestLastSeenManyMixesEveryState(t *testing.T) {
 // TestLastSeenManyRefusesInvalidIDs: the first invalid id fails the call
 // with ErrInvalidUserID naming its index, before any I/O.
 func TestLastSeenManyRefusesInvalidIDs(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	p, db := h.plugin(h.config())
 	must(t, db.AutoMigrate(&lastseen.User{}))
-	rt := countRoundTrips(h.r.client)
+	rt := countRoundTrips(h.r.Client)
 	for _, c := range []struct {
 		ids  []any
 		want string
@@ -222,7 +223,7 @@ func TestLastSeenManyRefusesInvalidIDs(t *testing.T) {
 func TestLastSeenManyWithRedisDown(t *testing.T) {
 	srv := startPrivateRedis(t)
 	rdb := newPrivateClient(t, srv.Addr())
-	h := newHarness(t, sqliteOpener(), clientKind(rdb))
+	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
 	cfg.TouchTimeout = 50 * time.Millisecond
 	p, db := h.plugin(cfg)

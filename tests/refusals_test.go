@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -100,8 +101,8 @@ func TestRefusedEntryDroppedAfterMaxRefusals(t *testing.T) {
 		checkFaultColumns(t, h.db, "at the end", want)
 	}
 	forEachDialect(t, run)
-	for _, r := range []redisKind{realRedisKind(), clusterRedisKind(), memoryKind()} {
-		t.Run("sqlite/"+r.name, func(t *testing.T) { run(t, newHarness(t, sqliteOpener(), r)) })
+	for _, r := range []testenv.RedisKind{testenv.RedisServer(), testenv.RedisCluster(), memoryKind()} {
+		t.Run("sqlite/"+r.Name, func(t *testing.T) { run(t, newHarness(t, testenv.SQLite(), r)) })
 	}
 }
 

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // bareUser is a users table without the last-seen column.
@@ -56,7 +56,7 @@ func TestSchemaColumnMissingFailsInitialize(t *testing.T) {
 func TestSchemaMissingTablesWarnAtInitialize(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		for _, disablePurge := range []bool{false, true} {
-			var logs logBuffer
+			var logs testenv.Logs
 			cfg := h.config()
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			cfg.DisablePurge = disablePurge
@@ -64,13 +64,13 @@ func TestSchemaMissingTablesWarnAtInitialize(t *testing.T) {
 			must(t, h.openDB().Use(p))
 			t.Cleanup(func() { p.Close(context.Background()) })
 			name := fmt.Sprint("DisablePurge ", disablePurge, ": ")
-			equal(t, name+"users warnings", logs.count(`level=WARN msg="lastseen: `+usersMissing+`"`), 1)
+			equal(t, name+"users warnings", logs.Count(`level=WARN msg="lastseen: `+usersMissing+`"`), 1)
 			want := 1
 			if disablePurge {
 				want = 0
 			}
-			equal(t, name+"sessions warnings", logs.count(`level=WARN msg="lastseen: `+sessionsMissing+`"`), want)
-			equal(t, name+"log lines", strings.Count(logs.buf.String(), "\n"), 1+want)
+			equal(t, name+"sessions warnings", logs.Count(`level=WARN msg="lastseen: `+sessionsMissing+`"`), want)
+			equal(t, name+"log lines", logs.Count("\n"), 1+want)
 		}
 	})
 }
@@ -83,7 +83,7 @@ func TestSchemaMissingTablesWarnAtInitialize(t *testing.T) {
 func TestSchemaMissingTableAtFlushAndPurge(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
-		var logs logBuffer
+		var logs testenv.Logs
 		cfg := h.config()
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		p, db := h.plugin(cfg)
@@ -104,21 +104,21 @@ func TestSchemaMissingTableAtFlushAndPurge(t *testing.T) {
 			flushJob(p, ctx)
 			h.clock.Add(time.Minute)
 		}
-		equal(t, "flush ERROR lines over 6 ticks", logs.count(`level=ERROR msg="lastseen: flush failed"`), 2)
-		equal(t, "purge ERROR lines over 6 ticks", logs.count(`level=ERROR msg="lastseen: purge will fail"`), 2)
-		equal(t, "lines with repeats=4", logs.count("repeats=4"), 2)
-		equal(t, "lines with repeats=0", logs.count("repeats=0"), 2)
+		equal(t, "flush ERROR lines over 6 ticks", logs.Count(`level=ERROR msg="lastseen: flush failed"`), 2)
+		equal(t, "purge ERROR lines over 6 ticks", logs.Count(`level=ERROR msg="lastseen: purge will fail"`), 2)
+		equal(t, "lines with repeats=4", logs.Count("repeats=4"), 2)
+		equal(t, "lines with repeats=0", logs.Count("repeats=0"), 2)
 
 		seedUsers(t, db, 7)
 		seedSessions(t, db, sess("old", "2026-03-01T09:00:00Z"))
 		flushJob(p, ctx)
-		equal(t, "flush INFO lines", logs.count(`level=INFO msg="lastseen: flush" `), 1)
-		equal(t, "lines with drained=1 written=1", logs.count(`drained=1 written=1 unknown=0 stale=0`), 1)
+		equal(t, "flush INFO lines", logs.Count(`level=INFO msg="lastseen: flush" `), 1)
+		equal(t, "lines with drained=1 written=1", logs.Count(`drained=1 written=1 unknown=0 stale=0`), 1)
 		equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 7), "2026-03-01T09:30:00Z")
 		res, err = p.PurgeExpiredSessions(ctx)
 		must(t, err)
 		equal(t, "sessions deleted", res.Deleted, 1)
-		equal(t, "ERROR lines in all", logs.count("level=ERROR"), 4)
+		equal(t, "ERROR lines in all", logs.Count("level=ERROR"), 4)
 		s := p.Stats()
 		equal(t, "flush errors", s.FlushErrors, 7)
 		equal(t, "purges", s.Purges, 2)

@@ -13,6 +13,7 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 )
@@ -104,23 +105,23 @@ func TestExpiredTimeZones(t *testing.T) {
 		return
 	}
 	for _, zone := range []string{"Pacific/Kiritimati", "America/Adak"} {
-		for _, d := range allDialects() {
-			t.Run(zone+"/"+d.name, func(t *testing.T) {
-				switch d.name {
+		for _, d := range servers.Dialects() {
+			t.Run(zone+"/"+d.Name, func(t *testing.T) {
+				switch d.Name {
 				case "postgres":
-					needService(t, envPostgres)
+					testenv.Need(t, testenv.EnvPostgres)
 				case "mysql":
-					needService(t, envMySQL)
+					testenv.Need(t, testenv.EnvMySQL)
 				}
 				cmd := exec.CommandContext(t.Context(), os.Args[0],
-					"-test.run=^TestExpiredTimeZones$/^"+d.name+"$", "-test.count=1", "-test.v")
+					"-test.run=^TestExpiredTimeZones$/^"+d.Name+"$", "-test.count=1", "-test.v")
 				cmd.Env = append(os.Environ(), "TZ="+zone, tzChildEnv+"="+zone)
 				out, err := cmd.CombinedOutput()
 				if err != nil {
 					t.Fatalf("child with TZ=%s: %v\n%s", zone, err, out)
 				}
-				if !bytes.Contains(out, []byte("--- PASS: TestExpiredTimeZones/"+d.name+" (")) {
-					t.Fatalf("child with TZ=%s did not run the %s checks:\n%s", zone, d.name, out)
+				if !bytes.Contains(out, []byte("--- PASS: TestExpiredTimeZones/"+d.Name+" (")) {
+					t.Fatalf("child with TZ=%s did not run the %s checks:\n%s", zone, d.Name, out)
 				}
 			})
 		}
@@ -321,7 +322,7 @@ func mysqlHandle(t *testing.T, h *harness, loc *time.Location, param string) *go
 	t.Helper()
 	var name string
 	must(t, h.db.Raw("SELECT DATABASE()").Scan(&name).Error)
-	c, err := mysqldrv.ParseDSN(os.Getenv(envMySQL))
+	c, err := mysqldrv.ParseDSN(os.Getenv(testenv.EnvMySQL))
 	must(t, err)
 	c.DBName, c.ParseTime = name, true
 	dsn := c.FormatDSN()
@@ -335,7 +336,7 @@ func mysqlHandle(t *testing.T, h *harness, loc *time.Location, param string) *go
 	}
 	db, err := gorm.Open(gormmysql.Open(dsn), quietGorm())
 	must(t, err)
-	t.Cleanup(func() { closeDB(db) })
+	t.Cleanup(func() { testenv.CloseDB(db) })
 	return db
 }
 

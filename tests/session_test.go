@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"database/sql/driver"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
@@ -67,16 +67,7 @@ func beforeDelete(t testing.TB, db *gorm.DB, name string, fn func(tx *gorm.DB)) 
 }
 
 // purgeLog collects a JSON slog handler's lines.
-type purgeLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *purgeLog) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
+type purgeLog struct{ testenv.Logs }
 
 func (l *purgeLog) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
 
@@ -89,10 +80,8 @@ func (l *purgeLog) debugLogger() *slog.Logger {
 // about tables the test creates after db.Use (schema_test.go tests those).
 func (l *purgeLog) lines(t testing.TB) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -736,7 +725,7 @@ func TestPurgeJobLogsAndStats(t *testing.T) {
 		purgeJob(p, ctx) // fails in batch 1
 		fail.Store(false)
 
-		other := redislock.New(h.r.client)
+		other := redislock.New(h.r.Client)
 		lock, err := other.Obtain(ctx, h.prefix+":purge:lock", time.Minute, nil)
 		must(t, err)
 		purgeJob(p, ctx) // skipped: the lock is held

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -118,7 +119,7 @@ func selectOnlyUser(t *testing.T, h *harness, tables []string) (*gorm.DB, func()
 		grant = func(priv, table string) string {
 			return "GRANT " + priv + " ON " + schema + "." + table + " TO " + user
 		}
-		open = postgres.Open(os.Getenv(envPostgres) + " user=" + user + " search_path=" + schema)
+		open = postgres.Open(os.Getenv(testenv.EnvPostgres) + " user=" + user + " search_path=" + schema)
 	case "mysql":
 		var name string
 		must(t, h.db.Raw("SELECT DATABASE()").Scan(&name).Error)
@@ -127,7 +128,7 @@ func selectOnlyUser(t *testing.T, h *harness, tables []string) (*gorm.DB, func()
 		grant = func(priv, table string) string {
 			return "GRANT " + priv + " ON " + name + "." + table + " TO '" + user + "'@'%'"
 		}
-		dsn := os.Getenv(envMySQL)
+		dsn := os.Getenv(testenv.EnvMySQL)
 		at, slash, q := strings.Index(dsn, "@"), strings.Index(dsn, "/"), strings.Index(dsn, "?")
 		if q < 0 {
 			q = len(dsn)
@@ -139,7 +140,7 @@ func selectOnlyUser(t *testing.T, h *harness, tables []string) (*gorm.DB, func()
 	}
 	db, err := gorm.Open(open, quietGorm())
 	must(t, err)
-	t.Cleanup(func() { closeDB(db) })
+	t.Cleanup(func() { testenv.CloseDB(db) })
 	return db, func() {
 		for _, table := range tables {
 			must(t, h.db.Exec(grant("UPDATE, DELETE", table)).Error)

@@ -24,8 +24,8 @@ func TestPastTouchDoesNotHoldBackCurrentTouch(t *testing.T) {
 		must(t, err)
 		equal(t, "late touch recorded", ok, true)
 		h.clock.Add(time.Millisecond) // the late touch's 1ms window ends (miniredis: PX)
-		if h.r != nil && h.r.mr != nil {
-			h.r.mr.FastForward(time.Millisecond)
+		if h.r != nil && h.r.Mini != nil {
+			h.r.Mini.FastForward(time.Millisecond)
 		} else if !h.memory() {
 			time.Sleep(5 * time.Millisecond) // a real Redis expires the 1ms marker on its own clock
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,8 +92,8 @@ func (l *cmdLog) all(name string) [][]any {
 // Cluster: for behaviour of the Redis side alone, where the dialect does not
 // matter.
 func forEachRedis(t *testing.T, fn func(t *testing.T, h *harness)) {
-	for _, r := range allRedis() {
-		t.Run(r.name, func(t *testing.T) { fn(t, newHarness(t, sqliteOpener(), r)) })
+	for _, r := range testenv.RedisKinds() {
+		t.Run(r.Name, func(t *testing.T) { fn(t, newHarness(t, testenv.SQLite(), r)) })
 	}
 }
 
@@ -107,7 +108,7 @@ func TestTouchIsOneRoundTrip(t *testing.T) {
 		cfg.Throttle = time.Minute
 		p, _ := h.plugin(cfg)
 		loadTouchScript(t, h)
-		rec := recordCommands(h.r.client)
+		rec := recordCommands(h.r.Client)
 
 		rec.reset()
 		ok, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:30:00Z"))
@@ -152,12 +153,12 @@ func TestTouchIsOneRoundTrip(t *testing.T) {
 // restart, failover) EVALSHA fails with NOSCRIPT and exactly one EVAL
 // follows; after that EVALSHA alone works again.
 func TestTouchNoScriptFallback(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	p, _ := h.plugin(h.config())
-	rec := recordCommands(h.r.client)
+	rec := recordCommands(h.r.Client)
 
-	must(t, h.r.client.ScriptFlush(ctx).Err())
+	must(t, h.r.Client.ScriptFlush(ctx).Err())
 	rec.reset()
 	ok, err := p.Touch(ctx, 1)
 	must(t, err)
@@ -170,7 +171,7 @@ func TestTouchNoScriptFallback(t *testing.T) {
 	equal(t, "recorded", ok, true)
 	equal(t, "commands once loaded", rec.names(), "evalsha")
 
-	must(t, h.r.client.ScriptFlush(ctx).Err())
+	must(t, h.r.Client.ScriptFlush(ctx).Err())
 	rec.reset()
 	_, err = p.Touch(ctx, 3)
 	must(t, err)
@@ -249,12 +250,12 @@ func TestTouchStoredForm(t *testing.T) {
 		marker := markersKey(p, "42", g)
 		equal(t, "marker hash: named by the generation's start, Unix ms", strings.TrimPrefix(marker, p.Config().Prefix),
 			fmt.Sprintf(":{0}:seen:%d:1772357400000", bucketOf(p, "42")))
-		v, err := h.r.client.HGet(ctx, marker, "42").Result()
+		v, err := h.r.Client.HGet(ctx, marker, "42").Result()
 		must(t, err)
 		equal(t, "marker: window end, ms into the generation", v, "90000")
-		pttl, err := h.r.client.PTTL(ctx, marker).Result()
+		pttl, err := h.r.Client.PTTL(ctx, marker).Result()
 		must(t, err)
-		if h.r.mr != nil {
+		if h.r.Mini != nil {
 			equal(t, "marker hash PTTL", pttl, 180*time.Second)
 		} else if pttl <= 170*time.Second || pttl > 180*time.Second {
 			t.Errorf("marker hash PTTL = %v, want 170s < PTTL <= 180s", pttl)
@@ -346,14 +347,14 @@ func TestTouchSpreadsOverShards(t *testing.T) {
 // PTTL, not a whole window. Miniredis so that the marker's clock is the
 // plugin's.
 func TestLocalCacheFollowsMarker(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.Throttle = time.Minute
 	a, _ := h.plugin(cfg)
 	b, _ := h.plugin(cfg)
 	loadTouchScript(t, h)
-	rec := recordCommands(h.r.client)
+	rec := recordCommands(h.r.Client)
 	step := func(name string, p *lastseen.Plugin, wantRecorded bool, wantCmds string) {
 		t.Helper()
 		rec.reset()
@@ -421,7 +422,7 @@ func (uuidUser) TableName() string { return "uuid_users" }
 // TestTouchUserIDs: every id kind Touch accepts, its canonical form in
 // Redis, and the exact error for every id it refuses, per primary key type.
 func TestTouchUserIDs(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	u := uuid.MustParse("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 	long := strings.Repeat("9", 129)
@@ -514,11 +515,11 @@ func TestTouchUserIDs(t *testing.T) {
 				continue
 			}
 			equal(t, label+" recorded", ok, true)
-			n, err := h.r.client.HExists(ctx, pendingKey(p, c.want), c.want).Result()
+			n, err := h.r.Client.HExists(ctx, pendingKey(p, c.want), c.want).Result()
 			must(t, err)
 			equal(t, label+" stored as "+c.want, n, true)
-			must(t, h.r.client.HDel(ctx, pendingKey(p, c.want), c.want).Err())
-			must(t, h.r.client.HDel(ctx, markersKey(p, c.want, generation(p)), c.want).Err())
+			must(t, h.r.Client.HDel(ctx, pendingKey(p, c.want), c.want).Err())
+			must(t, h.r.Client.HDel(ctx, markersKey(p, c.want, generation(p)), c.want).Err())
 			continue
 		}
 		if err == nil {
@@ -587,7 +588,7 @@ func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 // TestTouchAtTimes: TouchAt refuses a zero time, a time before 1970 and one
 // more than MaxClockSkew ahead of the clock, with ErrInvalidTime.
 func TestTouchAtTimes(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	p, _ := h.plugin(h.config()) // clock 2026-03-01T09:30:00Z
 	for i, c := range []struct {
@@ -619,15 +620,15 @@ func TestTouchAtTimes(t *testing.T) {
 // start is logged, not an error; touches are kept in memory and the first
 // flush after Redis is back writes them.
 func TestInitializeWithRedisDown(t *testing.T) {
-	h := newHarness(t, sqliteOpener(), miniredisKind())
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
-	var logs logBuffer
+	var logs testenv.Logs
 	cfg := h.config()
-	cfg.Logger = debugLogger(&logs)
+	cfg.Logger = testenv.TextLogger(&logs)
 	cfg.TouchTimeout = 200 * time.Millisecond
-	h.r.mr.Close()
+	h.r.Mini.Close()
 	p, db := h.plugin(cfg) // fails the test if Initialize returns an error
-	equal(t, "start-up warning", logs.count("lastseen: redis unreachable at start"), 1)
+	equal(t, "start-up warning", logs.Count("lastseen: redis unreachable at start"), 1)
 	seedUsers(t, db, 3)
 
 	ok, err := p.TouchAt(ctx, 3, mustTime("2026-03-01T09:29:00Z"))
@@ -637,7 +638,7 @@ func TestInitializeWithRedisDown(t *testing.T) {
 	equal(t, "recorded", ok, false)
 	equal(t, "backlog", p.Stats().Backlog, 1)
 
-	must(t, h.r.mr.Restart())
+	must(t, h.r.Mini.Restart())
 	res, err := p.Flush(ctx)
 	must(t, err)
 	equal(t, "written", res.Written, 1)

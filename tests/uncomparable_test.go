@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 )
@@ -27,8 +28,8 @@ func TestUncomparableNeverStale(t *testing.T) {
 			&msUser{}, mustTime("2026-03-01T09:00:00Z").UnixMilli(), mustTime("2026-03-01T09:25:00Z").UnixMilli()},
 	}
 	for _, tc := range cases {
-		for _, buf := range []redisKind{miniredisKind(), memoryKind()} {
-			t.Run(tc.name+"/"+buf.name, func(t *testing.T) { checkUncomparable(t, newHarness(t, sqliteOpener(), buf), tc) })
+		for _, buf := range []testenv.RedisKind{testenv.Miniredis(), memoryKind()} {
+			t.Run(tc.name+"/"+buf.Name, func(t *testing.T) { checkUncomparable(t, newHarness(t, testenv.SQLite(), buf), tc) })
 		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestCommandLineMistakesExit2: a mistake on the command line prints one
@@ -115,8 +115,8 @@ func TestSQLiteMustExist(t *testing.T) {
 // line, starting with "lastseen:") and exits 1.
 func TestFailuresExit1(t *testing.T) {
 	mr, _ := testRedis(t)
-	d := sqliteDB(t)
-	app := d.open(t, quiet())
+	d := testenv.SQLite().New(t)
+	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}))
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
 	for _, c := range []struct {
@@ -127,7 +127,7 @@ func TestFailuresExit1(t *testing.T) {
 		{[]string{"flush", "--last-seen-column", "seen"}, "lastseen: table \"users\" has no column \"seen\" (set --last-seen-column)\n"},
 		{[]string{"purge"}, "lastseen: table \"sessions\" not found (set --sessions-table)\n"},
 	} {
-		args := append(append(append([]string{}, c.args...), "--redis", mr.Addr()), d.flags...)
+		args := append(append(append([]string{}, c.args...), "--redis", mr.Addr()), d.Flags()...)
 		out, errOut, code := runExit(t, now, args...)
 		equal(t, strings.Join(c.args, " ")+": exit code", code, exitFailed)
 		equal(t, strings.Join(c.args, " ")+": stderr", errOut, c.want)
@@ -140,12 +140,12 @@ func TestFailuresExit1(t *testing.T) {
 // as it fails the real purge, before anything is read or deleted.
 func TestWrongIDTypeFailsDryRunAndPurge(t *testing.T) {
 	mr, rdb := testRedis(t)
-	d := sqliteDB(t)
-	app := d.open(t, quiet())
+	d := testenv.SQLite().New(t)
+	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
-	base := append([]string{"--redis", mr.Addr()}, d.flags...)
+	base := append([]string{"--redis", mr.Addr()}, d.Flags()...)
 	const wantSession = "lastseen: column \"id\" of table \"sessions\" is text, not --session-id-type int (set --session-id-type string)\n"
 	for _, args := range [][]string{{"purge", "--dry-run", "--session-id-type", "int"}, {"purge", "--session-id-type", "int"}} {
 		out, errOut, code := runExit(t, now, append(args, base...)...)
@@ -181,11 +181,11 @@ func TestWrongIDTypeFailsDryRunAndPurge(t *testing.T) {
 func TestWarnsWhenPrefixOrShardsMatchNoBuffer(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := testRedis(t)
-	d := sqliteDB(t)
-	app := d.open(t, quiet())
+	d := testenv.SQLite().New(t)
+	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&[]lastseen.User{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}}).Error)
-	clock := runenv.NewClock(mustTime("2026-03-01T09:30:00Z"))
+	clock := testenv.ClockAt("2026-03-01T09:30:00Z")
 	p := lastseen.New(lastseen.Config{Redis: rdb, Prefix: "app", Shards: 64, Now: clock.Now, DisableScheduler: true,
 		Logger: discard, TouchTimeout: 2 * time.Second})
 	must(t, app.Use(p))
@@ -193,9 +193,9 @@ func TestWarnsWhenPrefixOrShardsMatchNoBuffer(t *testing.T) {
 		_, err := p.TouchAt(ctx, id+1, mustTime("2026-03-01T09:00:00Z"))
 		must(t, err)
 	}
-	base := append([]string{"--redis", mr.Addr()}, d.flags...)
+	base := append([]string{"--redis", mr.Addr()}, d.Flags()...)
 	derived := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: discard})
-	must(t, d.open(t, quiet()).Use(derived)) // what the CLI derives without --prefix
+	must(t, d.Open(t).Use(derived)) // what the CLI derives without --prefix
 
 	for _, cmd := range []string{"status", "flush"} {
 		_, errOut, code := runExit(t, clock.Now, append([]string{cmd}, base...)...)

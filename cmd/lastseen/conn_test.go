@@ -2,16 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/testenv"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -19,17 +16,10 @@ import (
 	"gorm.io/gorm/logger"
 )
 
-func mustTime(s string) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		panic(err)
-	}
-	return t.UTC()
-}
-
 var (
-	must  = testenv.Must
-	needs = testenv.Need
+	must     = testenv.Must
+	needs    = testenv.Need
+	mustTime = testenv.MustTime
 )
 
 func equal[T comparable](t testing.TB, what string, got, want T) {
@@ -37,90 +27,22 @@ func equal[T comparable](t testing.TB, what string, got, want T) {
 	testenv.Equal(t, what, got, want)
 }
 
-// testDB is an isolated database of one dialect, as the CLI's flags and as
-// a GORM handle for the test's own setup and checks.
-type testDB struct {
-	name  string
-	flags []string // --sqlite PATH, --postgres DSN or --mysql DSN
-	open  func(t testing.TB, cfg *gorm.Config) *gorm.DB
-}
+// servers are the PostgreSQL and MySQL dialects with their GORM drivers.
+var servers = testenv.Servers{PostgresDriver: postgres.Open, MySQLDriver: mysql.Open}
 
 func quiet() *gorm.Config { return &gorm.Config{Logger: logger.Discard} }
 
-// dbOpeners are the dialects: an isolated SQLite file, and a PostgreSQL
-// schema and a MySQL database of the test's own when their variables are
-// set.
-var dbOpeners = []struct {
-	name string
-	open func(t testing.TB) testDB
-}{{"sqlite", sqliteDB}, {"postgres", postgresDB}, {"mysql", mysqlDB}}
-
-func sqliteDB(t testing.TB) testDB {
-	path := filepath.Join(t.TempDir(), "app.db")
-	c := connFlags{SQLite: path}
-	return testDB{name: "sqlite", flags: []string{"--sqlite", path}, open: func(t testing.TB, cfg *gorm.Config) *gorm.DB {
-		db, err := c.openDB(context.Background(), cfg.NamingStrategy)
-		must(t, err)
-		t.Cleanup(func() { closeDB(db) })
-		return db
-	}}
-}
-
-func postgresDB(t testing.TB) testDB {
-	dsn := needs(t, testenv.Postgres)
-	admin, err := gorm.Open(postgres.Open(dsn), quiet())
-	must(t, err)
-	schema := runenv.RandomName("cli_")
-	must(t, admin.Exec("CREATE SCHEMA "+schema).Error)
-	t.Cleanup(func() {
-		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
-		closeDB(admin)
-	})
-	own := dsn + " search_path=" + schema
-	return testDB{name: "postgres", flags: []string{"--postgres", own}, open: func(t testing.TB, cfg *gorm.Config) *gorm.DB {
-		db, err := gorm.Open(postgres.Open(own), cfg)
-		must(t, err)
-		t.Cleanup(func() { closeDB(db) })
-		return db
-	}}
-}
-
-func mysqlDB(t testing.TB) testDB {
-	dsn := needs(t, testenv.MySQL)
-	admin, err := gorm.Open(mysql.Open(dsn), quiet())
-	must(t, err)
-	name := runenv.RandomName("lastseen_cli_")
-	must(t, admin.Exec("CREATE DATABASE "+name).Error)
-	t.Cleanup(func() {
-		admin.Exec("DROP DATABASE " + name)
-		closeDB(admin)
-	})
-	slash, q := strings.Index(dsn, "/"), strings.Index(dsn, "?")
-	if q < 0 {
-		q = len(dsn)
-	}
-	own := dsn[:slash+1] + name + dsn[q:]
-	return testDB{name: "mysql", flags: []string{"--mysql", own}, open: func(t testing.TB, cfg *gorm.Config) *gorm.DB {
-		db, err := gorm.Open(mysql.Open(own), cfg)
-		must(t, err)
-		t.Cleanup(func() { closeDB(db) })
-		return db
-	}}
-}
-
 // forEachDB runs fn on every dialect, skipping those without a server.
-func forEachDB(t *testing.T, fn func(t *testing.T, d testDB)) {
-	for _, o := range dbOpeners {
-		t.Run(o.name, func(t *testing.T) { fn(t, o.open(t)) })
+func forEachDB(t *testing.T, fn func(t *testing.T, d *testenv.DB)) {
+	for _, o := range servers.Dialects() {
+		t.Run(o.Name, func(t *testing.T) { fn(t, o.New(t)) })
 	}
 }
 
 // testRedis starts an in-process miniredis for one test.
 func testRedis(t testing.TB) (*miniredis.Miniredis, redis.UniversalClient) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { c.Close() })
-	return mr, c
+	r := testenv.Miniredis().Open(t)
+	return r.Mini, r.Client
 }
 
 // runExit runs the CLI as main does, with now as the operator commands'

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/testenv"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -227,22 +227,22 @@ func TestDemoThrottleBoundaries(t *testing.T) {
 // SQLite file given by path), checks it against the model and that it
 // dropped its table.
 func TestDemoDialects(t *testing.T) {
-	forEachDB(t, func(t *testing.T, d testDB) {
+	forEachDB(t, func(t *testing.T, d *testenv.DB) {
 		var conn connFlags
-		switch d.flags[0] {
-		case "--sqlite":
-			conn.SQLite = d.flags[1]
-		case "--postgres":
-			conn.Postgres = d.flags[1]
-		case "--mysql":
-			conn.MySQL = d.flags[1]
+		switch d.Dialect {
+		case "sqlite":
+			conn.SQLite = d.DSN
+		case "postgres":
+			conn.Postgres = d.DSN
+		case "mysql":
+			conn.MySQL = d.DSN
 		}
 		var out bytes.Buffer
 		c := fastDemo(&out, conn)
 		res, err := c.run(context.Background())
 		must(t, err)
 		checkAgainstModel(t, c, res)
-		db := d.open(t, quiet())
+		db := d.Open(t)
 		equal(t, "demo table left behind", db.Migrator().HasTable(res.Table), false)
 	})
 }
@@ -255,7 +255,7 @@ func TestDemoDialects(t *testing.T) {
 // every touch either recorded or throttled, and no key left behind.
 func TestDemoRealRedis(t *testing.T) {
 	for _, kind := range []struct{ name, env, flag string }{
-		{"redis", testenv.Redis, "redis"}, {"cluster", testenv.RedisCluster, "cluster"},
+		{"redis", testenv.EnvRedis, "redis"}, {"cluster", testenv.EnvRedisCluster, "cluster"},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
 			addr := needs(t, kind.env)

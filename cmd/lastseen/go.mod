@@ -8,6 +8,7 @@ require (
 	github.com/glebarez/sqlite v1.11.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/lastseen/lastseen v0.0.0-00010101000000-000000000000
+	github.com/lastseen/lastseen/tests v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
@@ -45,4 +46,8 @@ require (
 )
 
 // Until the library is published, the CLI builds against this checkout.
-replace github.com/lastseen/lastseen => ../..
+// Its tests share the library's test helpers (tests/testenv).
+replace (
+	github.com/lastseen/lastseen => ../..
+	github.com/lastseen/lastseen/tests => ../../tests
+)

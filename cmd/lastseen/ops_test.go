@@ -10,47 +10,24 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/testenv"
 	"github.com/lastseen/lastseen/internal/keys"
-	"github.com/redis/go-redis/v9"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
-// opsRedis is a Redis for the ops tests: its CLI flags and a client for
-// the app's plugin. Keys of the test's prefix are removed at cleanup.
-type opsRedis struct {
-	name  string
-	flags []string
-	rdb   redis.UniversalClient
-}
+// opsRedisKinds are the Redis kinds of the ops tests: miniredis and a real
+// Redis.
+var opsRedisKinds = []testenv.RedisKind{testenv.Miniredis(), testenv.RedisServer()}
 
-var opsRedisKinds = []struct {
-	name string
-	open func(t testing.TB) opsRedis
-}{
-	{"miniredis", func(t testing.TB) opsRedis {
-		mr, rdb := testRedis(t)
-		return opsRedis{name: "miniredis", flags: []string{"--redis", mr.Addr()}, rdb: rdb}
-	}},
-	{"redis", func(t testing.TB) opsRedis {
-		addr := needs(t, testenv.Redis)
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { rdb.Close() })
-		return opsRedis{name: "redis", flags: []string{"--redis", addr}, rdb: rdb}
-	}},
-}
-
-// forEachOpsEnv runs fn for every dialect with miniredis and a real Redis.
-func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d testDB, r opsRedis, prefix string)) {
+// forEachOpsEnv runs fn for every dialect with miniredis and a real Redis,
+// with a key prefix whose keys are removed at cleanup.
+func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d *testenv.DB, r *testenv.Redis, prefix string)) {
 	for _, rk := range opsRedisKinds {
-		for _, o := range dbOpeners {
-			t.Run(o.name+"/"+rk.name, func(t *testing.T) {
-				r := rk.open(t)
-				d := o.open(t)
-				prefix := runenv.RandomName("cli")
-				t.Cleanup(func() { _ = runenv.DeleteKeys(context.Background(), r.rdb, keys.All(prefix)) })
-				fn(t, d, r, prefix)
+		for _, o := range servers.Dialects() {
+			t.Run(o.Name+"/"+rk.Name, func(t *testing.T) {
+				r := rk.Open(t)
+				d := o.New(t)
+				fn(t, d, r, testenv.KeyPrefix(t, r.Client))
 			})
 		}
 	}
@@ -101,10 +78,10 @@ func splitDuration(t testing.TB, out string) string {
 // users: user ids 9 and 10 fall in shard 4, 2 in shard 5, 99 (no such user)
 // in 7 and 1 in 12.
 func TestOpsDefaultModels(t *testing.T) {
-	forEachOpsEnv(t, func(t *testing.T, d testDB, r opsRedis, prefix string) {
+	forEachOpsEnv(t, func(t *testing.T, d *testenv.DB, r *testenv.Redis, prefix string) {
 		ctx := context.Background()
-		clock := runenv.NewClock(mustTime("2026-03-01T09:30:00Z"))
-		app := d.open(t, quiet())
+		clock := testenv.ClockAt("2026-03-01T09:30:00Z")
+		app := d.Open(t)
 		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 		must(t, app.Create(&[]lastseen.User{{ID: 1}, {ID: 2}, {ID: 9}, {ID: 10}, {ID: 11}}).Error)
 		must(t, app.Create(&[]lastseen.Session{
@@ -113,7 +90,7 @@ func TestOpsDefaultModels(t *testing.T) {
 			{ID: "s3", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:00Z")}, // expires now: expired
 			{ID: "s4", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:01Z")},
 		}).Error)
-		p := lastseen.New(lastseen.Config{Redis: r.rdb, Prefix: prefix, Throttle: time.Minute, Now: clock.Now,
+		p := lastseen.New(lastseen.Config{Redis: r.Client, Prefix: prefix, Throttle: time.Minute, Now: clock.Now,
 			DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
 		must(t, app.Use(p))
 		for _, touch := range []struct {
@@ -124,7 +101,7 @@ func TestOpsDefaultModels(t *testing.T) {
 			_, err := p.TouchAt(ctx, touch.id, mustTime(touch.at))
 			must(t, err)
 		}
-		flags := append(append([]string{}, d.flags...), append(r.flags, "--prefix", prefix)...)
+		flags := append(append([]string{}, d.Flags()...), append([]string{"--redis", r.Addr}, "--prefix", prefix)...)
 		run := func(args ...string) string {
 			t.Helper()
 			out, err := runCLI(t, clock.Now, append(args, flags...)...)
@@ -136,7 +113,7 @@ func TestOpsDefaultModels(t *testing.T) {
 
 		out := run("status")
 		policy := "redis maxmemory-policy: noeviction"
-		if r.name == "miniredis" { // neither CONFIG nor INFO memory
+		if r.Mini != nil { // neither CONFIG nor INFO memory
 			policy = "redis maxmemory-policy: unknown"
 		}
 		want := append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix), policy},
@@ -146,7 +123,7 @@ func TestOpsDefaultModels(t *testing.T) {
 				7:  "1        0          2026-03-01T09:25:00Z (5m0s ago)",
 				12: "1        0          2026-03-01T09:29:30Z (30s ago)",
 			}, "5        0          2026-03-01T09:00:00Z (30m0s ago)")...)
-		want = append(append(want, healthLines(d.name)...), `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
+		want = append(append(want, healthLines(d.Dialect)...), `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
 		equalLines(t, "status", settled(out), want)
 
 		out = run("flush")
@@ -178,7 +155,7 @@ func TestOpsDefaultModels(t *testing.T) {
 		out = run("status")
 		want = append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix), policy},
 			shardTable(nil, "0        0          -")...)
-		want = append(append(want, healthLines(d.name)...), `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
+		want = append(append(want, healthLines(d.Dialect)...), `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
 		equalLines(t, "status after flush", settled(out), want)
 
 		equalLines(t, "purge --dry-run", run("purge", "--dry-run"), []string{
@@ -229,11 +206,11 @@ func (appSession) TableName() string { return "app_sessions" }
 // with the flags, and checks the flush writes the app's column and the
 // purge deletes expired sessions, soft-deleted ones included.
 func TestOpsAppModels(t *testing.T) {
-	forEachDB(t, func(t *testing.T, d testDB) {
+	forEachDB(t, func(t *testing.T, d *testenv.DB) {
 		ctx := context.Background()
-		clock := runenv.NewClock(mustTime("2026-03-01T12:00:00Z"))
+		clock := testenv.ClockAt("2026-03-01T12:00:00Z")
 		mr, rdb := testRedis(t)
-		app := d.open(t, quiet())
+		app := d.Open(t)
 		must(t, app.AutoMigrate(&account{}, &appSession{}))
 		must(t, app.Create(&[]account{{ID: "6f1c0d9e-0000-4000-8000-000000000001", Email: "a@example.test"},
 			{ID: "6f1c0d9e-0000-4000-8000-000000000002", Email: "b@example.test"}}).Error)
@@ -254,7 +231,7 @@ func TestOpsAppModels(t *testing.T) {
 		_, err := p.TouchAt(ctx, "6f1c0d9e-0000-4000-8000-000000000002", mustTime("2026-03-01T11:58:00Z"))
 		must(t, err)
 
-		flags := append(append([]string{}, d.flags...), "--redis", mr.Addr(),
+		flags := append(append([]string{}, d.Flags()...), "--redis", mr.Addr(),
 			"--users-table", "accounts", "--user-id-type", "string", "--last-seen-column", "seen_at",
 			"--sessions-table", "app_sessions", "--session-id-type", "int", "--expires-column", "valid_until")
 		run := func(args ...string) string {
@@ -305,8 +282,8 @@ func TestOpsAppModels(t *testing.T) {
 // error naming it.
 func TestOpsErrors(t *testing.T) {
 	mr, _ := testRedis(t)
-	d := sqliteDB(t)
-	app := d.open(t, quiet())
+	d := testenv.SQLite().New(t)
+	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}))
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
 	for _, c := range []struct {
@@ -314,15 +291,15 @@ func TestOpsErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"status", "--redis", mr.Addr()}, "lastseen: no database: give one of --postgres, --mysql or --sqlite"},
-		{append([]string{"flush"}, d.flags...), "lastseen: no redis: give --redis or --redis-cluster"},
-		{append([]string{"flush", "--redis", "127.0.0.1:1"}, d.flags...), "lastseen: redis 127.0.0.1:1 does not answer: "},
-		{append([]string{"flush", "--redis", mr.Addr(), "--last-seen-column", "seen"}, d.flags...),
+		{append([]string{"flush"}, d.Flags()...), "lastseen: no redis: give --redis or --redis-cluster"},
+		{append([]string{"flush", "--redis", "127.0.0.1:1"}, d.Flags()...), "lastseen: redis 127.0.0.1:1 does not answer: "},
+		{append([]string{"flush", "--redis", mr.Addr(), "--last-seen-column", "seen"}, d.Flags()...),
 			`lastseen: table "users" has no column "seen" (set --last-seen-column)`},
-		{append([]string{"flush", "--redis", mr.Addr(), "--users-table", "members"}, d.flags...),
+		{append([]string{"flush", "--redis", mr.Addr(), "--users-table", "members"}, d.Flags()...),
 			`lastseen: table "members" not found (set --users-table)`},
-		{append([]string{"purge", "--redis", mr.Addr()}, d.flags...),
+		{append([]string{"purge", "--redis", mr.Addr()}, d.Flags()...),
 			`lastseen: table "sessions" not found (set --sessions-table)`},
-		{append([]string{"flush", "--redis", mr.Addr(), "--batch-size", "40000"}, d.flags...),
+		{append([]string{"flush", "--redis", mr.Addr(), "--batch-size", "40000"}, d.Flags()...),
 			"lastseen: invalid config: BatchSize 40000 exceeds the sqlite limit"},
 	} {
 		_, err := runCLI(t, now, c.args...)
@@ -332,7 +309,7 @@ func TestOpsErrors(t *testing.T) {
 	}
 
 	// status without a sessions table still prints the buffer.
-	out, err := runCLI(t, now, append([]string{"status", "--redis", mr.Addr()}, d.flags...)...)
+	out, err := runCLI(t, now, append([]string{"status", "--redis", mr.Addr()}, d.Flags()...)...)
 	must(t, err)
 	ls := lines(out)
 	equal(t, "status last line", ls[len(ls)-1], `expired sessions: not counted: table "sessions" not found (set --sessions-table)`)
@@ -343,8 +320,8 @@ func TestOpsErrors(t *testing.T) {
 // deletes nothing and says why.
 func TestPurgeLocked(t *testing.T) {
 	mr, rdb := testRedis(t)
-	d := sqliteDB(t)
-	app := d.open(t, quiet())
+	d := testenv.SQLite().New(t)
+	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
 	p := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: discard})
@@ -353,7 +330,7 @@ func TestPurgeLocked(t *testing.T) {
 	equal(t, "derived prefix", strings.HasPrefix(prefix, "lastseen:users:"), true)
 	must(t, mr.Set(keys.PurgeLock(prefix), "held-by-another-instance"))
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
-	_, err := runCLI(t, now, append([]string{"purge", "--redis", mr.Addr()}, d.flags...)...)
+	_, err := runCLI(t, now, append([]string{"purge", "--redis", mr.Addr()}, d.Flags()...)...)
 	equal(t, "error", fmt.Sprint(err), "lastseen: another instance holds the lock: a purge is running elsewhere; nothing deleted")
 	var n int64
 	must(t, app.Model(&lastseen.Session{}).Count(&n).Error)
@@ -364,19 +341,19 @@ func TestPurgeLocked(t *testing.T) {
 // command without --prefix derive the same prefix from the database and
 // table (through the library), so status sees the app's pending users.
 func TestOpsDerivedPrefix(t *testing.T) {
-	forEachOpsEnv(t, func(t *testing.T, d testDB, r opsRedis, _ string) {
+	forEachOpsEnv(t, func(t *testing.T, d *testenv.DB, r *testenv.Redis, _ string) {
 		ctx := context.Background()
-		clock := runenv.NewClock(mustTime("2026-03-01T09:30:00Z"))
-		app := d.open(t, quiet())
+		clock := testenv.ClockAt("2026-03-01T09:30:00Z")
+		app := d.Open(t)
 		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
-		p := lastseen.New(lastseen.Config{Redis: r.rdb, Now: clock.Now, DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
+		p := lastseen.New(lastseen.Config{Redis: r.Client, Now: clock.Now, DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
 		must(t, app.Use(p))
 		prefix := p.Config().Prefix
-		t.Cleanup(func() { runenv.DeleteKeys(context.Background(), r.rdb, keys.All(prefix)) })
+		t.Cleanup(func() { testenv.DeleteKeys(context.Background(), r.Client, keys.All(prefix)) })
 		equal(t, "derived prefix", strings.HasPrefix(prefix, "lastseen:users:"), true)
 		_, err := p.TouchAt(ctx, uint64(9), mustTime("2026-03-01T09:00:00Z")) // shard 4
 		must(t, err)
-		out, err := runCLI(t, clock.Now, append(append([]string{"status"}, d.flags...), r.flags...)...)
+		out, err := runCLI(t, clock.Now, append(append([]string{"status"}, d.Flags()...), []string{"--redis", r.Addr}...)...)
 		must(t, err)
 		ls := lines(out)
 		equal(t, "header", ls[0], fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix))

@@ -7,30 +7,30 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestStatusJSON: `status --json` prints the same figures as the text
 // report as one JSON object: totals, the oldest pending timestamp and its
 // age, every shard, and the expired sessions.
 func TestStatusJSON(t *testing.T) {
-	forEachOpsEnv(t, func(t *testing.T, d testDB, r opsRedis, prefix string) {
+	forEachOpsEnv(t, func(t *testing.T, d *testenv.DB, r *testenv.Redis, prefix string) {
 		ctx := context.Background()
-		clock := runenv.NewClock(mustTime("2026-03-01T09:30:00Z"))
-		app := d.open(t, quiet())
+		clock := testenv.ClockAt("2026-03-01T09:30:00Z")
+		app := d.Open(t)
 		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 		must(t, app.Create(&[]lastseen.Session{
 			{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")},
 			{ID: "s2", UserID: 1, ExpiresAt: mustTime("2026-03-01T09:30:01Z")},
 		}).Error)
-		p := lastseen.New(lastseen.Config{Redis: r.rdb, Prefix: prefix, Throttle: time.Minute, Now: clock.Now,
+		p := lastseen.New(lastseen.Config{Redis: r.Client, Prefix: prefix, Throttle: time.Minute, Now: clock.Now,
 			DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
 		must(t, app.Use(p))
 		for id, at := range map[uint64]string{9: "2026-03-01T09:00:00Z", 10: "2026-03-01T09:10:00Z", 1: "2026-03-01T09:29:30Z"} {
 			_, err := p.TouchAt(ctx, id, mustTime(at))
 			must(t, err)
 		}
-		args := append(append([]string{"status", "--json"}, d.flags...), append(r.flags, "--prefix", prefix)...)
+		args := append(append([]string{"status", "--json"}, d.Flags()...), append([]string{"--redis", r.Addr}, "--prefix", prefix)...)
 		out, err := runCLI(t, clock.Now, args...)
 		must(t, err)
 		var got statusJSON

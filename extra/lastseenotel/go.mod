@@ -2,13 +2,16 @@ module github.com/lastseen/lastseen/extra/lastseenotel
 
 go 1.26.0
 
-replace github.com/lastseen/lastseen => ../..
+// The library and its test helpers (tests/testenv) from this checkout.
+replace (
+	github.com/lastseen/lastseen => ../..
+	github.com/lastseen/lastseen/tests => ../../tests
+)
 
 require (
-	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/bsm/redislock v0.9.4
-	github.com/glebarez/sqlite v1.11.0
 	github.com/lastseen/lastseen v0.0.0-00010101000000-000000000000
+	github.com/lastseen/lastseen/tests v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -19,9 +22,11 @@ require (
 )
 
 require (
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/glebarez/go-sqlite v1.21.2 // indirect
+	github.com/glebarez/sqlite v1.11.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect

@@ -3,19 +3,14 @@ package lastseenotel
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/bsm/redislock"
-	"github.com/glebarez/sqlite"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -23,47 +18,19 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 )
-
-// clock is a fake clock: the plugin's, and the instrumentation's stepping
-// one.
-type clock struct {
-	mu   sync.Mutex
-	now  time.Time
-	step time.Duration // added after every read
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.now
-	c.now = c.now.Add(c.step)
-	return t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 var start = time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testenv.Must
 
 // env is one plugin on a SQLite file and a miniredis, instrumented with an
 // in-memory reader and span recorder.
 type env struct {
 	p      *lastseen.Plugin
 	db     *gorm.DB
-	rdb    *redis.Client
-	clock  *clock
+	rdb    redis.UniversalClient
+	clock  *testenv.Clock
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
 	inst   *Instrumentation
@@ -71,26 +38,14 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	db, err := gorm.Open(sqlite.Open(filepath.Join(t.TempDir(), "test.db")+"?_pragma=busy_timeout(5000)"),
-		&gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	must(t, err)
-	t.Cleanup(func() {
-		if s, err := db.DB(); err == nil {
-			s.Close()
-		}
-	})
+	rdb := testenv.Miniredis().Open(t).Client
+	db := testenv.SQLite().New(t).Open(t)
 	must(t, db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
-	c := &clock{now: start}
-	p := lastseen.New(lastseen.Config{
+	c := testenv.NewClock(start)
+	p := testenv.Use(t, db, lastseen.Config{
 		Redis: rdb, Shards: 2, FlushConcurrency: 1, Now: c.Now, DisableScheduler: true,
-		TouchTimeout: 2 * time.Second, PurgePause: -1, PurgeBatchSize: 2,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TouchTimeout: 2 * time.Second, PurgePause: -1, PurgeBatchSize: 2, Logger: testenv.Discard,
 	})
-	must(t, db.Use(p))
-	t.Cleanup(func() { p.Close(context.Background()) })
 
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -102,7 +57,7 @@ func newEnv(t *testing.T) *env {
 	})
 	inst, err := New(p, WithMeterProvider(mp), WithTracerProvider(tp))
 	must(t, err)
-	inst.now = (&clock{now: start, step: 250 * time.Millisecond}).Now // every run lasts 0.25s
+	inst.now = testenv.SteppingClock(start, 250*time.Millisecond).Now // every run lasts 0.25s
 	return &env{p: p, db: db, rdb: rdb, clock: c, reader: reader, spans: spans, inst: inst}
 }
 

@@ -5,47 +5,19 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/bsm/redislock"
-	"github.com/glebarez/sqlite"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 )
-
-// clock is a fake clock: the plugin's, and the collector's stepping one.
-type clock struct {
-	mu   sync.Mutex
-	now  time.Time
-	step time.Duration // added after every read
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.now
-	c.now = c.now.Add(c.step)
-	return t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 var start = time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 
@@ -53,9 +25,8 @@ var start = time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 type env struct {
 	p     *lastseen.Plugin
 	db    *gorm.DB
-	mr    *miniredis.Miniredis
-	rdb   *redis.Client
-	clock *clock
+	r     *testenv.Redis
+	clock *testenv.Clock
 }
 
 // member is a second tracked model, table "members".
@@ -66,37 +37,18 @@ type member struct {
 
 func newEnv(t *testing.T, userModel any) *env {
 	t.Helper()
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	db, err := gorm.Open(sqlite.Open(filepath.Join(t.TempDir(), "test.db")+"?_pragma=busy_timeout(5000)"),
-		&gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if s, err := db.DB(); err == nil {
-			s.Close()
-		}
-	})
+	r := testenv.Miniredis().Open(t)
+	db := testenv.SQLite().New(t).Open(t)
 	must(t, db.AutoMigrate(userModel, &lastseen.Session{}))
-	c := &clock{now: start}
-	p := lastseen.New(lastseen.Config{
-		Redis: rdb, Shards: 2, Model: userModel, Now: c.Now, DisableScheduler: true,
-		TouchTimeout: 2 * time.Second, PurgePause: -1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	c := testenv.NewClock(start)
+	p := testenv.Use(t, db, lastseen.Config{
+		Redis: r.Client, Shards: 2, Model: userModel, Now: c.Now, DisableScheduler: true,
+		TouchTimeout: 2 * time.Second, PurgePause: -1, Logger: testenv.Discard,
 	})
-	must(t, db.Use(p))
-	t.Cleanup(func() { p.Close(context.Background()) })
-	return &env{p: p, db: db, mr: mr, rdb: rdb, clock: c}
+	return &env{p: p, db: db, r: r, clock: c}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testenv.Must
 
 // register builds the collector on reg with a clock that steps 250ms per
 // read, so that every observed run lasts exactly 0.25s.
@@ -104,8 +56,7 @@ func register(t *testing.T, reg prometheus.Registerer, e *env, opts ...Option) *
 	t.Helper()
 	c, err := New(reg, e.p, opts...)
 	must(t, err)
-	step := &clock{now: start, step: 250 * time.Millisecond}
-	c.now = step.Now
+	c.now = testenv.SteppingClock(start, 250*time.Millisecond).Now
 	return c
 }
 
@@ -128,11 +79,11 @@ func TestCollectorScrape(t *testing.T) {
 	if err := touch("x"); !errors.Is(err, lastseen.ErrInvalidUserID) {
 		t.Fatalf("touch x: %v, want ErrInvalidUserID", err)
 	}
-	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	e.r.Mini.SetError("LOADING Redis is loading the dataset in memory")
 	if err := touch(4); err == nil { // error: kept in the backlog
 		t.Fatal("touch 4 with Redis failing: no error")
 	}
-	e.mr.SetError("")
+	e.r.Mini.SetError("")
 	e.clock.Add(90 * time.Second)
 
 	compareScrape(t, reg, "testdata/before_flush.prom")
@@ -147,7 +98,7 @@ func TestCollectorScrape(t *testing.T) {
 	}).Error)
 	_, err = e.p.PurgeExpiredSessions(ctx) // deletes a and b
 	must(t, err)
-	lock, err := redislock.New(e.rdb).Obtain(ctx, e.p.Config().Prefix+":purge:lock", time.Minute, nil) // the derived prefix
+	lock, err := redislock.New(e.r.Client).Obtain(ctx, e.p.Config().Prefix+":purge:lock", time.Minute, nil) // the derived prefix
 	must(t, err)
 	if _, err := e.p.PurgeExpiredSessions(ctx); err != lastseen.ErrLocked {
 		t.Fatalf("purge under another's lock: %v, want ErrLocked", err)
@@ -268,8 +219,8 @@ lastseen_inflight_users{table="users"} 0
 # TYPE lastseen_pending_users gauge
 lastseen_pending_users{table="users"} 0
 `), names...))
-	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	e.r.Mini.SetError("LOADING Redis is loading the dataset in memory")
 	must(t, testutil.GatherAndCompare(reg, strings.NewReader(help+`lastseen_buffer_read_errors_total{table="users"} 1
 `), names...))
-	e.mr.SetError("")
+	e.r.Mini.SetError("")
 }

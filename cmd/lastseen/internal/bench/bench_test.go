@@ -16,12 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/glebarez/sqlite"
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/testenv"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -108,14 +106,9 @@ func TestStreamIsSeededAndSkewed(t *testing.T) {
 // the filled time, and its Status must count them all.
 func TestFillMatchesLibraryLayout(t *testing.T) {
 	ctx := context.Background()
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	db, err := gorm.Open(sqlite.Open(filepath.Join(t.TempDir(), "b.db")), &gorm.Config{Logger: logger.Discard})
-	testenv.Must(t, err)
-	p := lastseen.New(lastseen.Config{Redis: rdb, Prefix: "b", DisableScheduler: true, LocalCacheSize: -1})
-	testenv.Must(t, db.Use(p))
-	t.Cleanup(func() { p.Close(context.WithoutCancel(ctx)) })
+	rdb := testenv.Miniredis().Open(t).Client.(*redis.Client)
+	db := testenv.SQLite().New(t).Open(t)
+	p := testenv.Use(t, db, lastseen.Config{Redis: rdb, Prefix: "b", DisableScheduler: true, LocalCacheSize: -1})
 	base := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 	e := &env{plain: rdb}
 	testenv.Must(t, e.fillPending(ctx, "b", 3000, lastseen.DefaultShards, base, 1))
@@ -209,7 +202,7 @@ func TestValidate(t *testing.T) {
 // PostgreSQL and Redis, and checks the exact counts the run reports and
 // that it left nothing behind. Timings are not checked.
 func TestTinyRun(t *testing.T) {
-	pg, addr := testenv.Need(t, testenv.Postgres), testenv.Need(t, testenv.Redis)
+	pg, addr := testenv.Need(t, testenv.EnvPostgres), testenv.Need(t, testenv.EnvRedis)
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	var out bytes.Buffer
 	c := &Cmd{What: "all", Postgres: pg, Redis: addr, Users: 40, Requests: 400, Zipf: 1.1, Workers: 4, Seed: 1,
@@ -265,11 +258,7 @@ func TestTinyRun(t *testing.T) {
 	// Nothing left behind: the schema and the Redis keys are gone.
 	db, err := gorm.Open(postgres.Open(pg), &gorm.Config{Logger: logger.Discard})
 	testenv.Must(t, err)
-	t.Cleanup(func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-	})
+	t.Cleanup(func() { testenv.CloseDB(db) })
 	var schemas int64
 	testenv.Must(t, db.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ?", rep.Info.Schema).Scan(&schemas).Error)
 	testenv.Equal(t, "schema left", schemas, int64(0))

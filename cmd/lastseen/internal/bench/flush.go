@@ -113,56 +113,20 @@ func (e *env) flushOnce(ctx context.Context, n int, schema string) (*flushRun, e
 	res := &flushRun{Users: n, Schema: schema}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	base := now.Add(-10 * time.Minute)
-	ts := schemas[schema]
-	prefix := fmt.Sprintf("f%d_%s_", n, schema)
-	c.progress("flush %d %s: creating four tables of %d users", n, schema, n)
-	var libDB *gorm.DB
-	var libPool *sql.DB
-	for i, t := range []*flushSide{&res.RawUnnest, &res.RawCopy, &res.Lib, &res.RawAfter} {
-		db, pool, err := e.openPool(ctx, prefix+strconv.Itoa(i)+"_", c.FlushConcurrency+1)
-		if err != nil {
-			return nil, err
-		}
-		if t.Table, err = e.createUsers(ctx, db, n, base.Add(-24*time.Hour), ts); err != nil {
-			return nil, err
-		}
-		if t == &res.Lib {
-			libDB, libPool = db, pool
-		} else {
-			pool.Close()
-		}
+	libDB, libPool, err := e.createFlushTables(ctx, res, base)
+	if err != nil {
+		return nil, err
 	}
 	shards := shardBatches(n, lastseen.DefaultShards, lastseen.DefaultBatchSize, c.Seed)
 	res.CheckpointNote = e.checkpoint(ctx)
-	for _, m := range []struct {
-		name string
-		side *flushSide
-	}{{"unnest", &res.RawUnnest}, {"copy", &res.RawCopy}} {
-		c.progress("flush %d %s: raw %s on %d connections", n, schema, m.name, c.FlushConcurrency)
-		if err := e.rawFlush(ctx, m.name, m.side, shards, base); err != nil {
-			return nil, err
-		}
-		e.checkpoint(ctx)
-	}
-	res.RawMethod = "unnest"
-	if res.RawCopy.RowsPerSec > res.RawUnnest.RowsPerSec {
-		res.RawMethod = "copy"
-	}
-
-	keyPrefix := fmt.Sprintf("%s-flush%d%s", e.prefix, n, schema)
-	c.progress("flush %d %s: filling %d pending entries into Redis (HSET pipelines)", n, schema, n)
-	f0 := time.Now()
-	if err := e.fillPending(ctx, keyPrefix, n, lastseen.DefaultShards, base, c.Seed); err != nil {
+	if err := e.rawFlushesFirst(ctx, res, shards, base); err != nil {
 		return nil, err
 	}
-	res.FillWall = time.Since(f0)
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: keyPrefix, DisableScheduler: true, Logger: e.pluginLogger(),
-		FlushConcurrency: c.FlushConcurrency})
-	if err := libDB.Use(p); err != nil {
-		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
+	p, err := e.pendingForLibrary(ctx, libDB, res, base)
+	if p != nil {
+		defer p.Close(context.WithoutCancel(ctx))
 	}
-	defer p.Close(context.WithoutCancel(ctx))
-	if err := checkPending(ctx, p, n, base, c.Seed); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if note := e.checkpoint(ctx); note != "" {
@@ -183,7 +147,6 @@ func (e *env) flushOnce(ctx context.Context, n int, schema string) (*flushRun, e
 	}
 	res.RawRowsPerSec = (best.RowsPerSec + res.RawAfter.RowsPerSec) / 2
 	res.Ratio = res.Lib.RowsPerSec / res.RawRowsPerSec
-	var err error
 	if res.Check, err = e.checkFlush(ctx, libDB, p, res, base); err != nil {
 		return nil, err
 	}
@@ -191,6 +154,74 @@ func (e *env) flushOnce(ctx context.Context, n int, schema string) (*flushRun, e
 		n, schema, res.RawMethod, best.RowsPerSec, res.RawAfter.RowsPerSec, res.RawCopy.RowsPerSec, res.RawUnnest.RowsPerSec,
 		res.Lib.RowsPerSec, res.Ratio, 100*res.Lib.hotShare(), fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
 	return res, nil
+}
+
+// createFlushTables creates the four users tables of one flush run (raw
+// unnest, raw copy, the library's, raw again after it), last seen a day
+// before base, and returns the library's handle and pool; the others'
+// pools are closed.
+func (e *env) createFlushTables(ctx context.Context, res *flushRun, base time.Time) (*gorm.DB, *sql.DB, error) {
+	c, n := e.cmd, res.Users
+	prefix := fmt.Sprintf("f%d_%s_", n, res.Schema)
+	c.progress("flush %d %s: creating four tables of %d users", n, res.Schema, n)
+	var libDB *gorm.DB
+	var libPool *sql.DB
+	for i, t := range []*flushSide{&res.RawUnnest, &res.RawCopy, &res.Lib, &res.RawAfter} {
+		db, pool, err := e.openPool(ctx, prefix+strconv.Itoa(i)+"_", c.FlushConcurrency+1)
+		if err != nil {
+			return nil, nil, err
+		}
+		if t.Table, err = e.createUsers(ctx, db, n, base.Add(-24*time.Hour), schemas[res.Schema]); err != nil {
+			return nil, nil, err
+		}
+		if t == &res.Lib {
+			libDB, libPool = db, pool
+		} else {
+			pool.Close()
+		}
+	}
+	return libDB, libPool, nil
+}
+
+// rawFlushesFirst runs the raw unnest and copy writes, each followed by a
+// checkpoint, and picks the faster as the raw method.
+func (e *env) rawFlushesFirst(ctx context.Context, res *flushRun, shards [][][]int64, base time.Time) error {
+	c := e.cmd
+	for _, m := range []struct {
+		name string
+		side *flushSide
+	}{{"unnest", &res.RawUnnest}, {"copy", &res.RawCopy}} {
+		c.progress("flush %d %s: raw %s on %d connections", res.Users, res.Schema, m.name, c.FlushConcurrency)
+		if err := e.rawFlush(ctx, m.name, m.side, shards, base); err != nil {
+			return err
+		}
+		e.checkpoint(ctx)
+	}
+	res.RawMethod = "unnest"
+	if res.RawCopy.RowsPerSec > res.RawUnnest.RowsPerSec {
+		res.RawMethod = "copy"
+	}
+	return nil
+}
+
+// pendingForLibrary fills the pending hashes of every user into Redis,
+// registers the library's plugin on db (the caller closes it, also on an
+// error once it is returned) and checks that the plugin reads them all.
+func (e *env) pendingForLibrary(ctx context.Context, db *gorm.DB, res *flushRun, base time.Time) (*lastseen.Plugin, error) {
+	c, n := e.cmd, res.Users
+	keyPrefix := fmt.Sprintf("%s-flush%d%s", e.prefix, n, res.Schema)
+	c.progress("flush %d %s: filling %d pending entries into Redis (HSET pipelines)", n, res.Schema, n)
+	f0 := time.Now()
+	if err := e.fillPending(ctx, keyPrefix, n, lastseen.DefaultShards, base, c.Seed); err != nil {
+		return nil, err
+	}
+	res.FillWall = time.Since(f0)
+	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: keyPrefix, DisableScheduler: true, Logger: e.pluginLogger(),
+		FlushConcurrency: c.FlushConcurrency})
+	if err := db.Use(p); err != nil {
+		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
+	}
+	return p, checkPending(ctx, p, n, base, c.Seed)
 }
 
 // libFlush runs and measures the library's Flush.

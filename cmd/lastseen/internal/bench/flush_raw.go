@@ -24,19 +24,45 @@ import (
 //
 // The counters of pg_stat_user_tables give the updates and HOT updates.
 func (e *env) rawFlush(ctx context.Context, method string, side *flushSide, shards [][][]int64, base time.Time) error {
-	seed := e.cmd.Seed
-	n := e.cmd.FlushConcurrency
-	t := pgx.Identifier{side.Table}.Sanitize()
-	guard := ` WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)`
-	unnest := "UPDATE " + t + ` AS t SET "last_seen_at" = v.ts FROM unnest($1::bigint[], $2::timestamptz[]) AS v(id, ts)` + guard
-	fromTemp := "UPDATE " + t + ` AS t SET "last_seen_at" = v.ts FROM lastseen_bench_v AS v` + guard
-
 	// Arguments are built and connections opened before the clock starts.
-	type batch struct {
-		ids   []int64
-		times []time.Time
+	work := rawBatches(shards, base, e.cmd.Seed)
+	w := newRawWriter(method, side.Table)
+	defer w.close(context.WithoutCancel(ctx))
+	if err := w.connect(ctx, e.pg, e.cmd.FlushConcurrency); err != nil {
+		return err
 	}
-	work := make([][]batch, len(shards))
+	before, err := e.tableStats(ctx, side.Table)
+	if err != nil {
+		return err
+	}
+	e.tracer.start()
+	t0 := time.Now()
+	side.Rows, err = w.run(ctx, work)
+	side.Wall = time.Since(t0)
+	side.SQL = e.tracer.stop()
+	if err != nil {
+		return fmt.Errorf("lastseen: bench: raw %s: %w", method, err)
+	}
+	side.RowsPerSec = float64(side.Rows) / side.Wall.Seconds()
+	for _, c := range w.conns {
+		if _, err := c.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+			return fmt.Errorf("lastseen: bench: pg_stat_force_next_flush: %w", err)
+		}
+	}
+	return e.countUpdates(ctx, side, before)
+}
+
+// rawBatch is one batch of the raw write: ids sorted, each with its
+// timestamp.
+type rawBatch struct {
+	ids   []int64
+	times []time.Time
+}
+
+// rawBatches builds the raw write's arguments: per shard, its batches with
+// ids sorted and their flushTime timestamps.
+func rawBatches(shards [][][]int64, base time.Time, seed uint64) [][]rawBatch {
+	work := make([][]rawBatch, len(shards))
 	for s, bs := range shards {
 		for _, b := range bs {
 			ids := slices.Clone(b)
@@ -45,78 +71,78 @@ func (e *env) rawFlush(ctx context.Context, method string, side *flushSide, shar
 			for j, id := range ids {
 				times[j] = flushTime(base, seed, uint64(id))
 			}
-			work[s] = append(work[s], batch{ids, times})
+			work[s] = append(work[s], rawBatch{ids, times})
 		}
 	}
-	conns := make([]*pgx.Conn, n)
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close(context.WithoutCancel(ctx))
-			}
-		}
-	}()
-	for i := range conns {
-		c, err := pgx.ConnectConfig(ctx, e.pg.Copy())
+	return work
+}
+
+// rawWriter writes batches into one table by hand, on connections of its
+// own: with one UPDATE … FROM unnest($1, $2) (method "unnest"), or with
+// COPY into a temporary table and one UPDATE … FROM it (method "copy").
+// Either keeps the newer timestamp only, as the library does.
+type rawWriter struct {
+	method   string
+	unnest   string // the unnest UPDATE, prepared under its own text
+	fromTemp string // the UPDATE from the temporary table
+	conns    []*pgx.Conn
+}
+
+func newRawWriter(method, table string) *rawWriter {
+	t := pgx.Identifier{table}.Sanitize()
+	guard := ` WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)`
+	return &rawWriter{
+		method:   method,
+		unnest:   "UPDATE " + t + ` AS t SET "last_seen_at" = v.ts FROM unnest($1::bigint[], $2::timestamptz[]) AS v(id, ts)` + guard,
+		fromTemp: "UPDATE " + t + ` AS t SET "last_seen_at" = v.ts FROM lastseen_bench_v AS v` + guard,
+	}
+}
+
+// connect opens n connections, each with the unnest statement prepared
+// and the temporary table created.
+func (w *rawWriter) connect(ctx context.Context, cfg *pgx.ConnConfig, n int) error {
+	for range n {
+		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
 		if err != nil {
 			return fmt.Errorf("lastseen: bench: connect: %w", err)
 		}
-		conns[i] = c
-		if _, err := c.Prepare(ctx, unnest, unnest); err != nil { // named by its text: the tracer sees the SQL
+		w.conns = append(w.conns, c)
+		if _, err := c.Prepare(ctx, w.unnest, w.unnest); err != nil { // named by its text: the tracer sees the SQL
 			return fmt.Errorf("lastseen: bench: prepare: %w", err)
 		}
 		if _, err := c.Exec(ctx, "CREATE TEMP TABLE lastseen_bench_v (id bigint, ts timestamptz) ON COMMIT DELETE ROWS"); err != nil {
 			return fmt.Errorf("lastseen: bench: temp table: %w", err)
 		}
 	}
-	write := func(c *pgx.Conn, b batch) (int64, error) {
-		if method == "unnest" {
-			tag, err := c.Exec(ctx, unnest, b.ids, b.times)
-			return tag.RowsAffected(), err
-		}
-		tx, err := c.Begin(ctx)
-		if err != nil {
-			return 0, err
-		}
-		defer tx.Rollback(context.WithoutCancel(ctx))
-		rows := make([][]any, len(b.ids))
-		for i := range b.ids {
-			rows[i] = []any{b.ids[i], b.times[i]}
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"lastseen_bench_v"}, []string{"id", "ts"}, pgx.CopyFromRows(rows)); err != nil {
-			return 0, err
-		}
-		tag, err := tx.Exec(ctx, fromTemp)
-		if err != nil {
-			return 0, err
-		}
-		return tag.RowsAffected(), tx.Commit(ctx)
-	}
+	return nil
+}
 
-	before, err := e.tableStats(ctx, side.Table)
-	if err != nil {
-		return err
+func (w *rawWriter) close(ctx context.Context) {
+	for _, c := range w.conns {
+		c.Close(ctx)
 	}
-	next := make(chan []batch, len(work))
-	for _, w := range work {
-		next <- w
+}
+
+// run writes every shard's batches, one shard at a time per connection,
+// and returns the rows updated; a connection stops at its first error,
+// and the first error is returned.
+func (w *rawWriter) run(ctx context.Context, work [][]rawBatch) (int64, error) {
+	next := make(chan []rawBatch, len(work))
+	for _, s := range work {
+		next <- s
 	}
 	close(next)
 	var mu sync.Mutex
+	var total int64
 	var firstErr error
-	side.Rows = 0
 	var wg sync.WaitGroup
-	e.tracer.start()
-	t0 := time.Now()
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for _, c := range w.conns {
+		wg.Go(func() {
 			for shard := range next {
 				for _, b := range shard {
-					rows, err := write(c, b)
+					rows, err := w.write(ctx, c, b)
 					mu.Lock()
-					side.Rows += rows
+					total += rows
 					if err != nil && firstErr == nil {
 						firstErr = err
 					}
@@ -126,19 +152,33 @@ func (e *env) rawFlush(ctx context.Context, method string, side *flushSide, shar
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	side.Wall = time.Since(t0)
-	side.SQL = e.tracer.stop()
-	if firstErr != nil {
-		return fmt.Errorf("lastseen: bench: raw %s: %w", method, firstErr)
+	return total, firstErr
+}
+
+// write writes one batch on c and returns the rows it updated.
+func (w *rawWriter) write(ctx context.Context, c *pgx.Conn, b rawBatch) (int64, error) {
+	if w.method == "unnest" {
+		tag, err := c.Exec(ctx, w.unnest, b.ids, b.times)
+		return tag.RowsAffected(), err
 	}
-	side.RowsPerSec = float64(side.Rows) / side.Wall.Seconds()
-	for _, c := range conns {
-		if _, err := c.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-			return fmt.Errorf("lastseen: bench: pg_stat_force_next_flush: %w", err)
-		}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return 0, err
 	}
-	return e.countUpdates(ctx, side, before)
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows := make([][]any, len(b.ids))
+	for i := range b.ids {
+		rows[i] = []any{b.ids[i], b.times[i]}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"lastseen_bench_v"}, []string{"id", "ts"}, pgx.CopyFromRows(rows)); err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, w.fromTemp)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), tx.Commit(ctx)
 }

@@ -44,9 +44,40 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	c := e.cmd
 	res := &purgeResult{Expired: c.PurgeExpired, Live: c.PurgeLive, BatchSize: lastseen.DefaultPurgeBatchSize, Pause: c.PurgePause.String()}
 	now := time.Now().UTC().Truncate(time.Microsecond)
+	db, err := e.createPurgeTables(ctx, res, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.rawPurges(ctx, now, res.BatchSize, rawLoop{&res.RawBefore, false}, rawLoop{&res.KeysetBefore, true}); err != nil {
+		return nil, err
+	}
+	if err := e.libraryPurge(ctx, db, res); err != nil {
+		return nil, err
+	}
+	if err := e.rawPurges(ctx, now, res.BatchSize, rawLoop{&res.KeysetAfter, true}, rawLoop{&res.RawAfter, false}); err != nil {
+		return nil, err
+	}
+	res.RawLimit = (res.RawBefore.RowsPerSec + res.RawAfter.RowsPerSec) / 2
+	res.Ratio = ratio(res.RowsPerSec, res.RawLimit)
+	res.KeysetLimit = (res.KeysetBefore.RowsPerSec + res.KeysetAfter.RowsPerSec) / 2
+	res.KeysetRatio = ratio(res.RowsPerSec, res.KeysetLimit)
+	if err := e.checkPurge(ctx, db, res); err != nil {
+		return nil, err
+	}
+	c.progress("purge: raw loop %.0f and %.0f rows/s, keyset %.0f and %.0f, lastseen %.0f (%.2f of raw, %.2f of keyset)", res.RawBefore.RowsPerSec,
+		res.RawAfter.RowsPerSec, res.KeysetBefore.RowsPerSec, res.KeysetAfter.RowsPerSec, res.RowsPerSec, res.Ratio, res.KeysetRatio)
+	c.progress("purge: %d deleted, %.0f rows/s, longest batch transaction %v, heap +%s, check %s",
+		res.Result.Deleted, res.RowsPerSec, res.SQL.LongestTx, fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
+	return res, nil
+}
+
+// createPurgeTables creates the five sessions tables of the purge
+// benchmark, each of its own pool: the raw and keyset loops' before and
+// after the library's run, and the library's (returned).
+func (e *env) createPurgeTables(ctx context.Context, res *purgeResult, now time.Time) (*gorm.DB, error) {
+	c := e.cmd
 	c.progress("purge: creating three tables of %d expired and %d live sessions", c.PurgeExpired, c.PurgeLive)
 	var db *gorm.DB
-	var err error
 	for _, t := range []struct {
 		prefix string
 		table  *string
@@ -63,15 +94,31 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 			db = tdb
 		}
 	}
-	for _, r := range []struct {
-		side   *rawPurge
-		keyset bool
-	}{{&res.RawBefore, false}, {&res.KeysetBefore, true}} {
+	return db, nil
+}
+
+// rawLoop is one run of a hand-written purge loop: its result, and whether
+// it walks the keys (keyset) or repeats the plain batched DELETE (raw).
+type rawLoop struct {
+	side   *rawPurge
+	keyset bool
+}
+
+// rawPurges runs the loops in order, each after a checkpoint.
+func (e *env) rawPurges(ctx context.Context, now time.Time, batch int, loops ...rawLoop) error {
+	for _, r := range loops {
 		e.checkpoint(ctx)
-		if err := e.rawPurge(ctx, r.side, now, res.BatchSize, r.keyset); err != nil {
-			return nil, err
+		if err := e.rawPurge(ctx, r.side, now, batch, r.keyset); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// libraryPurge runs the library's PurgeExpiredSessions on db's table,
+// timing it and tracing its SQL and Redis commands.
+func (e *env) libraryPurge(ctx context.Context, db *gorm.DB, res *purgeResult) error {
+	c := e.cmd
 	pause := c.PurgePause
 	if pause == 0 {
 		pause = -1 // the library's "no pause"
@@ -79,7 +126,7 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: e.prefix + "-purge", DisableScheduler: true,
 		PurgePause: pause, Logger: e.pluginLogger()})
 	if err := db.Use(p); err != nil {
-		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
+		return fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
 	defer p.Close(context.WithoutCancel(ctx))
 	e.checkpoint(ctx)
@@ -89,37 +136,31 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	e.tracer.start()
 	e.timer.start()
 	t0 := time.Now()
+	var err error
 	res.Result, err = p.PurgeExpiredSessions(ctx)
 	res.Wall = time.Since(t0)
 	res.Redis = e.timer.stop()
 	res.SQL = e.tracer.stop()
 	res.Heap = heap.Stop()
 	if err != nil {
-		return nil, fmt.Errorf("lastseen: bench: purge: %w", err)
+		return fmt.Errorf("lastseen: bench: purge: %w", err)
 	}
 	res.RowsPerSec = float64(res.Result.Deleted) / res.Wall.Seconds()
-	for _, r := range []struct {
-		side   *rawPurge
-		keyset bool
-	}{{&res.KeysetAfter, true}, {&res.RawAfter, false}} {
-		e.checkpoint(ctx)
-		if err := e.rawPurge(ctx, r.side, now, res.BatchSize, r.keyset); err != nil {
-			return nil, err
-		}
-	}
-	res.RawLimit = (res.RawBefore.RowsPerSec + res.RawAfter.RowsPerSec) / 2
-	res.Ratio = ratio(res.RowsPerSec, res.RawLimit)
-	res.KeysetLimit = (res.KeysetBefore.RowsPerSec + res.KeysetAfter.RowsPerSec) / 2
-	res.KeysetRatio = ratio(res.RowsPerSec, res.KeysetLimit)
+	return nil
+}
 
-	q := db.WithContext(ctx).Table(res.Table)
-	if err := q.Count(&res.Left).Error; err != nil {
-		return nil, fmt.Errorf("lastseen: bench: count sessions: %w", err)
+// checkPurge counts the rows the library's purge left and sets res.Check:
+// "ok" when every loop and the library deleted every expired session and
+// only the live ones are left, else the list of problems.
+func (e *env) checkPurge(ctx context.Context, db *gorm.DB, res *purgeResult) error {
+	c := e.cmd
+	if err := db.WithContext(ctx).Table(res.Table).Count(&res.Left).Error; err != nil {
+		return fmt.Errorf("lastseen: bench: count sessions: %w", err)
 	}
-	err = db.WithContext(ctx).Table(res.Table).Where(clause.Gt{Column: clause.Column{Name: "expires_at"}, Value: res.Result.Cutoff}).
+	err := db.WithContext(ctx).Table(res.Table).Where(clause.Gt{Column: clause.Column{Name: "expires_at"}, Value: res.Result.Cutoff}).
 		Count(&res.LiveLeft).Error
 	if err != nil {
-		return nil, fmt.Errorf("lastseen: bench: count live sessions: %w", err)
+		return fmt.Errorf("lastseen: bench: count live sessions: %w", err)
 	}
 	var problems []string
 	for _, r := range []rawPurge{res.RawBefore, res.KeysetBefore, res.KeysetAfter, res.RawAfter} {
@@ -137,11 +178,7 @@ func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	if len(problems) > 0 {
 		res.Check = fmt.Sprint(problems)
 	}
-	c.progress("purge: raw loop %.0f and %.0f rows/s, keyset %.0f and %.0f, lastseen %.0f (%.2f of raw, %.2f of keyset)", res.RawBefore.RowsPerSec,
-		res.RawAfter.RowsPerSec, res.KeysetBefore.RowsPerSec, res.KeysetAfter.RowsPerSec, res.RowsPerSec, res.Ratio, res.KeysetRatio)
-	c.progress("purge: %d deleted, %.0f rows/s, longest batch transaction %v, heap +%s, check %s",
-		res.Result.Deleted, res.RowsPerSec, res.SQL.LongestTx, fmtBytes(res.Heap.PeakHeapGrowth), res.Check)
-	return res, nil
+	return nil
 }
 
 // createSessions creates "purge_sessions" from lastseen.Session with

@@ -162,54 +162,13 @@ func writeRequests(w io.Writer, q *requestsResult) {
 		fmt.Fprint(w, "--:|")
 	}
 	fmt.Fprintln(w)
-	row := func(label string, f func(v variant) string) {
-		fmt.Fprintf(w, "| %s |", label)
+	for _, r := range requestRows {
+		fmt.Fprintf(w, "| %s |", r.label)
 		for _, v := range q.Variants {
-			fmt.Fprintf(w, " %s |", f(v))
+			fmt.Fprintf(w, " %s |", r.cell(v))
 		}
 		fmt.Fprintln(w)
 	}
-	flushOnly := func(f func(v variant) string) func(v variant) string {
-		return func(v variant) string {
-			if v.Name == "per-request" {
-				return "-"
-			}
-			return f(v)
-		}
-	}
-	row("requests/s", func(v variant) string { return fmtRate(v.RequestsPerSec) })
-	row("tracking call p50", func(v variant) string { return fmtDur(v.P50) })
-	row("tracking call p99", func(v variant) string { return fmtDur(v.P99) })
-	row("p50 vs per-request", func(v variant) string { return fmtRatio(v.P50Ratio) })
-	row("Redis commands/request (INFO commandstats)", func(v variant) string { return fmt.Sprintf("%.4f", v.RedisPerRequest) })
-	row("Redis commands/request sent by the app", func(v variant) string { return fmt.Sprintf("%.4f", v.ClientPerRequest) })
-	row("rows written (pg_stat_user_tables)", func(v variant) string { return fmtInt(v.RowsWritten) })
-	row("rows written vs per-request", func(v variant) string { return fmtRatio(v.RowsRatio) })
-	row("WAL bytes (pg_current_wal_lsn)", func(v variant) string { return fmtBytes(v.WALBytes) })
-	row("WAL vs per-request", func(v variant) string { return fmtRatio(v.WALRatio) })
-	row("WAL of the variant's own records (pg_walinspect)", func(v variant) string {
-		if !v.OwnWAL {
-			return "n/a"
-		}
-		return fmtBytes(v.OwnWALBytes)
-	})
-	row("own WAL vs per-request", func(v variant) string {
-		if !v.OwnWAL {
-			return "n/a"
-		}
-		return fmtRatio(v.OwnWALRatio)
-	})
-	row("dead tuples left", func(v variant) string { return fmtInt(v.DeadTuples) })
-	row("flush wall time", flushOnly(func(v variant) string { return fmtDur(v.FlushWall) }))
-	row("flush rows/s", flushOnly(func(v variant) string { return fmtRate(v.FlushRowsPerSec) }))
-	row("tracking-call errors", func(v variant) string { return fmtInt(v.Errors) })
-	row("touches kept in the in-process backlog", func(v variant) string {
-		if v.Library == nil {
-			return "-"
-		}
-		return fmtInt(v.Library.Backlogged)
-	})
-	row("check", func(v variant) string { return v.Check })
 	for _, v := range q.Variants {
 		if v.FirstError != "" {
 			fmt.Fprintf(w, "\n%s: first tracking-call error: %s\n", v.Name, v.FirstError)
@@ -217,6 +176,57 @@ func writeRequests(w io.Writer, q *requestsResult) {
 		if v.CheckpointNote != "" {
 			fmt.Fprintf(w, "\n%s: CHECKPOINT failed (%s): WAL figures include full-page writes unevenly\n", v.Name, v.CheckpointNote)
 		}
+	}
+}
+
+// requestRows are the rows of the requests table, one cell per variant.
+var requestRows = []struct {
+	label string
+	cell  func(v variant) string
+}{
+	{"requests/s", func(v variant) string { return fmtRate(v.RequestsPerSec) }},
+	{"tracking call p50", func(v variant) string { return fmtDur(v.P50) }},
+	{"tracking call p99", func(v variant) string { return fmtDur(v.P99) }},
+	{"p50 vs per-request", func(v variant) string { return fmtRatio(v.P50Ratio) }},
+	{"Redis commands/request (INFO commandstats)", func(v variant) string { return fmt.Sprintf("%.4f", v.RedisPerRequest) }},
+	{"Redis commands/request sent by the app", func(v variant) string { return fmt.Sprintf("%.4f", v.ClientPerRequest) }},
+	{"rows written (pg_stat_user_tables)", func(v variant) string { return fmtInt(v.RowsWritten) }},
+	{"rows written vs per-request", func(v variant) string { return fmtRatio(v.RowsRatio) }},
+	{"WAL bytes (pg_current_wal_lsn)", func(v variant) string { return fmtBytes(v.WALBytes) }},
+	{"WAL vs per-request", func(v variant) string { return fmtRatio(v.WALRatio) }},
+	{"WAL of the variant's own records (pg_walinspect)", func(v variant) string {
+		if !v.OwnWAL {
+			return "n/a"
+		}
+		return fmtBytes(v.OwnWALBytes)
+	}},
+	{"own WAL vs per-request", func(v variant) string {
+		if !v.OwnWAL {
+			return "n/a"
+		}
+		return fmtRatio(v.OwnWALRatio)
+	}},
+	{"dead tuples left", func(v variant) string { return fmtInt(v.DeadTuples) }},
+	{"flush wall time", flushOnly(func(v variant) string { return fmtDur(v.FlushWall) })},
+	{"flush rows/s", flushOnly(func(v variant) string { return fmtRate(v.FlushRowsPerSec) })},
+	{"tracking-call errors", func(v variant) string { return fmtInt(v.Errors) }},
+	{"touches kept in the in-process backlog", func(v variant) string {
+		if v.Library == nil {
+			return "-"
+		}
+		return fmtInt(v.Library.Backlogged)
+	}},
+	{"check", func(v variant) string { return v.Check }},
+}
+
+// flushOnly shows f's cell for the buffering variants and "-" for the
+// per-request one, which has no flush.
+func flushOnly(f func(v variant) string) func(v variant) string {
+	return func(v variant) string {
+		if v.Name == "per-request" {
+			return "-"
+		}
+		return f(v)
 	}
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -175,117 +176,184 @@ func ratio(a, b float64) float64 {
 // with the workers, runs the final flush, and measures both phases.
 func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st stream,
 	open func(db *gorm.DB, table string) (design, error)) (variant, error) {
-	c := e.cmd
-	v := variant{Name: name, Requests: len(st.ids)}
-	db, pool, err := e.openPool(ctx, tablePrefix, c.Workers+2)
+	r := &variantRun{e: e, name: name, st: st, v: variant{Name: name, Requests: len(st.ids)}}
+	db, pool, err := e.openPool(ctx, tablePrefix, e.cmd.Workers+2)
 	if err != nil {
-		return v, err
+		return r.v, err
 	}
 	defer pool.Close()
-	start := time.Now().UTC().Truncate(time.Microsecond)
-	v.Table, err = e.createUsers(ctx, db, st.users, start.Add(-24*time.Hour), tableSchema{})
+	r.db, r.pool = db, pool
+	err = r.setUp(ctx, open)
+	if r.d != nil {
+		defer r.d.close(context.WithoutCancel(ctx))
+	}
 	if err != nil {
-		return v, err
+		return r.v, err
 	}
-	d, err := open(db, v.Table)
-	if err != nil {
-		return v, err
+	for _, step := range []func(context.Context) error{r.baseline, r.replay, r.flush, r.countRedis, r.countPostgres, r.check} {
+		if err := step(ctx); err != nil {
+			return r.v, err
+		}
 	}
-	defer d.close(context.WithoutCancel(ctx))
-	if err := e.warmRedis(ctx, c.Workers); err != nil {
-		return v, err
-	}
+	return r.v, nil
+}
 
-	// Baselines.
-	if err := e.flushPgStats(ctx, pool); err != nil {
-		return v, err
-	}
-	before, err := e.tableStats(ctx, v.Table)
-	if err != nil {
-		return v, err
-	}
-	v.CheckpointNote = e.checkpoint(ctx)
-	lsn0, err := e.walLSN(ctx)
-	if err != nil {
-		return v, err
-	}
-	cs0, err := e.commandStats(ctx)
-	if err != nil {
-		return v, err
-	}
-	cmds0, trips0 := e.count.cmds.Load(), e.count.trips.Load()
+// variantRun is one run of runVariant: its table and design, the
+// baselines taken before the requests, and the variant it fills in, step
+// by step.
+type variantRun struct {
+	e     *env
+	name  string
+	st    stream
+	db    *gorm.DB
+	pool  *sql.DB
+	d     design
+	v     variant
+	start time.Time // the requests' clock origin (the users were seen a day before)
 
-	c.progress("%s: %d requests into %s", name, len(st.ids), v.Table)
-	heap := startHeap(time.Millisecond)
-	lat, errs, first, wall := replay(ctx, d, len(st.ids), c.Workers)
+	before        tableCounters    // pg_stat_user_tables before the requests
+	lsn0          string           // WAL position before the requests
+	cs0, cs1      map[string]int64 // Redis INFO commandstats before and after the requests
+	cmds0, trips0 int64            // client-side command and round-trip counters before
+	heap          *heapSampler     // heap growth from the requests to the end of the flush
+}
+
+// setUp creates the users table, opens the design on it and warms the
+// Redis connections.
+func (r *variantRun) setUp(ctx context.Context, open func(db *gorm.DB, table string) (design, error)) error {
+	var err error
+	r.start = time.Now().UTC().Truncate(time.Microsecond)
+	r.v.Table, err = r.e.createUsers(ctx, r.db, r.st.users, r.start.Add(-24*time.Hour), tableSchema{})
+	if err != nil {
+		return err
+	}
+	if r.d, err = open(r.db, r.v.Table); err != nil {
+		return err
+	}
+	return r.e.warmRedis(ctx, r.e.cmd.Workers)
+}
+
+// baseline takes the table statistics, WAL position and command counts
+// the run is measured from.
+func (r *variantRun) baseline(ctx context.Context) error {
+	e := r.e
+	if err := e.flushPgStats(ctx, r.pool); err != nil {
+		return err
+	}
+	var err error
+	if r.before, err = e.tableStats(ctx, r.v.Table); err != nil {
+		return err
+	}
+	r.v.CheckpointNote = e.checkpoint(ctx)
+	if r.lsn0, err = e.walLSN(ctx); err != nil {
+		return err
+	}
+	if r.cs0, err = e.commandStats(ctx); err != nil {
+		return err
+	}
+	r.cmds0, r.trips0 = e.count.cmds.Load(), e.count.trips.Load()
+	return nil
+}
+
+// replay sends the stream's requests through the design and records their
+// rate, latencies and errors.
+func (r *variantRun) replay(ctx context.Context) error {
+	v, n := &r.v, len(r.st.ids)
+	r.e.cmd.progress("%s: %d requests into %s", r.name, n, v.Table)
+	r.heap = startHeap(time.Millisecond)
+	lat, errs, first, wall := replay(ctx, r.d, n, r.e.cmd.Workers)
 	if ctx.Err() != nil {
-		return v, ctx.Err()
+		return ctx.Err()
 	}
 	v.RequestWall, v.Errors = wall, errs
 	if first != nil {
 		v.FirstError = first.Error()
 	}
-	v.RequestsPerSec = float64(len(st.ids)) / wall.Seconds()
+	v.RequestsPerSec = float64(n) / wall.Seconds()
 	v.P50, v.P99, v.Max = percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1]
-	cs1, err := e.commandStats(ctx)
-	if err != nil {
-		return v, err
-	}
+	var err error
+	r.cs1, err = r.e.commandStats(ctx)
+	return err
+}
 
+// flush writes what the design buffered (the per-request design has
+// nothing to flush) and stops the heap sampler.
+func (r *variantRun) flush(ctx context.Context) error {
+	v := &r.v
 	f0 := time.Now()
-	v.FlushRows, err = d.flush(ctx)
+	var err error
+	v.FlushRows, err = r.d.flush(ctx)
 	if err != nil {
-		return v, fmt.Errorf("lastseen: bench: %s: flush: %w", name, err)
+		return fmt.Errorf("lastseen: bench: %s: flush: %w", r.name, err)
 	}
-	if _, ok := d.(*perRequest); !ok {
+	if _, ok := r.d.(*perRequest); !ok {
 		v.FlushWall = time.Since(f0)
 		v.FlushRowsPerSec = float64(v.FlushRows) / v.FlushWall.Seconds()
 	}
-	v.Heap = heap.Stop()
-	v.HeapPerUser = float64(v.Heap.PeakHeapGrowth) / float64(st.distinct)
+	v.Heap = r.heap.Stop()
+	v.HeapPerUser = float64(v.Heap.PeakHeapGrowth) / float64(r.st.distinct)
+	return nil
+}
 
+// countRedis counts the commands of the run, on the client and on the
+// server, for the requests alone and with the flush.
+func (r *variantRun) countRedis(ctx context.Context) error {
+	e, v, n := r.e, &r.v, float64(len(r.st.ids))
 	cs2, err := e.commandStats(ctx)
 	if err != nil {
-		return v, err
+		return err
 	}
-	v.ClientCommands, v.ClientRoundTrips = e.count.cmds.Load()-cmds0, e.count.trips.Load()-trips0
-	v.RedisCommandsRequests, _ = commandDelta(cs0, cs1)
-	v.RedisCommands, v.RedisPerCommand = commandDelta(cs0, cs2)
-	v.RedisPerRequest = float64(v.RedisCommands) / float64(len(st.ids))
-	v.ClientPerRequest = float64(v.ClientCommands) / float64(len(st.ids))
+	v.ClientCommands, v.ClientRoundTrips = e.count.cmds.Load()-r.cmds0, e.count.trips.Load()-r.trips0
+	v.RedisCommandsRequests, _ = commandDelta(r.cs0, r.cs1)
+	v.RedisCommands, v.RedisPerCommand = commandDelta(r.cs0, cs2)
+	v.RedisPerRequest = float64(v.RedisCommands) / n
+	v.ClientPerRequest = float64(v.ClientCommands) / n
+	return nil
+}
 
-	if err := e.flushPgStats(ctx, pool); err != nil {
-		return v, err
+// countPostgres measures what the run wrote: rows, HOT updates, dead
+// tuples, WAL (all and the table's own), and the library's counters.
+func (r *variantRun) countPostgres(ctx context.Context) error {
+	e, v := r.e, &r.v
+	if err := e.flushPgStats(ctx, r.pool); err != nil {
+		return err
 	}
 	lsn1, err := e.walLSN(ctx)
 	if err != nil {
-		return v, err
+		return err
 	}
 	after, err := e.tableStats(ctx, v.Table)
 	if err != nil {
-		return v, err
+		return err
 	}
-	v.RowsWritten = after.written() - before.written()
-	v.HotUpdates = after.HotUpdated - before.HotUpdated
+	v.RowsWritten = after.written() - r.before.written()
+	v.HotUpdates = after.HotUpdated - r.before.HotUpdated
 	v.DeadTuples = after.Dead
-	if v.WALBytes, err = e.walBytes(ctx, lsn0, lsn1); err != nil {
-		return v, err
+	if v.WALBytes, err = e.walBytes(ctx, r.lsn0, lsn1); err != nil {
+		return err
 	}
-	v.OwnWALBytes, v.OwnWALRecords, v.OwnWAL, err = e.ownWAL(ctx, lsn0, lsn1, v.Table)
+	v.OwnWALBytes, v.OwnWALRecords, v.OwnWAL, err = e.ownWAL(ctx, r.lsn0, lsn1, v.Table)
 	if err != nil {
-		c.progress("%s: no WAL attribution: %v", name, err)
+		e.cmd.progress("%s: no WAL attribution: %v", r.name, err)
 	}
-	if ls, ok := d.(*lastseenDesign); ok {
+	if ls, ok := r.d.(*lastseenDesign); ok {
 		s := ls.p.Stats()
 		v.Library = &s
 	}
-	v.UsersUpdated, v.Check, err = e.checkVariant(ctx, db, d, v, st, start)
+	return nil
+}
+
+// check compares the table with the stream and reports the run.
+func (r *variantRun) check(ctx context.Context) error {
+	v := &r.v
+	var err error
+	v.UsersUpdated, v.Check, err = r.e.checkVariant(ctx, r.db, r.d, *v, r.st, r.start)
 	if err != nil {
-		return v, err
+		return err
 	}
-	c.progress("%s: %.0f req/s, p50 %v, %d rows, %s WAL, check %s", name, v.RequestsPerSec, v.P50, v.RowsWritten,
+	r.e.cmd.progress("%s: %.0f req/s, p50 %v, %d rows, %s WAL, check %s", r.name, v.RequestsPerSec, v.P50, v.RowsWritten,
 		fmtBytes(v.WALBytes), v.Check)
-	return v, nil
+	return nil
 }
 
 // createUsers creates "<prefix>users" from lastseen.User (id bigint primary
