@@ -275,8 +275,8 @@ func TestTinyRun(t *testing.T) {
 // keys are gone and the private servers stopped. Bytes are not checked.
 func TestMemoryRun(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv(testenv.Require) != "" {
-			t.Fatalf("redis-server is not on PATH but %s is set: this test must run", testenv.Require)
+		if os.Getenv(testenv.EnvRequire) != "" {
+			t.Fatalf("redis-server is not on PATH but %s is set: this test must run", testenv.EnvRequire)
 		}
 		t.Skip("redis-server not on PATH")
 	}
