@@ -21,7 +21,9 @@ import (
 // Redis, what issue 5 asks (see BENCHMARKS.md for what each figure means).
 //
 //	bench [requests]  the four designs (per-request, seed, lastseen,
-//	                  lastseen+local) replaying one Zipf request stream
+//	                  lastseen+local) replaying one Zipf request stream,
+//	                  then the tracking call of seed and lastseen (no local
+//	                  cache) in interleaved rounds (requests_touch.go)
 //	bench flush       FlushUsers pending users flushed into a table of as
 //	                  many rows, for each of FlushSchemas, against the same
 //	                  batches written raw on as many connections

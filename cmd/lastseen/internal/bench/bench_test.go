@@ -225,6 +225,12 @@ func TestTinyRun(t *testing.T) {
 		testenv.Equal(t, v.Name+" users updated", v.UsersUpdated, int64(st.distinct))
 		testenv.Equal(t, v.Name+" check", v.Check, "ok")
 	}
+	testenv.Equal(t, "touch variants", len(rep.Requests.Touch.Variants), 2)
+	for _, v := range rep.Requests.Touch.Variants {
+		testenv.Equal(t, "touch "+v.Name+" calls", v.Requests, 400)
+		testenv.Equal(t, "touch "+v.Name+" errors", v.Errors, int64(0))
+	}
+	testenv.Equal(t, "touch lastseen goroutines", rep.Requests.Touch.Variants[1].Goroutines, int64(0))
 	testenv.Equal(t, "scale runs", len(rep.Scale), 2)
 	for _, s := range rep.Scale {
 		want := newStream(s.Users, 10*s.Users, 1.1, 1)
@@ -249,7 +255,7 @@ func TestTinyRun(t *testing.T) {
 	testenv.Equal(t, "purge live left", rep.Purge.LiveLeft, int64(150))
 	testenv.Equal(t, "purge transactions", rep.Purge.SQL.Txs, int64(rep.Purge.Result.Batches))
 	testenv.Equal(t, "purge check", rep.Purge.Check, "ok")
-	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issues 5 and 11"} {
+	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "## Tracking call: seed against lastseen without its local cache, interleaved (20 rounds, 4 workers)", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issues 5 and 11"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -37,6 +37,13 @@ func (r *report) failedChecks() []string {
 			}
 		}
 	}
+	if r.Requests != nil && r.Requests.Touch != nil {
+		for _, v := range r.Requests.Touch.Variants {
+			if v.Requests != r.Requests.Requests {
+				failed = append(failed, fmt.Sprintf("touch %s: %d calls, want %d", v.Name, v.Requests, r.Requests.Requests))
+			}
+		}
+	}
 	for _, s := range r.Scale {
 		if s.Variant.Check != "ok" {
 			failed = append(failed, fmt.Sprintf("scale %d: %s", s.Users, s.Variant.Check))
@@ -128,6 +135,9 @@ func (r *report) writeMarkdown(w io.Writer, c *Cmd) {
 		in.Date, in.GoVersion, in.CPUs, in.GOMAXPROCS, in.LoadStart, in.LoadEnd, in.Postgres, in.Redis, in.WALInspect)
 	if q := r.Requests; q != nil {
 		writeRequests(w, q)
+		if q.Touch != nil {
+			writeTouch(w, q.Touch) // requests_touch.go
+		}
 	}
 	if len(r.Scale) > 0 {
 		writeScale(w, r.Scale)
@@ -283,6 +293,9 @@ func (r *report) targets() []target {
 			fmt.Sprintf("%.4f", local.RedisPerRequest), local.RedisPerRequest <= 0.05)
 		add("  same, commands sent by the app (one EVALSHA counts once)",
 			fmt.Sprintf("%.4f", local.ClientPerRequest), local.ClientPerRequest <= 0.05)
+	}
+	if q := r.Requests; q != nil && q.Touch != nil {
+		t = append(t, q.Touch.targets()...)
 	}
 	if r.Flush != nil {
 		t = append(t, r.Flush.targets()...)

@@ -113,6 +113,7 @@ type requestsResult struct {
 	Throttle  string        `json:"throttle"`
 	Timeout   string        `json:"touch_timeout"`
 	Variants  []variant     `json:"variants"`
+	Touch     *touchResult  `json:"touch_interleaved"` // requests_touch.go
 	Generated time.Duration `json:"stream_generation_ns"`
 }
 
@@ -161,6 +162,10 @@ func (e *env) runRequests(ctx context.Context) (*requestsResult, error) {
 		v.WALRatio = ratio(float64(v.WALBytes), float64(base.WALBytes))
 		v.OwnWALRatio = ratio(float64(v.OwnWALBytes), float64(base.OwnWALBytes))
 		v.P50Ratio = ratio(float64(v.P50), float64(base.P50))
+	}
+	var err error
+	if res.Touch, err = e.runTouch(ctx, st); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -417,20 +422,29 @@ func (e *env) warmRedis(ctx context.Context, n int) error {
 // (each takes the next request) and returns the sorted latencies of the
 // tracking calls, the error count and first error, and the wall time.
 func replay(ctx context.Context, d design, n, workers int) ([]time.Duration, int64, error, time.Duration) {
-	var next, errs atomic.Int64
+	start := time.Now()
+	lat, errs, first := replayRange(ctx, d, 0, n, workers)
+	return lat, errs, first, time.Since(start)
+}
+
+// replayRange runs requests from..to-1 through d.track as replay does and
+// returns their sorted latencies, the error count and the first error.
+func replayRange(ctx context.Context, d design, from, to, workers int) ([]time.Duration, int64, error) {
+	var errs atomic.Int64
+	var next atomic.Int64
+	next.Store(int64(from))
 	var firstOnce sync.Once
 	var first error
 	parts := make([][]time.Duration, workers)
 	var wg sync.WaitGroup
-	start := time.Now()
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lat := make([]time.Duration, 0, n/workers+1)
+			lat := make([]time.Duration, 0, (to-from)/workers+1)
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
-				if i >= n {
+				if i >= to {
 					break
 				}
 				t := time.Now()
@@ -445,7 +459,7 @@ func replay(ctx context.Context, d design, n, workers int) ([]time.Duration, int
 		}()
 	}
 	wg.Wait()
-	return sortedDurations(parts), errs.Load(), first, time.Since(start)
+	return sortedDurations(parts), errs.Load(), first
 }
 
 // checkVariant checks the database after the flush: every user of the
