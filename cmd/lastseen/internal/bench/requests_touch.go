@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime/metrics"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // touchRounds is the number of slices the interleaved tracking-call
@@ -40,7 +42,12 @@ type touchVariant struct {
 	// variant's slices (runtime/metrics /sched/goroutines-created), less
 	// the replay's own workers; -1 when the runtime does not report it.
 	Goroutines int64 `json:"goroutines_started"`
-	// GoroutinesPerCall is Goroutines / Requests.
+	// Dials is how many of them go-redis started to dial a new connection
+	// of the shared client's pool (PoolStats.Misses: one per connection,
+	// not per call).
+	Dials int64 `json:"pool_dials"`
+	// GoroutinesPerCall is (Goroutines - Dials) / Requests: what the
+	// tracking call itself starts.
 	GoroutinesPerCall float64 `json:"goroutines_per_call"`
 }
 
@@ -77,7 +84,7 @@ func (e *env) runTouch(ctx context.Context, st stream) (*touchResult, error) {
 		from, to := r*n/touchRounds, (r+1)*n/touchRounds
 		for k := range designs {
 			i := (k + r) % 2 // seed first in even rounds, lastseen first in odd ones
-			runs[i].slice(ctx, designs[i], from, to, c.Workers)
+			runs[i].slice(ctx, designs[i], from, to, c.Workers, e.rdb.PoolStats)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -100,14 +107,18 @@ type touchRun struct {
 	errs       int64
 	first      error
 	goroutines int64
+	dials      int64
 	noMetric   bool
 }
 
-// slice replays requests from..to-1 through d with workers goroutines.
-func (t *touchRun) slice(ctx context.Context, d design, from, to, workers int) {
+// slice replays requests from..to-1 through d with workers goroutines;
+// pool reads the Redis client's pool counters.
+func (t *touchRun) slice(ctx context.Context, d design, from, to, workers int, pool func() *redis.PoolStats) {
+	m0 := pool().Misses
 	g0, ok := goroutinesCreated()
 	lat, errs, first := replayRange(ctx, d, from, to, workers)
 	g1, _ := goroutinesCreated()
+	t.dials += int64(pool().Misses - m0)
 	t.noMetric = t.noMetric || !ok
 	t.goroutines += int64(g1-g0) - int64(workers)
 	t.lat = append(t.lat, lat)
@@ -119,7 +130,7 @@ func (t *touchRun) slice(ctx context.Context, d design, from, to, workers int) {
 
 func (t *touchRun) result() touchVariant {
 	lat := sortedDurations(t.lat)
-	v := touchVariant{Name: t.name, Requests: len(lat), Errors: t.errs, Goroutines: t.goroutines}
+	v := touchVariant{Name: t.name, Requests: len(lat), Errors: t.errs, Goroutines: t.goroutines, Dials: t.dials}
 	if len(lat) > 0 {
 		v.P50, v.P99, v.Max = percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1]
 	}
@@ -129,7 +140,7 @@ func (t *touchRun) result() touchVariant {
 	if t.noMetric {
 		v.Goroutines = -1
 	}
-	v.GoroutinesPerCall = ratio(float64(v.Goroutines), float64(v.Requests))
+	v.GoroutinesPerCall = ratio(float64(v.Goroutines-v.Dials), float64(v.Requests))
 	return v
 }
 
@@ -156,9 +167,9 @@ func writeTouch(w io.Writer, t *touchResult) {
 		if v.Goroutines < 0 {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.3f", v.GoroutinesPerCall)
+		return fmt.Sprintf("%.3f (%s started, %s of them pool dials)", v.GoroutinesPerCall, fmtInt(v.Goroutines), fmtInt(v.Dials))
 	}
-	fmt.Fprintf(w, "| goroutines started per call | %s | %s | |\n", gr(s), gr(l))
+	fmt.Fprintf(w, "| goroutines started per call, less go-redis's dials of new connections | %s | %s | |\n", gr(s), gr(l))
 	fmt.Fprintf(w, "| errors | %s | %s | |\n", fmtInt(s.Errors), fmtInt(l.Errors))
 	for _, v := range t.Variants {
 		if v.FirstError != "" {
@@ -174,6 +185,7 @@ func (t *touchResult) targets() []target {
 		{"lastseen without its local cache: tracking call p50 and p99 <= the seed's (interleaved rounds)",
 			fmt.Sprintf("p50 %.2f, p99 %.2f of the seed's", t.P50Ratio, t.P99Ratio), l.P50 <= s.P50 && l.P99 <= s.P99},
 		{"  0 goroutines started per uncached touch",
-			fmt.Sprintf("%.3f", l.GoroutinesPerCall), l.Goroutines == 0},
+			fmt.Sprintf("%.3f (%d started, %d of them go-redis dials of new connections)", l.GoroutinesPerCall, l.Goroutines, l.Dials),
+			l.Goroutines >= 0 && l.Goroutines == l.Dials},
 	}
 }
