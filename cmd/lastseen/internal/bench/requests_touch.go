@@ -182,8 +182,9 @@ func writeTouch(w io.Writer, t *touchResult) {
 func (t *touchResult) targets() []target {
 	s, l := t.Variants[0], t.Variants[1]
 	return []target{
-		{"lastseen without its local cache: tracking call p50 and p99 <= the seed's (interleaved rounds)",
-			fmt.Sprintf("p50 %.2f, p99 %.2f of the seed's", t.P50Ratio, t.P99Ratio), l.P50 <= s.P50 && l.P99 <= s.P99},
+		{"lastseen without its local cache: tracking call p50 and p99 <= the seed's (interleaved rounds, no errors)",
+			fmt.Sprintf("p50 %.2f, p99 %.2f of the seed's; errors %d / %d", t.P50Ratio, t.P99Ratio, s.Errors, l.Errors),
+			l.P50 <= s.P50 && l.P99 <= s.P99 && s.Errors == 0 && l.Errors == 0},
 		{"  0 goroutines started per uncached touch",
 			fmt.Sprintf("%.3f (%d started, %d of them go-redis dials of new connections)", l.GoroutinesPerCall, l.Goroutines, l.Dials),
 			l.Goroutines >= 0 && l.Goroutines == l.Dials},
