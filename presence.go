@@ -28,13 +28,13 @@ func keepDays(c *Config) time.Duration {
 }
 
 // presenceArgs returns the HyperLogLog keys a touch at at adds the user to
-// when it opens a window (KEYS[3..] of touchScript) and each one's time to
-// live in seconds (ARGV[5..]; 0 skips it), from the plugin's clock now:
+// when it opens a window (KEYS[5..] of touchScript) and each one's time to
+// live in seconds (ARGV[7..]; 0 skips it), from the plugin's clock now:
 //
 //	<prefix>:{N}:online:<Unix minute of at>  kept OnlineWindow after its minute
 //	<prefix>:{N}:active:<UTC day of at>      kept ActiveUsersRetention after its day
 //
-// Both are left out when turned off (negative), so the script sees KEYS[1..2] only.
+// Both are left out when turned off (negative), so the script sees KEYS[1..4] only.
 func presenceArgs(c *Config, k shardKeys, at, now time.Time) (keys []string, ttls []any) {
 	if c.OnlineWindow >= 0 {
 		m := at.Unix() / 60
