@@ -41,7 +41,7 @@ func (p *Plugin) writeBacklog(ctx context.Context, h backlogHolder) (FlushResult
 		if err != nil || !ok {
 			continue // never true for what Touch put there; dropped like an unreadable entry
 		}
-		all = append(all, entry{field: uid, value: strconv.FormatInt(ts, 10), id: id, at: at})
+		all = append(all, entry{field: uid, value: strconv.FormatInt(ts, 10), id: id, at: at, bucket: -1})
 	}
 	for start := 0; start < len(all); start += p.cfg.BatchSize {
 		batch := all[start:min(start+p.cfg.BatchSize, len(all))]

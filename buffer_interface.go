@@ -113,17 +113,27 @@ type shardLease interface {
 	// there (it must be drained first).
 	swap(ctx context.Context) (int, error)
 	// scan returns up to about n in-flight entries (field, value, ...)
-	// from cursor and the next cursor, 0 at the end.
-	scan(ctx context.Context, cursor uint64, n int) (kv []string, next uint64, err error)
+	// from cursor and the next cursor, 0 at the end; buckets holds the
+	// bucket each entry was read from (one per field), or is nil when the
+	// buffer has no buckets (memory).
+	scan(ctx context.Context, cursor uint64, n int) (kv []string, buckets []int, next uint64, err error)
 	// ack removes fields from the in-flight set, clears their refusal
 	// counts and refreshes the lock; final also removes the in-flight set
 	// itself.
-	ack(ctx context.Context, fields []string, final bool) error
+	ack(ctx context.Context, fields []heldField, final bool) error
 	// requeue moves refused entries from in-flight back to pending, newest
 	// wins (a pending value above ceiling is replaced), and counts each
 	// entry's refusals: an entry refused the limit-th time (0: never) is
 	// dropped instead and returned.
 	requeue(ctx context.Context, refused []refusal, ceiling int64, limit int) (dropped []string, err error)
+}
+
+// heldField is an in-flight field with the bucket scan read it from, so
+// that ack and requeue name its hash without hashing the field again;
+// bucket -1 (or out of range) has them locate it (keys.Locate).
+type heldField struct {
+	field  string
+	bucket int
 }
 
 // swapLeftOver is what shardLease.swap returns when an in-flight set is

@@ -263,14 +263,17 @@ func (c *timeCodec) bound(t time.Time, op string) any {
 }
 
 // text is t as PostgreSQL's array input reads it for the column's type.
-func (c *timeCodec) text(t time.Time) string {
+func (c *timeCodec) text(t time.Time) string { return string(c.appendText(nil, t)) }
+
+// appendText appends text(t) to b.
+func (c *timeCodec) appendText(b []byte, t time.Time) []byte {
 	switch {
 	case c.integer():
-		return strconv.FormatInt(c.count(t), 10)
+		return strconv.AppendInt(b, c.count(t), 10)
 	case c.wallTime():
-		return t.In(c.loc).Format("2006-01-02T15:04:05.999999")
+		return t.In(c.loc).AppendFormat(b, "2006-01-02T15:04:05.999999")
 	}
-	return t.UTC().Format("2006-01-02T15:04:05.999999Z07:00")
+	return t.UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z07:00")
 }
 
 // decode reads a value the driver returned for the column: NULL is not

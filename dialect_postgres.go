@@ -2,7 +2,6 @@ package lastseen
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -62,7 +61,7 @@ func postgresBadText(s string) string {
 }
 
 // postgresUpdate sends the batch as two arrays, each one bound parameter in
-// PostgreSQL's array input syntax (pgArray), and joins them with unnest, so
+// PostgreSQL's array input syntax (pgIDs, pgTimes), and joins them with unnest, so
 // the statement has two parameters whatever the batch size:
 //
 //	UPDATE "users" AS t SET "last_seen_at" = v.ts
@@ -88,17 +87,18 @@ func postgresCount(t *writeTarget, ids []any) clause.Expr {
 		Vars: []any{clause.Table{Name: t.table}, clause.Column{Name: t.pk}, pgIDs(ids)}}
 }
 
-// pgArray is one bound parameter holding a one-dimensional array in
-// PostgreSQL's array input syntax: every element double-quoted, with '"' and
-// '\\' escaped by a backslash (PostgreSQL manual, "Array Value Input"). It is
-// a driver.Valuer returning text, so the statement casts it (CAST(? AS
+// pgIDs and pgTimes build one bound parameter holding a one-dimensional
+// array in PostgreSQL's array input syntax: every element but an integer
+// double-quoted, with '"' and '\\' escaped by a backslash (PostgreSQL
+// manual, "Array Value Input"), so the statement casts it (CAST(? AS
 // text[])) and the library needs no driver package: GORM would expand a Go
 // slice into a list of parameters instead. The literal is built once, in
-// one buffer, by pgIDs and pgTimes.
-type pgArray string
-
-// Value implements driver.Valuer.
-func (a pgArray) Value() (driver.Value, error) { return string(a), nil }
+// one buffer, and bound as a plain string: pgx sends a string argument as
+// text, as it is (ExtendedQueryBuilder.chooseParameterFormatCode), where
+// any other type, a driver.Valuer returning the same string included, is
+// first tried in binary, fails with an error quoting the whole literal, is
+// parsed into a Go slice and encoded again (pgtype.encodePlanDriverValuer):
+// a third of the flush's client CPU (issue 11).
 
 // appendQuoted appends s as a quoted array element.
 func appendQuoted(b []byte, s string) []byte {
@@ -114,7 +114,7 @@ func appendQuoted(b []byte, s string) []byte {
 
 // pgIDs writes ids as their decimal or string form (a UUID as its String).
 // Integers need no quotes; everything else is quoted and escaped.
-func pgIDs(ids []any) pgArray {
+func pgIDs(ids []any) string {
 	b := make([]byte, 0, 2+len(ids)*12)
 	b = append(b, '{')
 	for i, id := range ids {
@@ -132,15 +132,15 @@ func pgIDs(ids []any) pgArray {
 			b = appendQuoted(b, fmt.Sprint(v))
 		}
 	}
-	return pgArray(append(b, '}'))
+	return string(append(b, '}'))
 }
 
-// pgTimes writes times as the column's type reads them (timeCodec.text),
+// pgTimes writes times as the column's type reads them (timeCodec.appendText),
 // each element double-quoted: Unix seconds or milliseconds in decimal for
 // an integer column; for timestamptz the instant in UTC with microseconds
 // and a "Z" offset; for timestamp (without time zone) the wall time in
 // ColumnLocation. The texts hold no quote or backslash.
-func pgTimes(c *timeCodec, ts []time.Time) pgArray {
+func pgTimes(c *timeCodec, ts []time.Time) string {
 	b := make([]byte, 0, 2+len(ts)*30)
 	b = append(b, '{')
 	for i, t := range ts {
@@ -148,10 +148,10 @@ func pgTimes(c *timeCodec, ts []time.Time) pgArray {
 			b = append(b, ',')
 		}
 		b = append(b, '"')
-		b = append(b, c.text(t)...)
+		b = c.appendText(b, t)
 		b = append(b, '"')
 	}
-	return pgArray(append(b, '}'))
+	return string(append(b, '}'))
 }
 
 // postgresColumnTypes reads the primary key's and the time column's types

@@ -8,11 +8,13 @@ import (
 	"time"
 )
 
-// entry is one pending timestamp as stored in Redis and as bound for SQL.
+// entry is one pending timestamp as stored in Redis and as bound for SQL,
+// with the bucket the flush read it from (heldField).
 type entry struct {
 	field, value string
 	id           any
 	at           time.Time
+	bucket       int
 }
 
 // shardRun is one flush of one shard under the shard's lock (see Flush): run
@@ -30,7 +32,8 @@ type shardRun struct {
 	batch        []entry             // readable entries not yet written
 	seen         map[string]struct{} // fields taken from the current page, and those not acknowledged when it was fetched
 	prev         map[string]struct{} // fields taken from the previous page (see nextPage)
-	rejected     []string            // unreadable fields, acknowledged with the next batch
+	rejected     []heldField         // unreadable fields, acknowledged with the next batch
+	acked        []heldField         // the fields of the batch being acknowledged (writeOut), reused
 	batchNo      int                 // batches committed, from 1
 	failed       int                 // entries the database refused, back in pending or dropped
 	dropped      int                 // of those, dropped after MaxRefusals refusals
@@ -107,7 +110,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 			pages = r.prefetch(ctx, pg.next)
 		}
 		r.nextPage()
-		if err := r.take(ctx, pg.kv); err != nil {
+		if err := r.take(ctx, pg.kv, pg.buckets); err != nil {
 			if pages != nil {
 				<-pages // the fetch ends with ctx or its reply; wait for it
 			}
@@ -140,9 +143,10 @@ func (r *shardRun) drain(ctx context.Context) error {
 
 // hscanPage is one HSCAN reply of the in-flight hash.
 type hscanPage struct {
-	kv   []string // field, value, field, value, ...
-	next uint64   // the cursor of the next page; 0 after the last
-	err  error
+	kv      []string // field, value, field, value, ...
+	buckets []int    // the bucket of each field (shardLease.scan), or nil
+	next    uint64   // the cursor of the next page; 0 after the last
+	err     error
 }
 
 // prefetch starts the scan of the in-flight set at cursor (HSCAN on Redis,
@@ -154,8 +158,8 @@ type hscanPage struct {
 func (r *shardRun) prefetch(ctx context.Context, cursor uint64) <-chan hscanPage {
 	ch := make(chan hscanPage, 1)
 	go func() {
-		kv, next, err := r.lease.scan(ctx, cursor, r.p.cfg.BatchSize)
-		ch <- hscanPage{kv, next, err}
+		kv, buckets, next, err := r.lease.scan(ctx, cursor, r.p.cfg.BatchSize)
+		ch <- hscanPage{kv, buckets, next, err}
 	}()
 	return ch
 }
@@ -176,15 +180,20 @@ func (r *shardRun) nextPage() {
 		r.seen[e.field] = struct{}{}
 	}
 	for _, f := range r.rejected {
-		r.seen[f] = struct{}{}
+		r.seen[f.field] = struct{}{}
 	}
 }
 
-// take adds one HSCAN page (field, value, field, value, ...) to the batch,
-// writing out every batch that fills up. Unreadable entries are rejected.
-func (r *shardRun) take(ctx context.Context, kv []string) error {
+// take adds one HSCAN page (field, value, field, value, ...; buckets: the
+// bucket of each field, or nil) to the batch, writing out every batch that
+// fills up. Unreadable entries are rejected.
+func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 	for i := 0; i+1 < len(kv); i += 2 {
 		field, value := kv[i], kv[i+1]
+		bucket := -1
+		if i/2 < len(buckets) {
+			bucket = buckets[i/2]
+		}
 		if _, dup := r.seen[field]; dup {
 			continue
 		}
@@ -195,11 +204,11 @@ func (r *shardRun) take(ctx context.Context, kv []string) error {
 		id, errID := r.p.users.ids.parse(field)
 		at, okTime := parseMicros(value, r.now)
 		if errID != nil || !okTime {
-			r.rejected = append(r.rejected, field)
+			r.rejected = append(r.rejected, heldField{field, bucket})
 			r.p.limited.log(r.p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "shard", r.shard, "field", truncate(field), "value", truncate(value))
 			continue
 		}
-		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at})
+		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at, bucket: bucket})
 		if len(r.batch) == r.p.cfg.BatchSize {
 			if err := r.writeOut(ctx); err != nil {
 				return err
@@ -224,17 +233,21 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	r.p.hooks.Committed(r.shard, r.batchNo)
 	// fail.lua has taken the refused entries out of the in-flight hash; the
 	// ack must not clear the refusal counts it just raised.
-	skip := make(map[string]bool, len(refused))
-	for _, f := range refused {
-		skip[f.field] = true
+	var skip map[string]bool
+	if len(refused) > 0 {
+		skip = make(map[string]bool, len(refused))
+		for _, f := range refused {
+			skip[f.field] = true
+		}
 	}
-	fields := make([]string, 0, len(r.batch)+len(r.rejected))
+	fields := r.acked[:0]
 	for _, e := range r.batch {
 		if !skip[e.field] {
-			fields = append(fields, e.field)
+			fields = append(fields, heldField{e.field, e.bucket})
 		}
 	}
 	fields = append(fields, r.rejected...)
+	r.acked = fields
 	if len(refused) > 0 {
 		if err := r.requeue(ctx, refused, max(r.p.cfg.MaxRefusals, 0)); err != nil {
 			return err
@@ -275,7 +288,7 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 
 // ack removes fields from the in-flight hash and refreshes the lock; with
 // final it also unlinks the in-flight hash. See lua/ack.lua.
-func (r *shardRun) ack(ctx context.Context, fields []string, final bool) error {
+func (r *shardRun) ack(ctx context.Context, fields []heldField, final bool) error {
 	if err := r.lease.ack(ctx, fields, final); err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}

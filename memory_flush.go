@@ -79,7 +79,7 @@ func (l *memShardLease) swap(context.Context) (int, error) {
 	return len(s.inflight), nil
 }
 
-func (l *memShardLease) scan(_ context.Context, cursor uint64, n int) ([]string, uint64, error) {
+func (l *memShardLease) scan(_ context.Context, cursor uint64, n int) ([]string, []int, uint64, error) {
 	if cursor == 0 {
 		l.s.mu.Lock()
 		l.snap = appendEntries(make([]string, 0, 2*len(l.s.inflight)), l.s.inflight, len(l.s.inflight))
@@ -91,17 +91,17 @@ func (l *memShardLease) scan(_ context.Context, cursor uint64, n int) ([]string,
 	if to == len(l.snap) {
 		next = 0
 	}
-	return l.snap[from:to], next, nil
+	return l.snap[from:to], nil, next, nil
 }
 
 // ack: lua/ack.lua.
-func (l *memShardLease) ack(_ context.Context, fields []string, final bool) error {
+func (l *memShardLease) ack(_ context.Context, fields []heldField, final bool) error {
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range fields {
-		delete(s.inflight, f)
-		delete(s.refusals, f)
+		delete(s.inflight, f.field)
+		delete(s.refusals, f.field)
 	}
 	if final {
 		s.inflight = nil

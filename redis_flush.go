@@ -143,12 +143,13 @@ const cursorBucketShift = 48
 // about n entries at the shard's mean bucket size: a listpack-encoded hash
 // comes whole in one HSCAN reply. A bucket whose HSCAN returns a cursor
 // (a hash too large for listpack) ends the page: the next scan resumes it,
-// and the buckets after it in the pipeline are read again then.
-func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []string, next uint64, err error) {
+// and the buckets after it in the pipeline are read again then. of holds
+// each field's bucket.
+func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []string, of []int, next uint64, err error) {
 	buckets := len(s.keys.inflight)
 	if s.total < 0 {
 		if s.total, err = s.inflightLen(ctx); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 	}
 	first, hc := int(cursor>>cursorBucketShift), cursor&(1<<cursorBucketShift-1)
@@ -172,19 +173,28 @@ func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []strin
 		return err
 	})
 	if err != nil {
-		return nil, 0, err // a call cut short may still fill replies in: read none of them
+		return nil, nil, 0, err // a call cut short may still fill replies in: read none of them
 	}
+	size := 0
+	for _, cmd := range cmds {
+		page, _ := cmd.Val()
+		size += len(page)
+	}
+	kv, of = make([]string, 0, size), make([]int, 0, size/2)
 	for i, cmd := range cmds {
 		page, c := cmd.Val()
 		kv = append(kv, page...)
+		for range len(page) / 2 {
+			of = append(of, first+i)
+		}
 		if c != 0 {
-			return kv, uint64(first+i)<<cursorBucketShift | c, nil
+			return kv, of, uint64(first+i)<<cursorBucketShift | c, nil
 		}
 	}
 	if first+count == buckets {
-		return kv, 0, nil
+		return kv, of, 0, nil
 	}
-	return kv, uint64(first+count) << cursorBucketShift, nil
+	return kv, of, uint64(first+count) << cursorBucketShift, nil
 }
 
 // inflightLen is the number of entries in the shard's in-flight hashes
@@ -210,27 +220,45 @@ func (s *redisShard) inflightLen(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// ack: see lua/ack.lua. The fields are grouped by bucket; final names every
-// in-flight hash of the shard, to unlink them all.
-func (s *redisShard) ack(ctx context.Context, fields []string, final bool) error {
-	byBucket := make(map[int][]string)
+// bucketOf is the bucket of an in-flight field: the one scan read it from,
+// else keys.Locate's.
+func (s *redisShard) bucketOf(f heldField) int {
+	if f.bucket >= 0 && f.bucket < len(s.keys.inflight) {
+		return f.bucket
+	}
+	_, b := keys.Locate(f.field, s.b.shardCount())
+	return b
+}
+
+// ack: see lua/ack.lua. The fields are grouped by bucket, in bucket order
+// (a counting sort on heldField.bucket); final names every in-flight hash of
+// the shard, to unlink them all.
+func (s *redisShard) ack(ctx context.Context, fields []heldField, final bool) error {
+	counts := make([]int, len(s.keys.inflight))
 	for _, f := range fields {
-		_, b := keys.Locate(f, s.b.shardCount())
-		byBucket[b] = append(byBucket[b], f)
+		counts[s.bucketOf(f)]++
 	}
 	names := []string{s.keys.lock, s.keys.refusals}
-	args := make([]any, 0, len(fields)+3+len(byBucket))
-	args = append(args, s.lock.Token(), s.b.lockTTL.Milliseconds(), map[bool]string{true: "1", false: "0"}[final])
+	flag := "0"
+	if final {
+		flag = "1"
+	}
+	args := make([]any, 3, 3+len(fields)+len(counts))
+	args[0], args[1], args[2] = s.lock.Token(), s.b.lockTTL.Milliseconds(), flag
+	at := make([]int, len(counts)) // where each bucket's next field goes in args
 	for b, key := range s.keys.inflight {
-		fs, ok := byBucket[b]
-		if !ok && !final {
+		if counts[b] == 0 && !final {
 			continue
 		}
 		names = append(names, key)
-		args = append(args, len(fs))
-		for _, f := range fs {
-			args = append(args, f)
-		}
+		args = append(args, counts[b])
+		at[b] = len(args)
+		args = args[:len(args)+counts[b]]
+	}
+	for _, f := range fields {
+		b := s.bucketOf(f)
+		args[at[b]] = f.field
+		at[b]++
 	}
 	var n int
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
@@ -253,7 +281,7 @@ func (s *redisShard) requeue(ctx context.Context, refused []refusal, ceiling int
 	args := make([]any, 0, 3+3*len(refused))
 	args = append(args, s.lock.Token(), ceiling, limit)
 	for _, f := range refused {
-		_, b := keys.Locate(f.field, s.b.shardCount())
+		b := s.bucketOf(heldField{f.field, f.bucket})
 		i, ok := index[b]
 		if !ok {
 			names = append(names, s.keys.inflight[b], s.keys.pending[b])
