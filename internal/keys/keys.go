@@ -26,7 +26,6 @@
 package keys
 
 import (
-	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -94,10 +93,19 @@ func (s Shard) all(key func(int) string) []string {
 // Buckets(shards). Every instance sharing a prefix must use the same shard
 // count to agree on both.
 func Locate(uid string, shards int) (shard, bucket int) {
-	h := fnv.New32a()
-	h.Write([]byte(uid))
-	sum := h.Sum32()
+	sum := fnv32a(uid)
 	return int(sum % uint32(shards)), int(sum / uint32(shards) % uint32(Buckets(shards)))
+}
+
+// fnv32a is FNV-1a 32 (hash/fnv's New32a) of s, without allocating.
+func fnv32a(s string) uint32 {
+	const offset32, prime32 = 2166136261, 16777619
+	h := uint32(offset32)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= prime32
+	}
+	return h
 }
 
 // ShardOf returns the shard of a user id (Locate).
