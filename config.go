@@ -127,8 +127,9 @@ type Config struct {
 	// BreakerCooldown is how long the circuit breaker in front of Redis
 	// stays open after 5 touches in a row failed or timed out: meanwhile
 	// touches go straight to the backlog without calling Redis; after it,
-	// one touch probes Redis and closes the breaker if it succeeds
-	// (sony/gobreaker's Timeout). Default 5s.
+	// up to 64 touches probe Redis, and as many successes in a row close
+	// the breaker, one failure opens it again (sony/gobreaker's Timeout and
+	// MaxRequests). Default 5s.
 	BreakerCooldown time.Duration
 	// BatchSize is the number of users written by one SQL statement.
 	// Default 1000. Initialize rejects a value whose statement would exceed

@@ -50,6 +50,13 @@ type redisBuffer struct {
 
 var _ buffer = (*redisBuffer)(nil)
 
+// breakerProbes is how many touches the half-open circuit breaker lets
+// through to Redis after BreakerCooldown (sony/gobreaker's MaxRequests): as
+// many succeeding in a row close it, one failing opens it again. With one,
+// a burst of concurrent touches on a recovered Redis would all but one be
+// refused (gobreaker.ErrTooManyRequests) and kept in the backlog.
+const breakerProbes = 64
+
 // newRedisBuffer opens the buffer on cfg.Redis: its own bounded client
 // (newRedisClient), which close closes. hooks returns the plugin's test
 // hooks.
@@ -76,8 +83,9 @@ func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() 
 		b.shards = append(b.shards, newShardKeys(cfg.Prefix, n, cfg.Shards))
 	}
 	b.cb = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
-		Name:    "lastseen-redis",
-		Timeout: cfg.BreakerCooldown,
+		Name:        "lastseen-redis",
+		Timeout:     cfg.BreakerCooldown,
+		MaxRequests: breakerProbes,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.ConsecutiveFailures >= 5
 		},
@@ -131,15 +139,18 @@ func (b *redisBuffer) touch(ctx context.Context, uid string, at, now time.Time, 
 			append([]any{uid, ts, window.Milliseconds(), ceiling(now), g.into, g.length}, ha...)...).Slice()
 	})
 	if err != nil {
+		kept := b.keep(uid, ts)
 		if errors.Is(err, errCallerEnded) {
 			b.stats.canceled.Add(1)
 		} else {
 			b.stats.redisErrors.Add(1)
-			b.warn.Do(func() {
-				b.log.Warn("lastseen: redis unavailable, touches kept in memory", "err", err, "backlog", b.backlog.len())
-			})
+			msg := "lastseen: redis unavailable, touches kept in memory"
+			if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+				msg = "lastseen: circuit breaker open after redis failed, touches kept in memory"
+			}
+			b.warn.Do(func() { b.log.Warn(msg, "err", err, "backlog", b.backlog.len()) })
 		}
-		if b.keep(uid, ts) {
+		if kept {
 			return false, 0, fmt.Errorf("%w: %w", ErrBuffered, err)
 		}
 		return false, 0, fmt.Errorf("%w: %w", ErrDropped, err)

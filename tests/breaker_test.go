@@ -101,3 +101,65 @@ func TestBreakerIgnoresCallerDeadlineDuringCall(t *testing.T) {
 	equal(t, "stats after TouchTimeouts", p.Stats(), lastseen.Stats{Touches: 16, Recorded: 1, Canceled: 10, RedisErrors: 5, Backlogged: 15, Backlog: 15})
 	must(t, px.Restore())
 }
+
+// TestBreakerHalfOpenLetsBurstThrough: after an outage opened the breaker
+// and its cooldown passed, a burst of 40 concurrent touches on the
+// recovered Redis is all recorded (the half-open breaker lets up to 64
+// probe), no touch is refused as "too many requests", RedisErrors keeps the
+// outage's 5 only, and 64 successes in a row close the breaker.
+func TestBreakerHalfOpenLetsBurstThrough(t *testing.T) {
+	rs := startPrivateRedis(t)
+	px := startFaultProxy(t, rs.Addr())
+	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, px.Addr())))
+	cfg := h.config()
+	cfg.TouchTimeout = 50 * time.Millisecond
+	cfg.BreakerCooldown = 100 * time.Millisecond
+	cfg.LocalCacheSize = -1
+	p, _ := h.plugin(cfg)
+	at := mustTime("2026-03-01T09:20:00Z")
+	ok, err := p.TouchAt(context.Background(), 1, at) // loads the script
+	must(t, err)
+	equal(t, "recorded before the outage", ok, true)
+
+	px.SetDelay(300 * time.Millisecond)
+	for id := 2; id <= 6; id++ {
+		if _, err := p.TouchAt(context.Background(), id, at); !errors.Is(err, lastseen.ErrBuffered) {
+			t.Fatalf("touch %d during the outage: %v, want ErrBuffered", id, err)
+		}
+	}
+	equal(t, "breaker after 5 timeouts", buf(p).Breaker(), gobreaker.StateOpen)
+	must(t, px.Restore())
+	buf(p).SetTouchTimeout(time.Second) // a healthy Redis answers well within it
+	time.Sleep(200 * time.Millisecond)   // the cooldown passes (gobreaker's own clock)
+
+	const burst = 40
+	errs := make(chan error, burst)
+	recorded := make(chan bool, burst)
+	start := make(chan struct{})
+	for i := range burst {
+		go func() {
+			<-start
+			ok, err := p.TouchAt(context.Background(), 100+i, at)
+			recorded <- ok
+			errs <- err
+		}()
+	}
+	close(start)
+	n := 0
+	for range burst {
+		must(t, <-errs)
+		if <-recorded {
+			n++
+		}
+	}
+	equal(t, "burst recorded", n, burst)
+	equal(t, "RedisErrors: the outage's only", p.Stats().RedisErrors, int64(5))
+	// 64 successes in a row close it: the burst's 40, then 24 more.
+	equal(t, "breaker after the burst", buf(p).Breaker(), gobreaker.StateHalfOpen)
+	for id := 200; id < 224; id++ {
+		ok, err := p.TouchAt(context.Background(), id, at)
+		must(t, err)
+		equal(t, "recorded after the burst", ok, true)
+	}
+	equal(t, "breaker after 64 successes", buf(p).Breaker(), gobreaker.StateClosed)
+}
