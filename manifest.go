@@ -120,13 +120,13 @@ func (p *Plugin) resolvePrefix(db *gorm.DB) error {
 
 // checkManifest creates the manifest if absent (manifestScript, atomic) and
 // compares it with this instance's. A disagreement is an ErrInvalidConfig
-// that names both values and the way out; a Redis error is returned as is.
-// After a success later calls do nothing. Called with manifestMu held, or
-// from Initialize.
+// that names both values and the way out; a Redis error is returned as is;
+// a different server or Throttle is logged once per value. Every flush
+// calls it again (recheckRedis): a Redis that lost its data (a restart
+// without persistence, FLUSHALL) gets its manifest back at once, before an
+// instance of another layout could claim the prefix. Called with
+// manifestMu held, or from Initialize.
 func (p *Plugin) checkManifest(ctx context.Context) error {
-	if p.manifestOK.Load() {
-		return nil
-	}
 	want := p.manifest()
 	args := make([]any, 0, 2*len(want))
 	for _, f := range want {
@@ -150,6 +150,7 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		have := got[f.name]
 		switch {
 		case have == f.value:
+		case p.warnedManifest(f.name, have):
 		case f.name == "server":
 			p.log.Warn("lastseen: the buffer was created for another database server; touches of both go to this instance's table",
 				"prefix", p.cfg.Prefix, "manifest_server", have, "server", f.value)
@@ -171,7 +172,6 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 				p.cfg.Prefix, f.label, have, f.label, f.value, key)
 		}
 	}
-	p.manifestOK.Store(true)
 	return nil
 }
 
@@ -183,7 +183,6 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 func (p *Plugin) checkRedis(buf buffer) error {
 	rb, ok := buf.(*redisBuffer)
 	if !ok { // the in-process buffer: nothing shared, nothing evicted
-		p.manifestOK.Store(true)
 		return nil
 	}
 	p.redis = rb.rdb.Load // the plugin's own client (redisclient.go): every call bounded by its context
@@ -212,14 +211,33 @@ func (p *Plugin) checkRedis(buf buffer) error {
 	return nil
 }
 
+// warnedManifest reports whether the mismatch of a logged-only manifest
+// field (server, throttle) with the value have was logged already, and
+// marks it logged. Under manifestMu, or from Initialize.
+func (p *Plugin) warnedManifest(field, have string) bool {
+	if field != "server" && field != "throttle" {
+		return false
+	}
+	key := field + "=" + have
+	if p.manifestWarned[key] {
+		return true
+	}
+	if p.manifestWarned == nil {
+		p.manifestWarned = map[string]bool{}
+	}
+	p.manifestWarned[key] = true
+	return false
+}
+
 // recheckRedis runs at the start of every flush: the eviction check when it
-// is due (eviction.go), and, until one succeeded, the manifest check that
-// Initialize could not do (Redis unreachable, or the database's identity
-// unreadable then). Its error (a disagreeing manifest, Redis or the
-// database failing) stops the flush before it writes.
+// is due (eviction.go) and the manifest check (one EVALSHA), which also
+// does what Initialize could not (Redis unreachable, or the database's
+// identity unreadable then) and recreates a manifest Redis lost. Its error
+// (a disagreeing manifest, Redis or the database failing) stops the flush
+// before it writes. Without Redis there is nothing to check.
 func (p *Plugin) recheckRedis(ctx context.Context) error {
 	p.eviction.maybeCheck(ctx)
-	if p.manifestOK.Load() {
+	if p.redis == nil {
 		return nil
 	}
 	p.manifestMu.Lock()

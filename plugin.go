@@ -63,12 +63,12 @@ type Plugin struct {
 	hooks *testhooks.FlushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 
 	// What the buffer belongs to and how Redis keeps it (manifest.go, eviction.go).
-	manifestMu sync.Mutex          // guards target and identityOK after Initialize (recheckRedis)
-	target     targetIdentity      // the database server and database
-	identityOK bool                // target was read
-	manifestOK atomic.Bool         // the manifest was found to agree (or created); set at once without Redis
-	redis      func() *redisClient // the Redis buffer's client (nil without Redis)
-	eviction   *evictionWatch
+	manifestMu     sync.Mutex          // guards target and identityOK after Initialize (recheckRedis)
+	target         targetIdentity      // the database server and database
+	identityOK     bool                // target was read
+	manifestWarned map[string]bool     // "field=value" of mismatches already logged (warnedManifest), under manifestMu
+	redis          func() *redisClient // the Redis buffer's client (nil without Redis)
+	eviction       *evictionWatch
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)

@@ -273,3 +273,45 @@ func dialectByName(name string) testenv.Dialect {
 	}
 	panic("no dialect " + name)
 }
+
+// TestManifestRecreatedAfterDataLoss: Redis loses its data (FLUSHALL here;
+// a restart without persistence alike). The next flush recreates the
+// manifest with this instance's layout, so an instance of another Shards
+// started afterwards is still refused; an instance whose Throttle differs
+// is logged once, however many flushes follow.
+func TestManifestRecreatedAfterDataLoss(t *testing.T) {
+	rs := startPrivateRedis(t)
+	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, rs.Addr())))
+	ctx := context.Background()
+	seedUsers(t, h.db, 2)
+	cfg := h.config()
+	cfg.Shards = 8
+	var logs testenv.Logs
+	cfg.Logger = testenv.TextLogger(&logs)
+	a, db := h.plugin(cfg)
+	must(t, h.r.Client.FlushAll(ctx).Err())
+	equal(t, "manifest after FLUSHALL", h.r.Client.Exists(ctx, h.prefix+":manifest").Val(), int64(0))
+
+	_, err := a.TouchAt(ctx, 1, mustTime("2026-03-01T09:10:00Z"))
+	must(t, err)
+	res, err := a.Flush(ctx)
+	must(t, err)
+	equal(t, "written", res.Written, 1)
+	equal(t, "manifest's shards after the flush", h.r.Client.HGet(ctx, h.prefix+":manifest", "shards").Val(), "8")
+
+	other := cfg
+	other.Shards = 16
+	other.Logger = testenv.Discard
+	err = tryUse(t, h.openDB(), other)
+	equal(t, "another Shards refused", errors.Is(err, lastseen.ErrInvalidConfig), true)
+
+	slow := cfg
+	slow.Throttle = 2 * time.Minute
+	b := testenv.Use(t, h.openDB(), slow)
+	for range 3 {
+		_, err := b.Flush(ctx)
+		must(t, err)
+	}
+	equal(t, "Throttle mismatch logged", logs.Count("the buffer was created with another Throttle"), 1)
+	equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:10:00Z")
+}
