@@ -37,7 +37,7 @@ const (
 type cli struct {
 	Demo   demoCmd   `cmd:"" help:"Run a realistic workload through the HTTP middleware and print a summary (SQLite and in-process Redis unless --postgres/--redis are given)."`
 	Status statusCmd `cmd:"" help:"Print pending users per shard, the oldest pending age, the users table's health (indexes on the last-seen column, HOT share, fillfactor) and the expired sessions."`
-	Flush  flushCmd  `cmd:"" help:"Flush pending timestamps into the database now."`
+	Flush  flushCmd  `cmd:"" help:"Flush pending timestamps into the database now. The app's Config.OnBatch hook does not run here: derived columns are not updated."`
 	Purge  purgeCmd  `cmd:"" help:"Delete expired sessions now."`
 	Bench  bench.Cmd `cmd:"" help:"Benchmark lastseen against writing last_seen_at on every request."`
 }
