@@ -231,23 +231,7 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	}
 	r.batchNo++
 	r.p.hooks.Committed(r.shard, r.batchNo)
-	// fail.lua has taken the refused entries out of the in-flight hash; the
-	// ack must not clear the refusal counts it just raised.
-	var skip map[string]bool
-	if len(refused) > 0 {
-		skip = make(map[string]bool, len(refused))
-		for _, f := range refused {
-			skip[f.field] = true
-		}
-	}
-	fields := r.acked[:0]
-	for _, e := range r.batch {
-		if !skip[e.field] {
-			fields = append(fields, heldField{e.field, e.bucket})
-		}
-	}
-	fields = append(fields, r.rejected...)
-	r.acked = fields
+	fields := r.ackable(refused)
 	if len(refused) > 0 {
 		if err := r.requeue(ctx, refused, max(r.p.cfg.MaxRefusals, 0)); err != nil {
 			return err
@@ -261,6 +245,43 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 			return err
 		}
 	}
+	r.countSetAside(refused, uncomp)
+	if err := r.ack(ctx, fields, false); err != nil {
+		return err
+	}
+	r.p.hooks.Acked(r.shard, r.batchNo)
+	r.res.Drained += len(r.batch) + len(r.rejected)
+	r.res.Rejected += len(r.rejected)
+	r.batch, r.rejected = r.batch[:0], r.rejected[:0]
+	return nil
+}
+
+// ackable returns the fields the batch's ack removes: the batch's but those
+// the database refused (fail.lua takes them out of the in-flight hash
+// itself, and the ack must not clear the refusal counts it just raised),
+// and the rejected ones. It reuses r.acked.
+func (r *shardRun) ackable(refused []refusal) []heldField {
+	var skip map[string]bool
+	if len(refused) > 0 {
+		skip = make(map[string]bool, len(refused))
+		for _, f := range refused {
+			skip[f.field] = true
+		}
+	}
+	fields := r.acked[:0]
+	for _, e := range r.batch {
+		if !skip[e.field] {
+			fields = append(fields, heldField{e.field, e.bucket})
+		}
+	}
+	r.acked = append(fields, r.rejected...)
+	return r.acked
+}
+
+// countSetAside counts the batch's entries that went back to pending: those
+// the database refused and those the guard could not compare, keeping the
+// first error of each kind for the shard's result.
+func (r *shardRun) countSetAside(refused, uncomp []refusal) {
 	if len(refused) > 0 {
 		r.res.Failed += len(refused)
 		r.failed += len(refused)
@@ -276,14 +297,6 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 			r.p.limited.log(r.p.log, slog.LevelError, "lastseen: column value cannot be compared; the entry goes back to pending", "err", r.firstUncomp)
 		}
 	}
-	if err := r.ack(ctx, fields, false); err != nil {
-		return err
-	}
-	r.p.hooks.Acked(r.shard, r.batchNo)
-	r.res.Drained += len(r.batch) + len(r.rejected)
-	r.res.Rejected += len(r.rejected)
-	r.batch, r.rejected = r.batch[:0], r.rejected[:0]
-	return nil
 }
 
 // ack removes fields from the in-flight hash and refreshes the lock; with

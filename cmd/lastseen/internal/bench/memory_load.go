@@ -88,6 +88,13 @@ func (c *Cmd) loadFormat1(ctx context.Context, m *memRedis, row *memoryRow) erro
 		return err
 	}
 	row.Recorded = recorded.Load()
+	return c.checkFormat1(ctx, m, row)
+}
+
+// checkFormat1 counts the baseline's pending entries (HLEN of its pending
+// hashes) and checks them, the markers set and the keys under the prefix.
+func (c *Cmd) checkFormat1(ctx context.Context, m *memRedis, row *memoryRow) error {
+	n := c.MemoryUsers
 	shards := map[string]bool{}
 	for id := 1; id <= n; id++ {
 		_, pending, _ := format1Keys(row.Prefix, strconv.Itoa(id))
@@ -118,28 +125,9 @@ func (c *Cmd) loadFormat1(ctx context.Context, m *memRedis, row *memoryRow) erro
 // and the local cache are off; the database is an in-memory SQLite that
 // the run never writes.
 func (c *Cmd) loadLibrary(ctx context.Context, m *memRedis, row *memoryRow) (err error) {
-	opt, err := runenv.RedisOptions(row.Addr)
+	p, rdb, closeAll, err := c.openMemoryPlugin(row)
 	if err != nil {
-		return fmt.Errorf("lastseen: bench: %w", errors.Unwrap(err))
-	}
-	opt.ContextTimeoutEnabled = true // the plugin uses this client as it is
-	opt.PoolSize = c.MemoryWorkers
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	db, err := gorm.Open(sqlite.Open("file:"+row.Prefix+"?mode=memory&cache=shared"), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		return fmt.Errorf("lastseen: bench: memory: open sqlite: %w", err)
-	}
-	if sqlDB, err := db.DB(); err == nil {
-		defer sqlDB.Close()
-	}
-	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
-		return fmt.Errorf("lastseen: bench: memory: create users: %w", err)
-	}
-	p := lastseen.New(lastseen.Config{Redis: rdb, Prefix: row.Prefix, Throttle: c.Throttle, DisableScheduler: true,
-		DisablePurge: true, LocalCacheSize: -1, OnlineWindow: -1, ActiveUsersRetention: -1, TouchTimeout: 10 * time.Second, Logger: c.warnLogger()})
-	if err := db.Use(p); err != nil {
-		return fmt.Errorf("lastseen: bench: memory: db.Use: %w", err)
+		return err
 	}
 	defer func() {
 		// Delete the keys first: Close's final flush then finds nothing
@@ -149,7 +137,7 @@ func (c *Cmd) loadLibrary(ctx context.Context, m *memRedis, row *memoryRow) (err
 		if derr := runenv.DeleteKeys(cctx, m.rdb, row.Prefix+":*"); derr != nil && err == nil {
 			err = fmt.Errorf("lastseen: bench: memory: delete redis keys %s:*: %w", row.Prefix, derr)
 		}
-		if cerr := p.Close(cctx); cerr != nil && err == nil {
+		if cerr := closeAll(cctx); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
@@ -179,6 +167,53 @@ func (c *Cmd) loadLibrary(ctx context.Context, m *memRedis, row *memoryRow) (err
 		return err
 	}
 	row.Recorded = recorded.Load()
+	return c.checkLibrary(ctx, p, row, at)
+}
+
+// openMemoryPlugin opens the library's row: a client of MemoryWorkers
+// connections on the measured Redis, an in-memory SQLite users table and a
+// plugin on them with the presence counters, the local cache, the
+// scheduler and the purge off. closeAll closes the three.
+func (c *Cmd) openMemoryPlugin(row *memoryRow) (p *lastseen.Plugin, rdb *redis.Client, closeAll func(context.Context) error, err error) {
+	opt, err := runenv.RedisOptions(row.Addr)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("lastseen: bench: %w", errors.Unwrap(err))
+	}
+	opt.ContextTimeoutEnabled = true // the plugin uses this client as it is
+	opt.PoolSize = c.MemoryWorkers
+	rdb = redis.NewClient(opt)
+	db, err := gorm.Open(sqlite.Open("file:"+row.Prefix+"?mode=memory&cache=shared"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, nil, fmt.Errorf("lastseen: bench: memory: open sqlite: %w", err)
+	}
+	closeDB := func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+		rdb.Close()
+	}
+	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
+		closeDB()
+		return nil, nil, nil, fmt.Errorf("lastseen: bench: memory: create users: %w", err)
+	}
+	p = lastseen.New(lastseen.Config{Redis: rdb, Prefix: row.Prefix, Throttle: c.Throttle, DisableScheduler: true,
+		DisablePurge: true, LocalCacheSize: -1, OnlineWindow: -1, ActiveUsersRetention: -1, TouchTimeout: 10 * time.Second, Logger: c.warnLogger()})
+	if err := db.Use(p); err != nil {
+		closeDB()
+		return nil, nil, nil, fmt.Errorf("lastseen: bench: memory: db.Use: %w", err)
+	}
+	return p, rdb, func(ctx context.Context) error {
+		defer closeDB()
+		return p.Close(ctx)
+	}, nil
+}
+
+// checkLibrary checks the library's row after the load: every touch
+// recorded, Status (pending, in flight, backlog, oldest), a sample of
+// Pending, and the keys under the prefix.
+func (c *Cmd) checkLibrary(ctx context.Context, p *lastseen.Plugin, row *memoryRow, at time.Time) error {
+	n := c.MemoryUsers
 	st, err := p.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("lastseen: bench: memory: %w", err)
