@@ -130,7 +130,7 @@ func TestBreakerHalfOpenLetsBurstThrough(t *testing.T) {
 	equal(t, "breaker after 5 timeouts", buf(p).Breaker(), gobreaker.StateOpen)
 	must(t, px.Restore())
 	buf(p).SetTouchTimeout(time.Second) // a healthy Redis answers well within it
-	time.Sleep(200 * time.Millisecond)   // the cooldown passes (gobreaker's own clock)
+	time.Sleep(200 * time.Millisecond)  // the cooldown passes (gobreaker's own clock)
 
 	const burst = 40
 	errs := make(chan error, burst)
