@@ -96,6 +96,8 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	active, err := p.tracker.buf.active(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
+	} else if err := p.restoreManifest(ctx); err != nil { // Redis lost its data, and another layout claimed the prefix
+		errs, active = append(errs, err), nil
 	}
 	if len(active) > 0 { // a table is needed only with something to write
 		if err := p.checkTable(ctx, "flush", p.usersCheck(), &p.schema.usersOK); err != nil {

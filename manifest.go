@@ -121,10 +121,8 @@ func (p *Plugin) resolvePrefix(db *gorm.DB) error {
 // checkManifest creates the manifest if absent (manifestScript, atomic) and
 // compares it with this instance's. A disagreement is an ErrInvalidConfig
 // that names both values and the way out; a Redis error is returned as is;
-// a different server or Throttle is logged once per value. Every flush
-// calls it again (recheckRedis): a Redis that lost its data (a restart
-// without persistence, FLUSHALL) gets its manifest back at once, before an
-// instance of another layout could claim the prefix. Called with
+// a different server or Throttle is logged once per value. A flush that
+// finds the manifest gone calls it again (restoreManifest). Called with
 // manifestMu held, or from Initialize.
 func (p *Plugin) checkManifest(ctx context.Context) error {
 	want := p.manifest()
@@ -172,6 +170,7 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 				p.cfg.Prefix, f.label, have, f.label, f.value, key)
 		}
 	}
+	p.manifestOK.Store(true)
 	return nil
 }
 
@@ -230,14 +229,13 @@ func (p *Plugin) warnedManifest(field, have string) bool {
 }
 
 // recheckRedis runs at the start of every flush: the eviction check when it
-// is due (eviction.go) and the manifest check (one EVALSHA), which also
-// does what Initialize could not (Redis unreachable, or the database's
-// identity unreadable then) and recreates a manifest Redis lost. Its error
-// (a disagreeing manifest, Redis or the database failing) stops the flush
-// before it writes. Without Redis there is nothing to check.
+// is due (eviction.go), and, until one succeeded, the manifest check that
+// Initialize could not do (Redis unreachable, or the database's identity
+// unreadable then). Its error (a disagreeing manifest, Redis or the
+// database failing) stops the flush before it writes.
 func (p *Plugin) recheckRedis(ctx context.Context) error {
 	p.eviction.maybeCheck(ctx)
-	if p.redis == nil {
+	if p.redis == nil || p.manifestOK.Load() {
 		return nil
 	}
 	p.manifestMu.Lock()
@@ -250,4 +248,26 @@ func (p *Plugin) recheckRedis(ctx context.Context) error {
 		p.target, p.identityOK = id, true
 	}
 	return p.checkManifest(ctx)
+}
+
+// restoreManifest runs after a flush found which shards have work
+// (buffer.active, whose pipeline also asks whether the manifest exists):
+// when Redis lost its data (a restart without persistence, FLUSHALL), the
+// manifest is created again, with this instance's layout, before an
+// instance of another layout could claim the prefix; a manifest another
+// instance recreated first is compared as at start. No extra round trip
+// while the manifest is there.
+func (p *Plugin) restoreManifest(ctx context.Context) error {
+	rb, ok := p.tracker.buf.(*redisBuffer)
+	if !ok || !rb.manifestGone.Load() || !p.manifestOK.Load() {
+		return nil
+	}
+	p.manifestMu.Lock()
+	defer p.manifestMu.Unlock()
+	p.log.Warn("lastseen: the buffer's manifest is gone (Redis lost its data?); writing it again", "key", manifestKey(p.cfg.Prefix))
+	if err := p.checkManifest(ctx); err != nil {
+		return err
+	}
+	rb.manifestGone.Store(false)
+	return nil
 }

@@ -66,6 +66,7 @@ type Plugin struct {
 	manifestMu     sync.Mutex          // guards target and identityOK after Initialize (recheckRedis)
 	target         targetIdentity      // the database server and database
 	identityOK     bool                // target was read
+	manifestOK     atomic.Bool         // the manifest was found to agree (or created)
 	manifestWarned map[string]bool     // "field=value" of mismatches already logged (warnedManifest), under manifestMu
 	redis          func() *redisClient // the Redis buffer's client (nil without Redis)
 	eviction       *evictionWatch

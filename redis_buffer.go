@@ -28,24 +28,25 @@ import (
 // (redisclient.go): opened from Config.Redis by newRedisBuffer, closed by
 // close, after which calls go on on the app's client.
 type redisBuffer struct {
-	cfg      Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
-	app      redis.UniversalClient
-	rdb      atomic.Pointer[redisClient] // the plugin's client; after close the app's
-	prefix   string
-	shards   []shardKeys
-	throttle time.Duration
-	timeout  time.Duration // TouchTimeout
-	lockTTL  time.Duration
-	now      func() time.Time
-	locker   *redislock.Client
-	cb       *gobreaker.CircuitBreaker[[]any]
-	backlog  backlog
-	stats    *counters
-	log      *slog.Logger
-	warn     rate.Sometimes
-	drops    dropLog                      // counts and logs every timestamp dropped (backlog.go)
-	closed   atomic.Bool                  // close ran: nothing will flush the backlog any more
-	hooks    func() *testhooks.FlushHooks // the plugin's test hooks (hooks.go), nil in production
+	cfg          Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
+	app          redis.UniversalClient
+	rdb          atomic.Pointer[redisClient] // the plugin's client; after close the app's
+	prefix       string
+	shards       []shardKeys
+	throttle     time.Duration
+	timeout      time.Duration // TouchTimeout
+	lockTTL      time.Duration
+	now          func() time.Time
+	locker       *redislock.Client
+	cb           *gobreaker.CircuitBreaker[[]any]
+	backlog      backlog
+	stats        *counters
+	log          *slog.Logger
+	warn         rate.Sometimes
+	drops        dropLog                      // counts and logs every timestamp dropped (backlog.go)
+	closed       atomic.Bool                  // close ran: nothing will flush the backlog any more
+	manifestGone atomic.Bool                  // the last active() found no manifest (manifest.go, restoreManifest)
+	hooks        func() *testhooks.FlushHooks // the plugin's test hooks (hooks.go), nil in production
 }
 
 var _ buffer = (*redisBuffer)(nil)

@@ -17,14 +17,17 @@ import (
 // call is bounded by its context (redisBuffer.redis).
 
 // active asks Redis with one pipeline of EXISTS, one per shard naming all
-// its pending and in-flight hashes.
+// its pending and in-flight hashes, and one for the manifest (manifestGone:
+// Redis lost its data, restoreManifest).
 func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
 	cmds := make([]*redis.IntCmd, len(b.shards))
+	var manifest *redis.IntCmd
 	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, k := range b.shards {
 				cmds[i] = pipe.Exists(ctx, append(append(make([]string, 0, 2*len(k.pending)), k.pending...), k.inflight...)...)
 			}
+			manifest = pipe.Exists(ctx, keys.Manifest(b.prefix))
 			return nil
 		})
 		return err
@@ -32,6 +35,7 @@ func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.manifestGone.Store(manifest.Val() == 0)
 	var active []int
 	for i, c := range cmds {
 		if c.Val() > 0 {
@@ -109,48 +113,61 @@ func (l *redisLease) release(ctx context.Context) {
 type redisShard struct {
 	*redisLease
 	keys  shardKeys
-	total int // entries the last swap moved to in-flight; -1 unknown (left over)
+	total int   // entries in the in-flight hashes when the drain began; -1 unknown (left over)
+	held  []int // the buckets whose in-flight hash the drain reads, ascending; nil unknown
 }
 
+// swap: see lua/swap.lua. It keeps the number of entries moved and the
+// buckets they are in, so that the drain reads and unlinks those alone.
 func (s *redisShard) swap(ctx context.Context) (int, error) {
 	names := make([]string, 0, 1+2*len(s.keys.pending))
 	names = append(append(append(names, s.keys.lock), s.keys.pending...), s.keys.inflight...)
-	var moved int
+	var reply []int64
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
-		moved, err = swapScript.Run(ctx, rdb, names, s.lock.Token()).Int()
+		reply, err = swapScript.Run(ctx, rdb, names, s.lock.Token()).Int64Slice()
 		return err
 	})
 	switch {
 	case err != nil:
 		return 0, err
-	case moved == -1:
+	case len(reply) == 0:
+		return 0, fmt.Errorf("swap: empty reply")
+	case reply[0] == -1:
 		return 0, errLockLost
 	}
-	s.total = -1
-	if moved >= 0 {
-		s.total = moved
+	s.total, s.held = -1, nil
+	if reply[0] >= 0 {
+		s.total = int(reply[0])
+		s.held = make([]int, 0, len(reply)-1)
+		for _, b := range reply[1:] {
+			s.held = append(s.held, int(b))
+		}
 	}
-	return moved, nil
+	return int(reply[0]), nil
 }
 
-// The scan cursor of the shard's in-flight hashes: the bucket in the top
-// 16 bits, that bucket's HSCAN cursor in the other 48 (Redis cursors of a
-// hash never come near 2^48 entries). 0 is both the start and the end.
+// The scan cursor of the shard's in-flight hashes: the position in held in
+// the top 16 bits, that bucket's HSCAN cursor in the other 48 (Redis
+// cursors of a hash never come near 2^48 entries). 0 is both the start and
+// the end.
 const cursorBucketShift = 48
 
-// scan reads the in-flight hashes in bucket order, in one pipeline of
-// HSCAN, one per bucket from the cursor's on, as many buckets as hold
-// about n entries at the shard's mean bucket size: a listpack-encoded hash
-// comes whole in one HSCAN reply. A bucket whose HSCAN returns a cursor
-// (a hash too large for listpack) ends the page: the next scan resumes it,
-// and the buckets after it in the pipeline are read again then. of holds
-// each field's bucket.
+// scan reads the in-flight hashes of the held buckets in bucket order, in
+// one pipeline of HSCAN, one per bucket from the cursor's on, as many
+// buckets as hold about n entries at their mean size: a listpack-encoded
+// hash comes whole in one HSCAN reply. A bucket whose HSCAN returns a
+// cursor (a hash too large for listpack) ends the page: the next scan
+// resumes it, and the buckets after it in the pipeline are read again then.
+// of holds each field's bucket.
 func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []string, of []int, next uint64, err error) {
-	buckets := len(s.keys.inflight)
-	if s.total < 0 {
-		if s.total, err = s.inflightLen(ctx); err != nil {
+	if s.total < 0 || s.held == nil {
+		if err = s.inflightLen(ctx); err != nil {
 			return nil, nil, 0, err
 		}
+	}
+	buckets := len(s.held)
+	if buckets == 0 {
+		return nil, nil, 0, nil
 	}
 	first, hc := int(cursor>>cursorBucketShift), cursor&(1<<cursorBucketShift-1)
 	count := 1
@@ -166,7 +183,7 @@ func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []strin
 				if i == 0 {
 					c = hc
 				}
-				cmds[i] = pipe.HScan(ctx, s.keys.inflight[first+i], c, "", int64(n))
+				cmds[i] = pipe.HScan(ctx, s.keys.inflight[s.held[first+i]], c, "", int64(n))
 			}
 			return nil
 		})
@@ -185,7 +202,7 @@ func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []strin
 		page, c := cmd.Val()
 		kv = append(kv, page...)
 		for range len(page) / 2 {
-			of = append(of, first+i)
+			of = append(of, s.held[first+i])
 		}
 		if c != 0 {
 			return kv, of, uint64(first+i)<<cursorBucketShift | c, nil
@@ -197,9 +214,10 @@ func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []strin
 	return kv, of, uint64(first+count) << cursorBucketShift, nil
 }
 
-// inflightLen is the number of entries in the shard's in-flight hashes
-// (one pipeline of HLEN), for a scan of hashes left by an earlier flush.
-func (s *redisShard) inflightLen(ctx context.Context) (int, error) {
+// inflightLen finds the shard's in-flight hashes left by an earlier flush
+// and their number of entries (one pipeline of HLEN) for the scan: total
+// and held.
+func (s *redisShard) inflightLen(ctx context.Context) error {
 	cmds := make([]*redis.IntCmd, len(s.keys.inflight))
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -211,13 +229,16 @@ func (s *redisShard) inflightLen(ctx context.Context) (int, error) {
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	total := 0
-	for _, c := range cmds {
-		total += int(c.Val())
+	s.total, s.held = 0, []int{}
+	for b, c := range cmds {
+		if n := int(c.Val()); n > 0 {
+			s.total += n
+			s.held = append(s.held, b)
+		}
 	}
-	return total, nil
+	return nil
 }
 
 // bucketOf is the bucket of an in-flight field: the one scan read it from,
@@ -231,8 +252,9 @@ func (s *redisShard) bucketOf(f heldField) int {
 }
 
 // ack: see lua/ack.lua. The fields are grouped by bucket, in bucket order
-// (a counting sort on heldField.bucket); final names every in-flight hash of
-// the shard, to unlink them all.
+// (a counting sort on heldField.bucket); final also names the in-flight
+// hash of every held bucket (every bucket when held is unknown), to unlink
+// them.
 func (s *redisShard) ack(ctx context.Context, fields []heldField, final bool) error {
 	counts := make([]int, len(s.keys.inflight))
 	for _, f := range fields {
@@ -245,9 +267,18 @@ func (s *redisShard) ack(ctx context.Context, fields []heldField, final bool) er
 	}
 	args := make([]any, 3, 3+len(fields)+len(counts))
 	args[0], args[1], args[2] = s.lock.Token(), s.b.lockTTL.Milliseconds(), flag
+	unlink := make([]bool, len(counts))
+	if final {
+		for b := range unlink {
+			unlink[b] = s.held == nil
+		}
+		for _, b := range s.held {
+			unlink[b] = true
+		}
+	}
 	at := make([]int, len(counts)) // where each bucket's next field goes in args
 	for b, key := range s.keys.inflight {
-		if counts[b] == 0 && !final {
+		if counts[b] == 0 && !unlink[b] {
 			continue
 		}
 		names = append(names, key)

@@ -7,19 +7,21 @@
 -- KEYS[n+2..2n+1] in-flight hashes of the same buckets
 -- ARGV[1] lock token
 --
--- Returns -1 when the lock is lost, -2 when an in-flight hash exists, else
--- the number of entries moved (0 when nothing was pending).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+-- Returns {-1} when the lock is lost, {-2} when an in-flight hash exists,
+-- else {entries moved, bucket, bucket, ...}: the buckets (from 0) whose
+-- pending hash was moved ({0} when nothing was pending).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local n = (#KEYS - 1) / 2
 for i = n + 2, #KEYS, 1000 do
-  if redis.call('EXISTS', unpack(KEYS, i, math.min(i + 999, #KEYS))) > 0 then return -2 end
+  if redis.call('EXISTS', unpack(KEYS, i, math.min(i + 999, #KEYS))) > 0 then return {-2} end
 end
-local moved = 0
+local out = {0}
 for i = 2, n + 1 do
   local size = redis.call('HLEN', KEYS[i])
   if size > 0 then
     redis.call('RENAME', KEYS[i], KEYS[i + n])
-    moved = moved + size
+    out[1] = out[1] + size
+    out[#out + 1] = i - 2
   end
 end
-return moved
+return out

@@ -409,15 +409,17 @@ func (r *requestRig) outage(what string) {
 
 // recovered waits out the cooldown (measured from a moment after the
 // breaker opened, so the breaker must be half-open then), sends one probe
-// request that closes the breaker, then a healthy phase.
+// request, which leaves it half-open (64 successes in a row close it), then
+// a healthy phase, after which it is closed.
 func (r *requestRig) recovered(what string) {
 	r.t.Helper()
 	time.Sleep(breakerCooldown) // the breaker opened before this line: it is due to half-open now
 	equal(r.t, what+": breaker after the cooldown", buf(r.p).Breaker(), gobreaker.StateHalfOpen)
 	s0 := r.p.Stats()
 	lat, _, _ := r.phase(1)
-	equal(r.t, what+": breaker after the probe", buf(r.p).Breaker(), gobreaker.StateClosed)
+	equal(r.t, what+": breaker after the probe", buf(r.p).Breaker(), gobreaker.StateHalfOpen)
 	lat2, openedAfter, _ := r.phase(requestsPerPhase - 1)
+	equal(r.t, what+": breaker after the healthy phase", buf(r.p).Breaker(), gobreaker.StateClosed)
 	r.checkBudget(what, append(lat, lat2...))
 	s := r.p.Stats()
 	equal(r.t, what+": recorded", s.Recorded-s0.Recorded, int64(requestsPerPhase))
