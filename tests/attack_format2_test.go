@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -302,12 +303,7 @@ func flushScripts(t testing.TB, c redis.UniversalClient, onlyFirst bool) {
 		must(t, c.ScriptFlush(ctx).Err())
 		return
 	}
-	var addrs []string
-	must(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		addrs = append(addrs, m.Options().Addr)
-		return nil
-	}))
-	slices.Sort(addrs)
+	addrs := masterAddrs(t, cc)
 	if onlyFirst {
 		addrs = addrs[:1]
 	}
@@ -325,15 +321,27 @@ func onFirstMaster(t testing.TB, c redis.UniversalClient, key string) bool {
 	t.Helper()
 	ctx := context.Background()
 	cc := c.(*redis.ClusterClient)
+	addrs := masterAddrs(t, cc)
+	m, err := cc.MasterForKey(ctx, key)
+	must(t, err)
+	return m.Options().Addr == addrs[0]
+}
+
+// masterAddrs lists the addresses of a cluster's masters, sorted.
+// ForEachMaster calls its function on every master at once: the list is
+// built under a mutex.
+func masterAddrs(t testing.TB, cc *redis.ClusterClient) []string {
+	t.Helper()
+	var mu sync.Mutex
 	var addrs []string
-	must(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+	must(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
 		addrs = append(addrs, m.Options().Addr)
 		return nil
 	}))
 	slices.Sort(addrs)
-	m, err := cc.MasterForKey(ctx, key)
-	must(t, err)
-	return m.Options().Addr == addrs[0]
+	return addrs
 }
 
 // TestAttackNoScriptReads: the reads that pipeline EVALSHA
