@@ -1,6 +1,6 @@
 module github.com/lastseen/lastseen/cmd/lastseen
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/alecthomas/kong v1.17.0
@@ -9,7 +9,7 @@ require (
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/lastseen/lastseen v0.0.0-00010101000000-000000000000
 	github.com/lastseen/lastseen/tests v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/go-redis/v9 v9.22.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
@@ -36,9 +36,9 @@ require (
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.46.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	golang.org/x/time v0.16.0 // indirect
+	golang.org/x/time v0.14.0 // indirect
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect

@@ -1,6 +1,6 @@
 module github.com/lastseen/lastseen/extra/lastseenotel
 
-go 1.26.0
+go 1.25.0
 
 // The library and its test helpers (tests/testenv) from this checkout.
 replace (
@@ -12,12 +12,12 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/lastseen/lastseen v0.0.0-00010101000000-000000000000
 	github.com/lastseen/lastseen/tests v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.23.0
-	go.opentelemetry.io/otel v1.47.0
-	go.opentelemetry.io/otel/metric v1.47.0
-	go.opentelemetry.io/otel/sdk v1.47.0
-	go.opentelemetry.io/otel/sdk/metric v1.47.0
-	go.opentelemetry.io/otel/trace v1.47.0
+	github.com/redis/go-redis/v9 v9.22.0
+	go.opentelemetry.io/otel v1.46.0
+	go.opentelemetry.io/otel/metric v1.46.0
+	go.opentelemetry.io/otel/sdk v1.44.0
+	go.opentelemetry.io/otel/sdk/metric v1.44.0
+	go.opentelemetry.io/otel/trace v1.46.0
 	gorm.io/gorm v1.31.2
 )
 
@@ -39,12 +39,11 @@ require (
 	github.com/sony/gobreaker/v2 v2.4.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
-	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.46.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	golang.org/x/time v0.16.0 // indirect
+	golang.org/x/time v0.14.0 // indirect
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect

@@ -1,6 +1,6 @@
 module github.com/lastseen/lastseen/extra/lastseenprom
 
-go 1.26.0
+go 1.25.0
 
 // The library and its test helpers (tests/testenv) from this checkout.
 replace (
@@ -12,9 +12,9 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/lastseen/lastseen v0.0.0-00010101000000-000000000000
 	github.com/lastseen/lastseen/tests v0.0.0-00010101000000-000000000000
-	github.com/prometheus/client_golang v1.25.0
-	github.com/prometheus/common v0.72.0
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/prometheus/client_golang v1.23.2
+	github.com/prometheus/common v0.70.0
+	github.com/redis/go-redis/v9 v9.22.0
 	gorm.io/gorm v1.31.2
 )
 
@@ -33,16 +33,16 @@ require (
 	github.com/maypok86/otter/v2 v2.4.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
-	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/sony/gobreaker/v2 v2.4.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.23.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
-	golang.org/x/time v0.16.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
