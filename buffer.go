@@ -35,14 +35,16 @@ const MaxClockSkew = time.Hour
 type shardKeys struct {
 	keys.Shard
 	pending, inflight []string // by bucket
+	buffered          []string // pending then in-flight: what swap.lua, sample.lua and active name
 	lock, refusals    string
 	online, active    string // key prefixes: add the minute or the day
 }
 
 func newShardKeys(prefix string, n, shards int) shardKeys {
 	k := keys.ForShard(prefix, n, shards)
-	return shardKeys{Shard: k, pending: k.AllPending(), inflight: k.AllInFlight(), lock: k.Lock, refusals: k.Refusals,
-		online: k.Online, active: k.Active}
+	pending, inflight := k.AllPending(), k.AllInFlight()
+	return shardKeys{Shard: k, pending: pending, inflight: inflight, buffered: append(pending[:len(pending):len(pending)], inflight...),
+		lock: k.Lock, refusals: k.Refusals, online: k.Online, active: k.Active}
 }
 
 // The buffer's Lua scripts, one per file in lua/, each starting with a

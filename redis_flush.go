@@ -25,7 +25,7 @@ func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
 	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, k := range b.shards {
-				cmds[i] = pipe.Exists(ctx, append(append(make([]string, 0, 2*len(k.pending)), k.pending...), k.inflight...)...)
+				cmds[i] = pipe.Exists(ctx, k.buffered...)
 			}
 			manifest = pipe.Exists(ctx, keys.Manifest(b.prefix))
 			return nil
@@ -120,8 +120,7 @@ type redisShard struct {
 // swap: see lua/swap.lua. It keeps the number of entries moved and the
 // buckets they are in, so that the drain reads and unlinks those alone.
 func (s *redisShard) swap(ctx context.Context) (int, error) {
-	names := make([]string, 0, 1+2*len(s.keys.pending))
-	names = append(append(append(names, s.keys.lock), s.keys.pending...), s.keys.inflight...)
+	names := append([]string{s.keys.lock}, s.keys.buffered...)
 	var reply []int64
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
 		reply, err = swapScript.Run(ctx, rdb, names, s.lock.Token()).Int64Slice()

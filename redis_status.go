@@ -68,7 +68,7 @@ func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, 
 func (b *redisBuffer) sample(ctx context.Context, perHash int) ([]shardSizes, []string, error) {
 	calls := make([]scriptCall, len(b.shards))
 	for i, k := range b.shards {
-		calls[i] = scriptCall{keys: append(append(make([]string, 0, 2*len(k.pending)), k.pending...), k.inflight...), args: []any{perHash}}
+		calls[i] = scriptCall{keys: k.buffered, args: []any{perHash}}
 	}
 	var cmds []*redis.Cmd
 	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
