@@ -54,7 +54,7 @@ type evictionWatch struct {
 	evicted map[string]int64 // evicted_keys per master address at the last check
 }
 
-func newEvictionWatch(cfg Config, rdb func() *redisClient, log *slog.Logger, stats *counters) *evictionWatch {
+func newEvictionWatch(cfg settings, rdb func() *redisClient, log *slog.Logger, stats *counters) *evictionWatch {
 	return &evictionWatch{rdb: rdb, log: log, now: cfg.Now, stats: stats, require: cfg.RequireNoEviction,
 		policy: PolicyUnknown, evicted: map[string]int64{}}
 }

@@ -18,12 +18,12 @@ import (
 // checkIdle checks the idle settings: no negative timeout, and a purge
 // batch whose delete fits the bind-parameter limit (one parameter per
 // session and three cutoffs).
-func checkIdle(c Config, d *dialect) error {
+func checkIdle(c settings, d *dialect) error {
 	switch {
 	case c.IdleTimeout < 0:
-		return invalid("IdleTimeout is %v, want 0 (off) or a positive duration", c.IdleTimeout)
+		return invalid("Sessions.IdleTimeout is %v, want 0 (off) or a positive duration", c.IdleTimeout)
 	case c.IdleTimeout > 0 && c.PurgeBatchSize > d.maxParams-3:
-		return invalid("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete with IdleTimeout (%d bind parameters, 1 per session and 3 for the cutoffs)",
+		return invalid("Sessions.BatchSize %d exceeds the %s limit of %d sessions per delete with Sessions.IdleTimeout (%d bind parameters, 1 per session and 3 for the cutoffs)",
 			c.PurgeBatchSize, d.name, d.maxParams-3, d.maxParams)
 	}
 	return nil

@@ -106,7 +106,7 @@ func (p *Plugin) resolvePrefix(db *gorm.DB) error {
 	id, err := p.dialect.identity(ctx, db)
 	switch {
 	case err != nil && p.cfg.Prefix == "":
-		return fmt.Errorf("lastseen: derive the default Prefix: read the database server's identity: %w", err)
+		return fmt.Errorf("lastseen: derive the default Buffer.Prefix: read the database server's identity: %w", err)
 	case err != nil:
 		p.log.Warn("lastseen: cannot read the database server's identity at start; the first flush checks the buffer's manifest", "err", err)
 		return nil
@@ -158,14 +158,14 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		case f.name == "format":
 			return invalid("the buffer at prefix %q was written by a lastseen version of buffer format %s, this version "+
 				"writes format %s: flush it empty with the version that wrote it (lastseen flush), delete the key %s, "+
-				"then start this version; or set another Prefix", p.cfg.Prefix, have, f.value, key)
+				"then start this version; or set another Buffer.Prefix", p.cfg.Prefix, have, f.value, key)
 		case f.name == "shards":
-			return invalid("the buffer at prefix %q was created with Shards %s, this instance has Shards %s: "+
-				"set Shards: %s, or flush the buffer empty with Shards %s and delete the key %s",
+			return invalid("the buffer at prefix %q was created with Buffer.Shards %s, this instance has Buffer.Shards %s: "+
+				"set Buffer.Shards: %s, or flush the buffer empty with Buffer.Shards %s and delete the key %s",
 				p.cfg.Prefix, have, f.value, have, have, key)
 		default:
 			return invalid("the buffer at prefix %q was created for %s %q, this instance has %s %q: "+
-				"set another Prefix (or leave Prefix empty to derive one from the database and table), "+
+				"set another Buffer.Prefix (or leave Buffer.Prefix empty to derive one from the database and table), "+
 				"or flush the buffer empty with the old setting and delete the key %s",
 				p.cfg.Prefix, f.label, have, f.label, f.value, key)
 		}
@@ -194,7 +194,7 @@ func (p *Plugin) checkRedis(buf buffer) error {
 	}
 	p.eviction.check(ctx)
 	if policy, risk := p.eviction.state(); risk && p.cfg.RequireNoEviction {
-		return invalid("Redis maxmemory-policy is %q, which can evict the buffer, and RequireNoEviction is set: "+
+		return invalid("Redis maxmemory-policy is %q, which can evict the buffer, and Buffer.RequireNoEviction is set: "+
 			"run CONFIG SET maxmemory-policy noeviction on the Redis (on every master of a cluster), "+
 			"or give lastseen a Redis of its own", policy)
 	}

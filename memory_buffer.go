@@ -18,7 +18,7 @@ import (
 // breaker and no backlog. What it holds is lost when the process dies
 // (README, "Without Redis").
 type memoryBuffer struct {
-	cfg      Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
+	cfg      settings // OnlineWindow, ActiveUsersRetention (presenceArgs)
 	throttle time.Duration
 	now      func() time.Time
 	shards   []*memShard
@@ -52,7 +52,7 @@ const minSweep = 1024
 
 var _ buffer = (*memoryBuffer)(nil)
 
-func newMemoryBuffer(cfg Config) *memoryBuffer {
+func newMemoryBuffer(cfg settings) *memoryBuffer {
 	b := &memoryBuffer{cfg: cfg, throttle: cfg.Throttle, now: cfg.Now}
 	for n := range cfg.Shards {
 		b.shards = append(b.shards, &memShard{pending: map[string]int64{}, markers: map[string]time.Time{}, refusals: map[string]int{},

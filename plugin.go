@@ -31,7 +31,7 @@ import (
 // Plugin is the GORM plugin. Create it with New, register it with db.Use,
 // stop it with Close. All methods are safe for concurrent use.
 type Plugin struct {
-	cfg       Config
+	cfg       settings
 	name      string // Name(): pluginName(Model, Field)
 	log       *slog.Logger
 	now       func() time.Time
@@ -76,9 +76,10 @@ var _ gorm.Plugin = (*Plugin)(nil)
 
 // New returns a plugin with the defaults filled into cfg. It does no I/O and
 // never fails; Initialize (called by db.Use) validates the configuration.
-func New(cfg Config) *Plugin {
-	realClock, idLenSet := cfg.Now == nil, cfg.MaxIDLength != 0
-	cfg = withDefaults(cfg)
+func New(c Config) *Plugin {
+	s := c.settings()
+	realClock, idLenSet := s.Now == nil, s.MaxIDLength != 0
+	cfg := withDefaults(s)
 	name := pluginName(cfg.Model, cfg.Field)
 	p := &Plugin{cfg: cfg, name: name, log: cfg.Logger.With("plugin", "lastseen", "tracks", name[len(namePrefix):]),
 		now: cfg.Now, realClock: realClock, idLenSet: idLenSet}
@@ -103,7 +104,7 @@ func (p *Plugin) Name() string { return p.name }
 func (p *Plugin) Config() Config {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cfg
+	return p.cfg.public()
 }
 
 // Initialize is called by db.Use. It validates the configuration against the
@@ -143,7 +144,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	buf := p.openBuffer() // buffer_interface.go: the one choice between Redis and memory; after the clock is final
 	if o := p.prefixTaken(db, buf); o != nil {
 		_ = buf.close()
-		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
+		return invalid("Buffer.Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Buffer.Prefix", p.cfg.Prefix, o.name)
 	}
 	if err := p.checkRedis(buf); err != nil {
 		_ = buf.close()
@@ -155,10 +156,14 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	var sched *scheduler
-	if !p.cfg.DisableScheduler {
+	purge := !p.cfg.DisablePurge && !p.cfg.UnscheduledPurge
+	if !p.cfg.DisableFlush || purge {
 		sched = newScheduler(p.log)
-		err := sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob)
-		if err == nil && !p.cfg.DisablePurge {
+		var err error
+		if !p.cfg.DisableFlush {
+			err = sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob)
+		}
+		if err == nil && purge {
 			err = sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob)
 		}
 		if err != nil {

@@ -28,7 +28,7 @@ import (
 // (redisclient.go): opened from Config.Redis by newRedisBuffer, closed by
 // close, after which calls go on on the app's client.
 type redisBuffer struct {
-	cfg          Config // OnlineWindow, ActiveUsersRetention (presenceArgs)
+	cfg          settings // OnlineWindow, ActiveUsersRetention (presenceArgs)
 	app          redis.UniversalClient
 	rdb          atomic.Pointer[redisClient] // the plugin's client; after close the app's
 	prefix       string
@@ -61,7 +61,7 @@ const breakerProbes = 64
 // newRedisBuffer opens the buffer on cfg.Redis: its own bounded client
 // (newRedisClient), which close closes. hooks returns the plugin's test
 // hooks.
-func newRedisBuffer(cfg Config, log *slog.Logger, stats *counters, hooks func() *testhooks.FlushHooks) *redisBuffer {
+func newRedisBuffer(cfg settings, log *slog.Logger, stats *counters, hooks func() *testhooks.FlushHooks) *redisBuffer {
 	rdb := newRedisClient(cfg.Redis)
 	b := &redisBuffer{
 		cfg:      cfg,

@@ -65,11 +65,11 @@ func (p *Plugin) usersCheck() tableCheck {
 
 func (p *Plugin) sessionsCheck() tableCheck {
 	s := p.sessions
-	codecs := []optCodec{{"ExpiresField", p.cfg.ExpiresField, s.model.enc}}
+	codecs := []optCodec{{"Sessions.ExpiresField", p.cfg.ExpiresField, s.model.enc}}
 	if s.activeEnc != nil {
-		codecs = append(codecs, optCodec{"ActiveField", p.cfg.ActiveField, s.activeEnc})
+		codecs = append(codecs, optCodec{"Sessions.ActiveField", p.cfg.ActiveField, s.activeEnc})
 	}
-	return tableCheck{s.model, "SessionModel", p.cfg.SessionModel, "ExpiresField", p.cfg.ExpiresField, codecs}
+	return tableCheck{s.model, "Sessions.Model", p.cfg.SessionModel, "Sessions.ExpiresField", p.cfg.ExpiresField, codecs}
 }
 
 // inspect reports whether c's table exists and, when it does, the first
@@ -140,8 +140,8 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 
 // missing describes c's missing table and what to do about it.
 func (c tableCheck) missing() string {
-	if c.modelOpt == "SessionModel" {
-		return fmt.Sprintf("table %s does not exist: create it, or set Config.DisablePurge for an app without a sessions table (Config.%s %T)",
+	if c.modelOpt == "Sessions.Model" {
+		return fmt.Sprintf("table %s does not exist: create it, or set Config.Sessions.Disabled for an app without a sessions table (Config.%s %T)",
 			c.model.table, c.modelOpt, c.modelVal)
 	}
 	return fmt.Sprintf("table %s does not exist: create it (AutoMigrate) or fix Config.%s (%T); touches stay buffered until it exists",

@@ -82,13 +82,13 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect) error {
 		ids.badText = d.badText
 	}
 	p.users = &userTarget{model: users, ids: ids}
-	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "SessionModel", "ExpiresField", c.SessionEncoding, d, loc)
+	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "Sessions.Model", "Sessions.ExpiresField", c.SessionEncoding, d, loc)
 	if err != nil {
 		return invalid("%v", err)
 	}
 	p.sessions = &sessionTarget{model: sessions}
 	if c.IdleTimeout > 0 { // idle.go
-		if p.sessions.active, p.sessions.activeEnc, err = timeField(sessions.schema, c.ActiveField, "ActiveField", c.SessionEncoding, d, loc); err != nil {
+		if p.sessions.active, p.sessions.activeEnc, err = timeField(sessions.schema, c.ActiveField, "Sessions.ActiveField", c.SessionEncoding, d, loc); err != nil {
 			return invalid("%v", err)
 		}
 	}

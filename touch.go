@@ -28,7 +28,7 @@ type tracker struct {
 // newTracker builds the request path. With realClock (Config.Now unset) the
 // local cache's deadlines run on the monotonic clock alone, one vDSO read
 // where time.Now makes two: it is most of the cost of a cached Touch.
-func newTracker(cfg Config, buf buffer, realClock bool, ids idCodec, log *slog.Logger, stats *counters) (*tracker, error) {
+func newTracker(cfg settings, buf buffer, realClock bool, ids idCodec, log *slog.Logger, stats *counters) (*tracker, error) {
 	t := &tracker{
 		buf:      buf,
 		throttle: cfg.Throttle,

@@ -46,7 +46,7 @@ func newIDCodec(pk *schema.Field) (idCodec, error) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	c := idCodec{typ: t, maxLen: DefaultMaxIDLength}
+	c := idCodec{typ: t, maxLen: defaultMaxIDLength}
 	switch {
 	case reflect.PointerTo(t).Implements(scannerType):
 		c.kind = idScanner
@@ -175,7 +175,7 @@ func (c idCodec) fromString(s string, id any) (string, error) {
 		return "", fmt.Errorf("%w: empty %T", ErrInvalidUserID, id)
 	}
 	if len(s) > c.maxLen {
-		return "", fmt.Errorf("%w: %T of %d bytes (at most %d, Config.MaxIDLength)", ErrInvalidUserID, id, len(s), c.maxLen)
+		return "", fmt.Errorf("%w: %T of %d bytes (at most %d)", ErrInvalidUserID, id, len(s), c.maxLen)
 	}
 	v, err := c.parse(s)
 	if err != nil {

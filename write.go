@@ -186,7 +186,7 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 // write into Unknown and Stale with a count bounded the same way.
 func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *writeTarget, batch []entry, ids []any, ts []time.Time, check func(error) error) (batchResult, error) {
 	n := len(batch)
-	if p.cfg.WriteMode == Upsert {
+	if p.cfg.WriteMode == upsert {
 		br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
 		return br, check(err)
 	}

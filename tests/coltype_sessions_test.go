@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"sync"
 	"testing"
 	"time"
@@ -68,8 +69,8 @@ func TestColumnTypesSessions(t *testing.T) {
 					{"id": "d", "expires_at": v("10:00:00"), "last_active": v("09:00:01")},
 				}).Error)
 				cfg := h.config()
-				cfg.SessionModel, cfg.SessionEncoding = tc.model, tc.enc
-				cfg.IdleTimeout, cfg.ActiveField = 30*time.Minute, "LastActive"
+				cfg.Sessions.Model, testenv.Seam(&cfg).SessionEncoding = tc.model, int(tc.enc)
+				cfg.Sessions.IdleTimeout, cfg.Sessions.ActiveField = 30*time.Minute, "LastActive"
 				h.clock.Set(now)
 				p, db := h.plugin(cfg)
 				db.Config.NowFunc = func() time.Time { return now }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,7 +81,7 @@ func columnKinds() []columnKind {
 	none := func(*lastseen.Config) {}
 	return []columnKind{
 		{"epoch ms", &msUser{}, "ms_users", "seen", none, lastseen.EncodingUnixMillis, false},
-		{"epoch seconds", &secUser{}, "sec_users", "seen", func(c *lastseen.Config) { c.FieldEncoding = lastseen.EncodingUnixSeconds }, lastseen.EncodingUnixSeconds, true},
+		{"epoch seconds", &secUser{}, "sec_users", "seen", func(c *lastseen.Config) { testenv.Seam(c).FieldEncoding = int(lastseen.EncodingUnixSeconds) }, lastseen.EncodingUnixSeconds, true},
 		{"sql.NullTime", &nullTimeUser{}, "nulltime_users", "seen", none, lastseen.EncodingTime, false},
 		{"named time type", &stampUser{}, "stamp_users", "seen", none, lastseen.EncodingTime, false},
 		{"CustomTime over integer ms", &customUser{}, "custom_users", "last_logged_in_at", none, lastseen.EncodingUnixMillis, false},
@@ -133,17 +134,17 @@ func (k columnKind) read(t testing.TB, db *gorm.DB, id int64) string {
 func TestColumnTypesFlushForwardOnly(t *testing.T) {
 	for _, k := range columnKinds() {
 		t.Run(k.name, func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, lastseen.Update) })
+			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, false) })
 		})
 	}
 	for _, k := range columnKinds()[:2] { // Unix time in Upsert mode: the unknown id is inserted
 		t.Run(k.name+"/upsert", func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, lastseen.Upsert) })
+			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, true) })
 		})
 	}
 }
 
-func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.WriteMode) {
+func checkColumnKind(t *testing.T, h *harness, k columnKind, upsert bool) {
 	ctx := context.Background()
 	must(t, h.db.AutoMigrate(k.model))
 	t1, t3 := mustTime("2026-03-01T09:00:00.250Z"), mustTime("2026-03-01T09:10:00.250Z")
@@ -155,7 +156,7 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.Write
 	cfg := h.config()
 	cfg.Model, cfg.Field = k.model, k.col
 	k.cfg(&cfg)
-	cfg.WriteMode = mode
+	cfg.Flush.Upsert = upsert
 	p, db := h.plugin(cfg)
 	equal(t, "encoding", usersEncoding(p), k.enc)
 
@@ -169,7 +170,7 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.Write
 	must(t, err)
 	got := fmt.Sprintf("written %d stale %d unknown %d uncomparable %d", res.Written, res.Stale, res.Unknown, res.Uncomparable)
 	want := "written 2 stale 1 unknown 1 uncomparable 0"
-	if mode == lastseen.Upsert {
+	if upsert {
 		want = "written 3 stale 1 unknown 0 uncomparable 0"
 		equal(t, "row 4 (inserted)", k.read(t, db, 4), k.stored(mustTime("2026-03-01T09:29:00Z")))
 	}
@@ -192,7 +193,7 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.Write
 	if k.inWhole {
 		want = "[2]"
 	}
-	if mode == lastseen.Upsert {
+	if upsert {
 		want = strings.TrimSuffix(want, "]") + " 4]"
 	}
 	equal(t, "SeenWithin(9m59.5s)", fmt.Sprint(ids), want)
@@ -215,7 +216,7 @@ func TestColumnTypeMismatchRefused(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		must(t, h.db.AutoMigrate(&customUser{}))
 		cfg := h.config()
-		cfg.Model, cfg.Field, cfg.FieldEncoding = &customUser{}, "LastLoggedInAt", lastseen.EncodingTime
+		cfg.Model, cfg.Field, testenv.Seam(&cfg).FieldEncoding = &customUser{}, "LastLoggedInAt", int(lastseen.EncodingTime)
 		err := h.openDB().Use(lastseen.New(cfg))
 		if !errors.Is(err, lastseen.ErrInvalidConfig) {
 			t.Fatalf("db.Use = %v, want ErrInvalidConfig", err)

@@ -85,15 +85,8 @@ func Example_severalModels() {
 	db.Create(&Account{ID: 1})
 	db.Create(&APIToken{ID: 7, ExpiresAt: now.Add(time.Hour)})
 
-	accounts := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:accounts", Model: &Account{}, // Field: "LastSeenAt"
-		DisablePurge: true, DisableScheduler: true, Now: clock, Logger: quiet,
-	})
-	tokens := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:tokens", Model: &APIToken{}, Field: "LastUsedAt",
-		OnBatch:      slideTokenExpiry,
-		DisablePurge: true, DisableScheduler: true, Now: clock, Logger: quiet,
-	})
+	accounts := lastseen.New(lastseen.Config{Redis: rdb, Model: &Account{}, Logger: quiet, Buffer: lastseen.BufferConfig{Prefix: "app:accounts"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: clock}})
+	tokens := lastseen.New(lastseen.Config{Redis: rdb, Model: &APIToken{}, Field: "LastUsedAt", Logger: quiet, Buffer: lastseen.BufferConfig{Prefix: "app:tokens"}, Flush: lastseen.FlushConfig{OnBatch: slideTokenExpiry, Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: clock}})
 	if err := db.Use(accounts); err != nil {
 		log.Fatal(err)
 	}
@@ -153,12 +146,7 @@ func Example_slidingSession() {
 		{ID: "old", UserID: 4, ExpiresAt: now.Add(-time.Minute), LastActiveAt: at(now.Add(-time.Minute))},
 	})
 
-	sessions := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:sessions",
-		Model: &lastseen.Session{}, Field: "LastActiveAt", // track the sessions' activity
-		IdleTimeout:      30 * time.Minute, // SessionModel: &lastseen.Session{}, ActiveField: "LastActiveAt"
-		DisableScheduler: true, Now: clock, Logger: slog.New(slog.DiscardHandler),
-	})
+	sessions := lastseen.New(lastseen.Config{Redis: rdb, Model: &lastseen.Session{}, Field: "LastActiveAt", Logger: slog.New(slog.DiscardHandler), Buffer: lastseen.BufferConfig{Prefix: "app:sessions"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{IdleTimeout: 30 * time.Minute, Schedule: "off"}, Test: lastseen.TestConfig{Now: clock}})
 	if err := db.Use(sessions); err != nil {
 		log.Fatal(err)
 	}
@@ -193,10 +181,7 @@ func Example_status() {
 	defer done()
 	now := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	db.AutoMigrate(&lastseen.User{})
-	presence := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:presence", Shards: 2, DisablePurge: true, DisableScheduler: true,
-		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
-	})
+	presence := lastseen.New(lastseen.Config{Redis: rdb, Logger: slog.New(slog.DiscardHandler), Buffer: lastseen.BufferConfig{Prefix: "app:presence", Shards: 2}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: func() time.Time { return now }}})
 	if err := db.Use(presence); err != nil {
 		log.Fatal(err)
 	}

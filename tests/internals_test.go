@@ -32,35 +32,35 @@ func purgeJob(p *lastseen.Plugin, ctx context.Context) { internals().PurgeJob(p,
 
 // shardKeys returns the Redis keys of p's shard n.
 func shardKeys(p *lastseen.Plugin, n int) keys.Shard {
-	return keys.ForShard(p.Config().Prefix, n, p.Config().Shards)
+	return keys.ForShard(p.Config().Buffer.Prefix, n, p.Config().Buffer.Shards)
 }
 
 // shardOf returns the Redis keys of uid's shard in p.
 func shardOf(p *lastseen.Plugin, uid string) keys.Shard {
-	return shardKeys(p, keys.ShardOf(uid, p.Config().Shards))
+	return shardKeys(p, keys.ShardOf(uid, p.Config().Buffer.Shards))
 }
 
 // pendingKey returns the key of the pending hash that holds uid in p.
 func pendingKey(p *lastseen.Plugin, uid string) string {
-	n, b := keys.Locate(uid, p.Config().Shards)
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return shardKeys(p, n).Pending(b)
 }
 
 // bucketOf returns uid's bucket in its shard in p (keys.Locate).
 func bucketOf(p *lastseen.Plugin, uid string) int {
-	_, b := keys.Locate(uid, p.Config().Shards)
+	_, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return b
 }
 
 // inflightKey returns the key of the in-flight hash that holds uid in p.
 func inflightKey(p *lastseen.Plugin, uid string) string {
-	n, b := keys.Locate(uid, p.Config().Shards)
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return shardKeys(p, n).InFlight(b)
 }
 
 // allShardKeys returns the Redis keys of every shard of p, in shard order.
 func allShardKeys(p *lastseen.Plugin) []keys.Shard {
-	out := make([]keys.Shard, p.Config().Shards)
+	out := make([]keys.Shard, p.Config().Buffer.Shards)
 	for n := range out {
 		out[n] = shardKeys(p, n)
 	}
@@ -129,14 +129,14 @@ func fieldEncoding(f *schema.Field, configured lastseen.Encoding) (lastseen.Enco
 // now: Unix ms / Throttle in ms (markers.go).
 func generation(p *lastseen.Plugin) int64 {
 	cfg := p.Config()
-	return cfg.Now().UnixMilli() / max(cfg.Throttle.Milliseconds(), 1)
+	return cfg.Test.Now().UnixMilli() / max(cfg.Throttle.Milliseconds(), 1)
 }
 
 // markersKey returns the key of the marker hash of generation g that holds
 // uid's throttle marker in p: the hash is named by the generation's start,
 // g × Throttle in Unix ms.
 func markersKey(p *lastseen.Plugin, uid string, g int64) string {
-	n, b := keys.Locate(uid, p.Config().Shards)
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return shardKeys(p, n).Markers(b, g*max(p.Config().Throttle.Milliseconds(), 1))
 }
 

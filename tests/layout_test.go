@@ -27,7 +27,7 @@ func TestLayoutHashesStayListpack(t *testing.T) {
 	ctx := context.Background()
 	const users = 2000
 	cfg := h.config()
-	cfg.Shards = 16
+	cfg.Buffer.Shards = 16
 	cfg.Throttle = time.Minute
 	p, _ := h.plugin(cfg)
 

@@ -122,7 +122,7 @@ func (e *env) runRequests(ctx context.Context) (*requestsResult, error) {
 	t0 := time.Now()
 	st := newStream(c.Users, c.Requests, c.Zipf, c.Seed)
 	res := &requestsResult{Users: c.Users, Requests: c.Requests, Distinct: st.distinct, Zipf: c.Zipf, Workers: c.Workers,
-		Seed: c.Seed, Throttle: c.Throttle.String(), Timeout: lastseen.DefaultTouchTimeout.String() + " (library default)",
+		Seed: c.Seed, Throttle: c.Throttle.String(), Timeout: "20ms (library default)",
 		Generated: time.Since(t0)}
 	if c.TouchTimeout > 0 {
 		res.Timeout = c.TouchTimeout.String()
@@ -572,15 +572,7 @@ type lastseenDesign struct {
 // openLastseen registers a plugin on db: the given prefix and local cache
 // size (-1 off, 0 the default), the run's throttle window, no scheduler.
 func (e *env) openLastseen(db *gorm.DB, prefix string, localCache int, boxed []any) (*lastseenDesign, error) {
-	p := lastseen.New(lastseen.Config{
-		Redis:            e.rdb,
-		Prefix:           prefix,
-		Throttle:         e.cmd.Throttle,
-		LocalCacheSize:   localCache,
-		TouchTimeout:     e.cmd.TouchTimeout,
-		DisableScheduler: true,
-		Logger:           e.pluginLogger(),
-	})
+	p := lastseen.New(lastseen.Config{Redis: e.rdb, Throttle: e.cmd.Throttle, Logger: e.pluginLogger(), Buffer: lastseen.BufferConfig{Prefix: prefix, LocalCacheSize: localCache, TouchTimeout: e.cmd.TouchTimeout}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
