@@ -58,7 +58,7 @@ type Plugin struct {
 	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
 	schema    schemaState    // tables found to fit the config; schema log limits (schema.go)
 
-	probes atomic.Uint64 // rotates the entry a refused batch is probed with (systemic.go)
+	probes atomic.Uint64 // rotates the entry (or session) a refused batch is probed with (probe.go)
 
 	hooks *testhooks.FlushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 

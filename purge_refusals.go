@@ -37,11 +37,11 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 		return 0, fmt.Errorf("%w (error kind %s: the server is out of a resource): %w", ErrSystemic, kind, batchErr)
 	}
 	n := len(ids)
-	i := int(p.probes.Add(1) % uint64(n))
+	probe, rest := pickProbe(&p.probes, ids)
 	var deleted int
 	err := batchErr
 	if n > 1 {
-		deleted, err = pp.delete(ctx, ids[i:i+1])
+		deleted, err = pp.delete(ctx, probe)
 	}
 	if err != nil && p.sameKind(ctx, err, kind) {
 		if werr := pp.deleteNothing(ctx); p.sameKind(ctx, werr, kind) {
@@ -52,12 +52,10 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 		}
 	}
 	if err != nil {
-		if err = pp.refuse(ctx, ids[i], err); err != nil {
+		if err = pp.refuse(ctx, probe[0], err); err != nil {
 			return deleted, err
 		}
 	}
-	rest := make([]any, 0, n-1)
-	rest = append(append(rest, ids[:i]...), ids[i+1:]...)
 	d, err := pp.split(ctx, rest)
 	return deleted + d, err
 }

@@ -63,10 +63,16 @@ type Status struct {
 // Oldest, or 0 when the buffer is empty. It bounds how far the database
 // lags behind the truth for the users in the buffer.
 func (s Status) OldestAge() time.Duration {
-	if s.Oldest.IsZero() {
+	return oldestAge(s.At, s.Oldest)
+}
+
+// oldestAge is at minus oldest, or 0 when oldest is zero (nothing
+// buffered): the OldestAge of Status and BufferSample.
+func oldestAge(at, oldest time.Time) time.Duration {
+	if oldest.IsZero() {
 		return 0
 	}
-	return s.At.Sub(s.Oldest)
+	return at.Sub(oldest)
 }
 
 // Status reads the Redis buffer for operators (the lastseen CLI's status

@@ -33,11 +33,11 @@ import (
 // from one call to the next.
 func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, kind string) (batchResult, []refusal, error) {
 	n := len(batch)
-	i := int(p.probes.Add(1) % uint64(n))
+	probe, rest := pickProbe(&p.probes, batch)
 	var res batchResult
 	err := batchErr
 	if n > 1 {
-		res, err = p.writeWithRetry(ctx, batch[i:i+1])
+		res, err = p.writeWithRetry(ctx, probe)
 	}
 	var refused []refusal
 	switch {
@@ -48,7 +48,7 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 		if p.dialect.errorKind(err) == "" && !p.databaseUp(ctx) {
 			return res, nil, err
 		}
-		refused = append(refused, p.refused(batch[i], err))
+		refused = append(refused, p.refused(probe[0], err))
 	default: // refused the same way as the whole batch: the entry, or the database?
 		if werr := p.writeNothing(ctx); p.sameKind(ctx, werr, kind) {
 			return res, nil, fmt.Errorf("%w (error kind %s, %d entries kept): %w", ErrSystemic, kind, n, batchErr)
@@ -59,10 +59,8 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 		if n == 1 {
 			return p.isolateRefused(ctx, batch)
 		}
-		refused = append(refused, p.refused(batch[i], err))
+		refused = append(refused, p.refused(probe[0], err))
 	}
-	rest := make([]entry, 0, n-1)
-	rest = append(append(rest, batch[:i]...), batch[i+1:]...)
 	rb, rr, err := p.isolateRefused(ctx, rest)
 	res.merge(rb)
 	if err != nil {

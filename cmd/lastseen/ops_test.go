@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +31,8 @@ func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d *testenv.DB, r *testenv
 	}
 }
 
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+// discard drops the plugin's logs in tests that do not read them.
+var discard = testenv.Discard
 
 // shardTable is the status command's table: 16 shards, the given ones with
 // their figures, every other one empty.

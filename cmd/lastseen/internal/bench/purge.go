@@ -188,14 +188,10 @@ func (e *env) checkPurge(ctx context.Context, db *gorm.DB, res *purgeResult) err
 // hex strings, like random session tokens.
 func (e *env) createSessions(ctx context.Context, db *gorm.DB, expired, live int, now time.Time) (string, error) {
 	db = db.WithContext(ctx)
-	if err := db.AutoMigrate(&lastseen.Session{}); err != nil {
-		return "", fmt.Errorf("lastseen: bench: create sessions table: %w", err)
-	}
-	stmt := &gorm.Statement{DB: db}
-	if err := stmt.Parse(&lastseen.Session{}); err != nil {
+	table, err := migrateTable(db, &lastseen.Session{}, "sessions")
+	if err != nil {
 		return "", err
 	}
-	table := stmt.Schema.Table
 	total := int64(expired + live)
 	if total > 0 {
 		err := db.Exec(`INSERT INTO ? (?, ?, ?, ?)

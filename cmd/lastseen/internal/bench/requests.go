@@ -367,14 +367,10 @@ func (r *variantRun) check(ctx context.Context) error {
 // rows seen at seenAt, vacuumed and analyzed.
 func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time, ts tableSchema) (string, error) {
 	db = db.WithContext(ctx)
-	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
-		return "", fmt.Errorf("lastseen: bench: create users table: %w", err)
-	}
-	stmt := &gorm.Statement{DB: db}
-	if err := stmt.Parse(&lastseen.User{}); err != nil {
+	table, err := migrateTable(db, &lastseen.User{}, "users")
+	if err != nil {
 		return "", err
 	}
-	table := stmt.Schema.Table
 	if ts.fillfactor > 0 {
 		if err := db.Exec("ALTER TABLE ? SET (fillfactor = "+strconv.Itoa(ts.fillfactor)+")", clause.Table{Name: table}).Error; err != nil {
 			return "", fmt.Errorf("lastseen: bench: fillfactor of %s: %w", table, err)
@@ -386,7 +382,7 @@ func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt ti
 			return "", fmt.Errorf("lastseen: bench: index on %s: %w", table, err)
 		}
 	}
-	err := db.Exec("INSERT INTO ? (?, ?) SELECT g, ? FROM generate_series(1, ?::bigint) AS g",
+	err = db.Exec("INSERT INTO ? (?, ?) SELECT g, ? FROM generate_series(1, ?::bigint) AS g",
 		clause.Table{Name: table}, clause.Column{Name: "id"}, clause.Column{Name: "last_seen_at"}, seenAt, users).Error
 	if err != nil {
 		return "", fmt.Errorf("lastseen: bench: fill %s: %w", table, err)
