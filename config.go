@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -292,15 +293,15 @@ type Config struct {
 	// of the entry clears it. Default 5; negative never drops.
 	MaxRefusals int
 
-	// Column types (coltype.go; README "Column types").
+	// Column types (README "Column types").
 
-	// FieldEncoding is how Field's column stores an instant: EncodingAuto
-	// (default: learned from the field's Go type and tags), EncodingTime,
-	// EncodingUnixSeconds or EncodingUnixMillis (an integer column).
-	FieldEncoding Encoding
+	// FieldEncoding is how Field's column stores an instant. Default: the
+	// encoding learned from the field's Go type and tags (the `lastseen`
+	// struct tag, GORM's autoUpdateTime on an integer).
+	FieldEncoding timecol.Encoding
 	// SessionEncoding is FieldEncoding for SessionModel's ExpiresField and
-	// ActiveField. Default EncodingAuto.
-	SessionEncoding Encoding
+	// ActiveField. Default: learned from the fields.
+	SessionEncoding timecol.Encoding
 	// ColumnLocation is the time zone of the wall times in naive timestamp
 	// columns (PostgreSQL timestamp without time zone, MySQL/MariaDB
 	// DATETIME): when set, the flush writes and the scopes compare the wall

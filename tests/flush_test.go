@@ -14,6 +14,7 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"gorm.io/gorm"
 )
 
@@ -675,7 +676,7 @@ func TestFlushLargestBatch(t *testing.T) {
 				ctx := context.Background()
 				cfg := h.config()
 				cfg.Shards = 1
-				cfg.BatchSize = internals().MaxBatch(h.dialect)
+				cfg.BatchSize = dialect.Lookup(h.dialect).MaxBatch()
 				cfg.WriteMode = mode
 				p, db := h.plugin(cfg)
 				must(t, db.Migrator().DropTable(&lastseen.User{}))
