@@ -11,7 +11,8 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-func newCodec(t *testing.T, model any) Codec {
+// newCodec is the codec of model's primary key.
+func newCodec(t testing.TB, model any) Codec {
 	t.Helper()
 	s, err := schema.Parse(model, &sync.Map{}, schema.NamingStrategy{})
 	if err != nil {

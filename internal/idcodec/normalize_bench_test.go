@@ -4,10 +4,7 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
-	"sync"
 	"testing"
-
-	"gorm.io/gorm/schema"
 )
 
 // benchUUID is a UUID-like primary key type: sql.Scanner, driver.Valuer and
@@ -51,17 +48,7 @@ func BenchmarkNormalizeUserID(b *testing.B) {
 	type uuidUser struct {
 		ID benchUUID `gorm:"primaryKey"`
 	}
-	codec := func(m any) Codec {
-		s, err := schema.Parse(m, &sync.Map{}, schema.NamingStrategy{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		c, err := New(s.PrimaryFields[0])
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
-	}
+	codec := func(m any) Codec { return newCodec(b, m) }
 	u := benchUUID{0x6b, 0xa7, 0xb8, 0x10, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
 	for _, c := range []struct {
 		name  string
