@@ -36,7 +36,7 @@ func (p *Plugin) writeBacklog(ctx context.Context, h backlogHolder) (FlushResult
 	now := p.now()
 	all := make([]entry, 0, len(m))
 	for uid, ts := range m {
-		id, err := p.users.ids.parse(uid)
+		id, err := p.users.ids.Parse(uid)
 		at, ok := parseMicros(strconv.FormatInt(ts, 10), now)
 		if err != nil || !ok {
 			continue // never true for what Touch put there; dropped like an unreadable entry

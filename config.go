@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen/internal/testseam"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -272,8 +273,8 @@ type settings struct {
 	ActiveField          string
 	MaxIDLength          int
 	MaxRefusals          int
-	FieldEncoding        Encoding
-	SessionEncoding      Encoding
+	FieldEncoding        timecol.Encoding
+	SessionEncoding      timecol.Encoding
 	ColumnLocation       *time.Location
 	RequireNoEviction    bool
 	seam                 *testseam.Seam
@@ -303,7 +304,7 @@ func (c Config) settings() settings {
 		s.LockTTL, s.StatementTimeout, s.PurgeBatchTimeout = m.LockTTL, m.StatementTimeout, m.PurgeBatchTimeout
 		s.PurgeTimeout, s.PurgePause, s.BreakerCooldown = m.PurgeTimeout, m.PurgePause, m.BreakerCooldown
 		s.MaxRetries, s.MaxRefusals, s.MaxIDLength, s.BacklogSize = m.MaxRetries, m.MaxRefusals, m.MaxIDLength, m.BacklogSize
-		s.FieldEncoding, s.SessionEncoding = Encoding(m.FieldEncoding), Encoding(m.SessionEncoding)
+		s.FieldEncoding, s.SessionEncoding = timecol.Encoding(m.FieldEncoding), timecol.Encoding(m.SessionEncoding)
 	}
 	return s
 }

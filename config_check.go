@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/robfig/cron/v3"
 )
 
@@ -17,8 +18,8 @@ func invalid(format string, args ...any) error {
 
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
-func checkConfig(c settings, d *dialect) error {
-	for _, check := range []func(settings, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
+func checkConfig(c settings, d *dialect.Dialect) error {
+	for _, check := range []func(settings, *dialect.Dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
 		if err := check(c, d); err != nil {
 			return err
 		}
@@ -51,7 +52,7 @@ func hasRedis(c settings) bool {
 // Redis client is refused rather than taken for "no Redis": an app whose
 // client was never set up must not silently run each instance on a buffer
 // of its own.
-func checkBuffer(c settings, _ *dialect) error {
+func checkBuffer(c settings, _ *dialect.Dialect) error {
 	switch {
 	case c.Redis != nil && !hasRedis(c):
 		return invalid("Config.Redis is a nil %T: give a client, or leave Config.Redis unset for the in-process buffer", c.Redis)
@@ -75,13 +76,13 @@ func checkBuffer(c settings, _ *dialect) error {
 
 // checkFlush checks the flush settings against the dialect's bind-parameter
 // limit.
-func checkFlush(c settings, d *dialect) error {
+func checkFlush(c settings, d *dialect.Dialect) error {
 	switch {
 	case c.BatchSize < 1:
-		return invalid("Flush.BatchSize is %d, want 1 to %d", c.BatchSize, d.maxBatch())
-	case c.BatchSize > d.maxBatch():
+		return invalid("Flush.BatchSize is %d, want 1 to %d", c.BatchSize, d.MaxBatch())
+	case c.BatchSize > d.MaxBatch():
 		return invalid("Flush.BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
-			c.BatchSize, d.name, d.maxBatch(), d.maxParams)
+			c.BatchSize, d.Name(), d.MaxBatch(), d.MaxParams())
 	case c.FlushConcurrency < 1 || c.FlushConcurrency > c.Shards:
 		return invalid("Flush.Concurrency is %d, want 1 to Buffer.Shards (%d)", c.FlushConcurrency, c.Shards)
 	case c.LockTTL < 10*time.Millisecond:
@@ -98,13 +99,13 @@ func checkFlush(c settings, d *dialect) error {
 
 // checkPurge checks the purge settings against the dialect's bind-parameter
 // limit.
-func checkPurge(c settings, d *dialect) error {
+func checkPurge(c settings, d *dialect.Dialect) error {
 	switch {
 	case c.PurgeBatchSize < 1:
-		return invalid("Sessions.BatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.maxParams-1)
-	case c.PurgeBatchSize > d.maxParams-1:
+		return invalid("Sessions.BatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.MaxParams()-1)
+	case c.PurgeBatchSize > d.MaxParams()-1:
 		return invalid("Sessions.BatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
-			c.PurgeBatchSize, d.name, d.maxParams-1, d.maxParams)
+			c.PurgeBatchSize, d.Name(), d.MaxParams()-1, d.MaxParams())
 	case c.PurgeBatchTimeout < 0:
 		return invalid("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
 	case c.LockTTL <= c.PurgeBatchTimeout:

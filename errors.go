@@ -1,6 +1,11 @@
 package lastseen
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/idcodec"
+)
 
 // Errors returned by the plugin. Every error it returns starts with
 // "lastseen:"; test for these with errors.Is.
@@ -14,7 +19,7 @@ var (
 	// key, or is a string the key column can never hold: a NUL byte on
 	// PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL and MySQL/MariaDB
 	// (utf8mb4).
-	ErrInvalidUserID = errors.New("lastseen: invalid user id")
+	ErrInvalidUserID = idcodec.ErrInvalid
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
 	// ErrClosed is returned by Flush and PurgeExpiredSessions after Close.
@@ -88,7 +93,7 @@ var (
 	// shard's flush stops and the in-flight hash stays for the next flush.
 	errLockLost = errors.New("lastseen: lost the shard lock to another flusher")
 	// errNoTable is a missing users table or column: a statement error.
-	errNoTable = errors.New("lastseen: not found in the database")
+	errNoTable = dialect.ErrNoTable
 	// errBatchTimeout is the cause of a purge batch's select or transaction
 	// that ran past PurgeBatchTimeout.
 	errBatchTimeout = errors.New("PurgeBatchTimeout")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
@@ -28,7 +29,7 @@ import (
 //
 //	lastseen:<table>:<first 8 hex digits of SHA-256 of dialect, server, database, table, column>
 //
-// server and database come from the dialect (dialect.identity): PostgreSQL's
+// server and database come from the dialect (Dialect.Identity): PostgreSQL's
 // system identifier and current_database().current_schema(); MySQL's
 // server_uuid (MariaDB: server_id, hostname and port) and DATABASE();
 // SQLite's main file, by absolute path. The manifest records all of them;
@@ -59,8 +60,8 @@ func manifestKey(prefix string) string { return keys.Manifest(prefix) }
 // (without braces, which are Redis Cluster hash tags) and the first 8 hex
 // digits of the SHA-256 of the dialect, the server, the database, the table
 // and the column, separated by NUL bytes.
-func derivePrefix(dialect string, id targetIdentity, table, column string) string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{dialect, id.server, id.database, table, column}, "\x00")))
+func derivePrefix(dialectName string, id dialect.Identity, table, column string) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{dialectName, id.Server, id.Database, table, column}, "\x00")))
 	return DefaultPrefix + ":" + strings.NewReplacer("{", "", "}", "").Replace(table) + ":" + hex.EncodeToString(sum[:4])
 }
 
@@ -79,18 +80,18 @@ type manifestField struct {
 // they write more often, nothing is lost).
 func (p *Plugin) manifest() []manifestField {
 	key := "text"
-	if k := p.users.ids.kind; k == idSigned || k == idUnsigned {
+	if p.users.ids.Integer() {
 		key = "integer"
 	}
 	return []manifestField{
 		{"format", "format version", manifestFormat},
-		{"dialect", "dialect", p.dialect.name},
-		{"database", "database", p.target.database},
+		{"dialect", "dialect", p.dialect.Name()},
+		{"database", "database", p.target.Database},
 		{"table", "table", p.users.model.table},
 		{"column", "column", p.users.model.time.DBName},
 		{"key", "key type", key},
 		{"shards", "Shards", strconv.Itoa(p.cfg.Shards)},
-		{"server", "server", p.target.server},
+		{"server", "server", p.target.Server},
 		{"throttle", "Throttle", p.cfg.Throttle.String()},
 	}
 }
@@ -103,7 +104,7 @@ func (p *Plugin) manifest() []manifestField {
 func (p *Plugin) resolvePrefix(db *gorm.DB) error {
 	ctx, cancel := context.WithTimeout(context.Background(), identityTimeout)
 	defer cancel()
-	id, err := p.dialect.identity(ctx, db)
+	id, err := p.dialect.Identity(ctx, db)
 	switch {
 	case err != nil && p.cfg.Prefix == "":
 		return fmt.Errorf("lastseen: derive the default Buffer.Prefix: read the database server's identity: %w", err)
@@ -113,7 +114,7 @@ func (p *Plugin) resolvePrefix(db *gorm.DB) error {
 	}
 	p.target, p.identityOK = id, true
 	if p.cfg.Prefix == "" {
-		p.cfg.Prefix = derivePrefix(p.dialect.name, id, p.users.model.table, p.users.model.time.DBName)
+		p.cfg.Prefix = derivePrefix(p.dialect.Name(), id, p.users.model.table, p.users.model.time.DBName)
 	}
 	return nil
 }
@@ -241,7 +242,7 @@ func (p *Plugin) recheckRedis(ctx context.Context) error {
 	p.manifestMu.Lock()
 	defer p.manifestMu.Unlock()
 	if !p.identityOK {
-		id, err := p.dialect.identity(ctx, p.db)
+		id, err := p.dialect.Identity(ctx, p.db)
 		if err != nil {
 			return fmt.Errorf("lastseen: read the database server's identity for the buffer's manifest: %w", err)
 		}

@@ -164,6 +164,6 @@ func (p *Plugin) Target() (Target, error) {
 	if p.db == nil {
 		return t, ErrNotInitialized
 	}
-	t.Dialect, t.Table, t.SessionTable = p.dialect.name, p.users.model.table, p.sessions.model.table
+	t.Dialect, t.Table, t.SessionTable = p.dialect.Name(), p.users.model.table, p.sessions.model.table
 	return t, nil
 }

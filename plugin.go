@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/testhooks"
 	"gorm.io/gorm"
 )
@@ -46,7 +47,7 @@ type Plugin struct {
 
 	users    *userTarget
 	sessions *sessionTarget
-	dialect  *dialect
+	dialect  *dialect.Dialect
 
 	tracker   *tracker // the request path; tracker.buf is the buffer (openBuffer)
 	sched     *scheduler
@@ -64,7 +65,7 @@ type Plugin struct {
 
 	// What the buffer belongs to and how Redis keeps it (manifest.go, eviction.go).
 	manifestMu     sync.Mutex          // guards target and identityOK after Initialize (recheckRedis)
-	target         targetIdentity      // the database server and database
+	target         dialect.Identity    // the database server and database
 	identityOK     bool                // target was read
 	manifestOK     atomic.Bool         // the manifest was found to agree (or created)
 	manifestWarned map[string]bool     // "field=value" of mismatches already logged (warnedManifest), under manifestMu
@@ -191,8 +192,8 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 // configuration problem: the dialect, the values (checkConfig), then the
 // models (resolveTargets).
 func (p *Plugin) validate(db *gorm.DB) error {
-	d, ok := dialects[db.Dialector.Name()]
-	if !ok {
+	d := dialect.Lookup(db.Dialector.Name())
+	if d == nil {
 		return invalid("dialect %q is not supported (want postgres, mysql or sqlite)", db.Dialector.Name())
 	}
 	p.dialect = d

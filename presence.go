@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/lastseen/lastseen/internal/dialect"
 )
 
 // Presence counts: when a touch opens a throttle window, the touch script
@@ -157,7 +159,7 @@ func (p *Plugin) countHLL(ctx context.Context, what string, keysOf func(shardKey
 }
 
 // checkCounts checks the presence count settings.
-func checkCounts(c settings, _ *dialect) error {
+func checkCounts(c settings, _ *dialect.Dialect) error {
 	if c.OnlineWindow >= 0 && c.OnlineWindow < c.Throttle {
 		return invalid("Presence.OnlineWindow is %v, want at least Throttle (%v) or negative (off)", c.OnlineWindow, c.Throttle)
 	}

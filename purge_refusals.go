@@ -29,11 +29,11 @@ type purgeParts struct {
 // deleted.
 func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (int, error) {
 	p := pp.p
-	kind := p.dialect.errorKind(batchErr)
-	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.retryable(batchErr) {
+	kind := p.dialect.ErrorKind(batchErr)
+	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.Retryable(batchErr) {
 		return 0, batchErr
 	}
-	if p.dialect.exhausted(kind) {
+	if p.dialect.Exhausted(kind) {
 		return 0, fmt.Errorf("%w (error kind %s: the server is out of a resource): %w", ErrSystemic, kind, batchErr)
 	}
 	n := len(ids)
@@ -98,7 +98,7 @@ func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
 // returns err when it is not such a refusal (no kind, a timeout, ctx ended).
 func (pp *purgeParts) refuse(ctx context.Context, id any, err error) error {
 	p := pp.p
-	if context.Cause(ctx) != nil || p.dialect.errorKind(err) == "" || errors.Is(err, errBatchTimeout) {
+	if context.Cause(ctx) != nil || p.dialect.ErrorKind(err) == "" || errors.Is(err, errBatchTimeout) {
 		return err
 	}
 	pp.res.Refused++

@@ -131,7 +131,7 @@ func (p *Plugin) scanOldest(ctx context.Context, n int, inflight bool, now time.
 	var unreadable map[string]struct{}
 	err := p.tracker.buf.walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
 		for i := 0; i+1 < len(kv); i += 2 {
-			_, errID := p.users.ids.parse(kv[i])
+			_, errID := p.users.ids.Parse(kv[i])
 			at, ok := parseMicros(kv[i+1], now)
 			if errID != nil || !ok {
 				if unreadable == nil {

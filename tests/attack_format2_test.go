@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -3,11 +3,11 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 

@@ -3,11 +3,11 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/sony/gobreaker/v2"
 )
 

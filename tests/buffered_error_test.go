@@ -3,10 +3,11 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
+
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestTouchErrorSaysKeptOrDropped: when Redis does not take a touch, its

@@ -5,12 +5,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/timecol"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm/schema"
 )
 
@@ -48,12 +49,12 @@ func TestColumnTypesSessions(t *testing.T) {
 		name  string
 		model any
 		table string
-		enc   lastseen.Encoding
+		enc   timecol.Encoding
 		value func(time.Time) any
 	}{
-		{"epoch ms", &msSession{}, "ms_sessions", lastseen.EncodingAuto, func(at time.Time) any { return at.UnixMilli() }},
-		{"epoch seconds", &secSession{}, "sec_sessions", lastseen.EncodingUnixSeconds, func(at time.Time) any { return at.Unix() }},
-		{"CustomTime", &customSession{}, "custom_sessions", lastseen.EncodingAuto, func(at time.Time) any { return at.UnixMilli() }},
+		{"epoch ms", &msSession{}, "ms_sessions", timecol.Auto, func(at time.Time) any { return at.UnixMilli() }},
+		{"epoch seconds", &secSession{}, "sec_sessions", timecol.UnixSeconds, func(at time.Time) any { return at.Unix() }},
+		{"CustomTime", &customSession{}, "custom_sessions", timecol.Auto, func(at time.Time) any { return at.UnixMilli() }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,7 +120,7 @@ func TestFieldEncodingRules(t *testing.T) {
 		"Small":   "cannot hold encoding unix; " + wantTimeField,
 		"Decimal": wantTimeField,
 	} {
-		enc, how, err := fieldEncoding(s.LookUpField(field), lastseen.EncodingAuto)
+		enc, how, err := fieldEncoding(s.LookUpField(field), timecol.Auto)
 		got := enc.String() + " (" + how + ")"
 		if err != nil {
 			got = err.Error()

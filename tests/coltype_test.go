@@ -6,13 +6,14 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/timecol"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -73,18 +74,18 @@ type columnKind struct {
 	table   string
 	col     string
 	cfg     func(c *lastseen.Config)
-	enc     lastseen.Encoding // what the column stores
-	inWhole bool              // the column holds whole seconds
+	enc     timecol.Encoding // what the column stores
+	inWhole bool             // the column holds whole seconds
 }
 
 func columnKinds() []columnKind {
 	none := func(*lastseen.Config) {}
 	return []columnKind{
-		{"epoch ms", &msUser{}, "ms_users", "seen", none, lastseen.EncodingUnixMillis, false},
-		{"epoch seconds", &secUser{}, "sec_users", "seen", func(c *lastseen.Config) { testenv.Seam(c).FieldEncoding = int(lastseen.EncodingUnixSeconds) }, lastseen.EncodingUnixSeconds, true},
-		{"sql.NullTime", &nullTimeUser{}, "nulltime_users", "seen", none, lastseen.EncodingTime, false},
-		{"named time type", &stampUser{}, "stamp_users", "seen", none, lastseen.EncodingTime, false},
-		{"CustomTime over integer ms", &customUser{}, "custom_users", "last_logged_in_at", none, lastseen.EncodingUnixMillis, false},
+		{"epoch ms", &msUser{}, "ms_users", "seen", none, timecol.UnixMillis, false},
+		{"epoch seconds", &secUser{}, "sec_users", "seen", func(c *lastseen.Config) { testenv.Seam(c).FieldEncoding = int(timecol.UnixSeconds) }, timecol.UnixSeconds, true},
+		{"sql.NullTime", &nullTimeUser{}, "nulltime_users", "seen", none, timecol.Time, false},
+		{"named time type", &stampUser{}, "stamp_users", "seen", none, timecol.Time, false},
+		{"CustomTime over integer ms", &customUser{}, "custom_users", "last_logged_in_at", none, timecol.UnixMillis, false},
 	}
 }
 
@@ -92,9 +93,9 @@ func columnKinds() []columnKind {
 // timestamp, the instant in RFC 3339 (UTC).
 func (k columnKind) stored(at time.Time) string {
 	switch k.enc {
-	case lastseen.EncodingUnixMillis:
+	case timecol.UnixMillis:
 		return strconv.FormatInt(at.UnixMilli(), 10)
-	case lastseen.EncodingUnixSeconds:
+	case timecol.UnixSeconds:
 		return strconv.FormatInt(at.Unix(), 10)
 	}
 	return at.UTC().Format(time.RFC3339Nano)
@@ -103,9 +104,9 @@ func (k columnKind) stored(at time.Time) string {
 // seedValue is at as a bound value for the kind's column.
 func (k columnKind) seedValue(at time.Time) any {
 	switch k.enc {
-	case lastseen.EncodingUnixMillis:
+	case timecol.UnixMillis:
 		return at.UnixMilli()
-	case lastseen.EncodingUnixSeconds:
+	case timecol.UnixSeconds:
 		return at.Unix()
 	}
 	return at.UTC()
@@ -114,7 +115,7 @@ func (k columnKind) seedValue(at time.Time) any {
 // read returns the kind's column of row id as stored(), "" for NULL.
 func (k columnKind) read(t testing.TB, db *gorm.DB, id int64) string {
 	t.Helper()
-	if k.enc == lastseen.EncodingTime {
+	if k.enc == timecol.Time {
 		return lastSeenColumn(t, db, k.table, "id", k.col, id)
 	}
 	var rows []struct{ V *int64 }
@@ -216,7 +217,7 @@ func TestColumnTypeMismatchRefused(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		must(t, h.db.AutoMigrate(&customUser{}))
 		cfg := h.config()
-		cfg.Model, cfg.Field, testenv.Seam(&cfg).FieldEncoding = &customUser{}, "LastLoggedInAt", int(lastseen.EncodingTime)
+		cfg.Model, cfg.Field, testenv.Seam(&cfg).FieldEncoding = &customUser{}, "LastLoggedInAt", int(timecol.Time)
 		err := h.openDB().Use(lastseen.New(cfg))
 		if !errors.Is(err, lastseen.ErrInvalidConfig) {
 			t.Fatalf("db.Use = %v, want ErrInvalidConfig", err)

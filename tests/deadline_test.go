@@ -3,14 +3,14 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )

@@ -3,12 +3,12 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/sony/gobreaker/v2"
 )
 

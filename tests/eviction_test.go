@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

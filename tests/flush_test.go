@@ -14,6 +14,7 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
@@ -676,7 +677,7 @@ func TestFlushLargestBatch(t *testing.T) {
 				ctx := context.Background()
 				cfg := h.config()
 				cfg.Buffer.Shards = 1
-				cfg.Flush.BatchSize = internals().MaxBatch(h.dialect)
+				cfg.Flush.BatchSize = dialect.Lookup(h.dialect).MaxBatch()
 				cfg.Flush.Upsert = mode
 				p, db := h.plugin(cfg)
 				must(t, db.Migrator().DropTable(&lastseen.User{}))

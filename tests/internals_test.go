@@ -3,19 +3,21 @@ package tests
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/internal/testhooks"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
 )
 
 // The library's internals these tests reach go through internal/testhooks
-// (registered by the lastseen package): the short names below keep the
-// tests readable.
+// (registered by the lastseen package), or, for the id codec, the time
+// column codec and the dialects, their internal packages: the short names
+// below keep the tests readable.
 
 type flushHooks = testhooks.FlushHooks
 
@@ -89,27 +91,18 @@ type idCodec struct {
 }
 
 func newIDCodec(pk *schema.Field) (idCodec, error) {
-	n, p, err := internals().IDCodec(pk)
-	return idCodec{normalize: n, parse: p}, err
+	c, err := idcodec.New(pk)
+	return idCodec{normalize: c.Normalize, parse: c.Parse}, err
 }
 
 // columnTime scans a time column as the library reads it on every dialect
 // (SQLite may return text).
-type columnTime struct {
-	Time  time.Time
-	Valid bool
-}
-
-// Scan implements sql.Scanner.
-func (c *columnTime) Scan(v any) (err error) {
-	c.Time, c.Valid, err = internals().ScanTime(v)
-	return err
-}
+type columnTime = timecol.NullTime
 
 // usersEncoding is the Encoding the plugin chose for its tracked column.
-func usersEncoding(p *lastseen.Plugin) lastseen.Encoding {
+func usersEncoding(p *lastseen.Plugin) timecol.Encoding {
 	enc, _ := internals().UsersColumn(p)
-	return lastseen.Encoding(enc)
+	return timecol.Encoding(enc)
 }
 
 // usersNaive reports a tracked column without time zone.
@@ -120,10 +113,7 @@ func usersNaive(p *lastseen.Plugin) bool {
 
 // fieldEncoding is the Encoding the plugin reads field f with, given the
 // configured one, and how it decided.
-func fieldEncoding(f *schema.Field, configured lastseen.Encoding) (lastseen.Encoding, string, error) {
-	enc, how, err := internals().FieldEncoding(f, int(configured))
-	return lastseen.Encoding(enc), how, err
-}
+var fieldEncoding = timecol.FieldEncoding
 
 // generation returns the throttle-marker generation of p at its clock's
 // now: Unix ms / Throttle in ms (markers.go).

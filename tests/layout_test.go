@@ -3,13 +3,13 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -6,14 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 

@@ -3,13 +3,13 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strings"
 	"testing"
 	"time"
 	_ "time/tzdata" // Europe/Berlin on machines without a zoneinfo database
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	mysqldriver "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 )

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -451,7 +452,7 @@ func TestRetryableErrors(t *testing.T) {
 		{"sqlite", errors.New("sqlite: step: SQLITE_BUSY"), true},
 		{"sqlite", errors.New("constraint failed: UNIQUE constraint failed: sessions.id (1555)"), false},
 	} {
-		equal(t, fmt.Sprintf("%s retryable(%v)", c.dialect, c.err), internals().Retryable(c.dialect, c.err), c.want)
+		equal(t, fmt.Sprintf("%s retryable(%v)", c.dialect, c.err), dialect.Lookup(c.dialect).Retryable(c.err), c.want)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/robfig/cron/v3"
 	"github.com/sony/gobreaker/v2"
 	"gorm.io/gorm"
-	"gorm.io/gorm/schema"
 )
 
 // FlushHooks are called at fixed points of a flush, to stop a flusher
@@ -146,20 +145,9 @@ type Internals struct {
 	SchedulesPurge func(p any) bool
 	Buffer         func(p any) Buffer
 	PluginsOn      func(db *gorm.DB) int
-	MaxBatch       func(dialect string) int
-	Retryable      func(dialect string, err error) bool
 	IsLockLost     func(err error) bool
-	IsCallerEnded  func(err error) bool // a Redis call ended by its caller's context
-	// IDCodec is the user-id codec of a primary key field: normalize turns
-	// an id into its stored text form, parse turns that text back into a
-	// value of the key's type.
-	IDCodec func(pk *schema.Field) (normalize func(any) (string, error), parse func(string) (any, error), err error)
-	// FieldEncoding is the Encoding the plugin reads a time field with,
-	// given the configured one, and how it decided.
-	FieldEncoding func(f *schema.Field, configured int) (enc int, how string, err error)
-	// ScanTime reads a time column's value as every dialect returns it.
-	ScanTime  func(v any) (t time.Time, valid bool, err error)
-	LoadTouch func(ctx context.Context, c redis.Scripter) error // SCRIPT LOAD of the touch script
+	IsCallerEnded  func(err error) bool                              // a Redis call ended by its caller's context
+	LoadTouch      func(ctx context.Context, c redis.Scripter) error // SCRIPT LOAD of the touch script
 }
 
 var internals *Internals
