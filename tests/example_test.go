@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -202,4 +206,38 @@ func Example_status() {
 	// Output:
 	// pending 3 in flight 0 oldest 2m0s
 	// after a flush: pending 0 in flight 0
+}
+
+// The README's quick start, as it appears there: SQLite through
+// github.com/glebarez/sqlite (the pure-Go driver the demo uses), no Redis,
+// the middleware in front of the app's handlers, Close at shutdown. It
+// serves on :8080 until SIGINT or SIGTERM, so it has no Output: go test
+// compiles it and go vet checks it.
+func Example_quickStart() {
+	db, err := gorm.Open(sqlite.Open("app.db"), &gorm.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}) // your migrations
+	db.FirstOrCreate(&lastseen.User{ID: 1})               // a user to try: curl -H 'X-User: 1' localhost:8080
+	presence := lastseen.New(lastseen.Config{})           // no Redis: buffered in this process
+	if err := db.Use(presence); err != nil {
+		log.Fatal(err)
+	}
+	userID := func(r *http.Request) (any, bool) { // stands for your auth: the signed-in user's id
+		id, err := strconv.ParseUint(r.Header.Get("X-User"), 10, 64)
+		return id, err == nil
+	}
+	mux := http.NewServeMux() // your handlers
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	srv := &http.Server{Addr: ":8080", Handler: presence.Middleware(userID)(mux)}
+	go srv.ListenAndServe()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done() // shutdown: stop serving, then write what is still buffered
+	srv.Shutdown(context.Background())
+	if err := presence.Close(context.Background()); err != nil {
+		log.Print(err)
+	}
 }
