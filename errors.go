@@ -15,7 +15,7 @@ var (
 	// ErrInvalidUserID is returned for a user id that is not an integer,
 	// string or fmt.Stringer (or, for an integer key, a whole float64 of
 	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer
-	// than Config.MaxIDLength bytes, does not fit the user model's primary
+	// than the id length limit (128 bytes, or the key column's declared length), does not fit the user model's primary
 	// key, or is a string the key column can never hold: a NUL byte on
 	// PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL and MySQL/MariaDB
 	// (utf8mb4).

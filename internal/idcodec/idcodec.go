@@ -206,7 +206,7 @@ func (c Codec) fromString(s string, id any) (string, error) {
 		return "", fmt.Errorf("%w: empty %T", ErrInvalid, id)
 	}
 	if len(s) > c.MaxLen {
-		return "", fmt.Errorf("%w: %T of %d bytes (at most %d, Config.MaxIDLength)", ErrInvalid, id, len(s), c.MaxLen)
+		return "", fmt.Errorf("%w: %T of %d bytes (at most %d)", ErrInvalid, id, len(s), c.MaxLen)
 	}
 	v, err := c.Parse(s)
 	if err != nil {
