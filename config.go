@@ -309,6 +309,10 @@ func (c Config) settings() settings {
 	return s
 }
 
+// purgeScheduled reports whether the scheduler runs the purge: sessions in
+// use and a schedule that is not "off".
+func (s settings) purgeScheduled() bool { return !s.DisablePurge && !s.UnscheduledPurge }
+
 // public returns s as a Config (Plugin.Config).
 func (s settings) public() Config {
 	c := Config{Redis: s.Redis, Model: s.Model, Field: s.Field, Throttle: s.Throttle, Logger: s.Logger}

@@ -157,7 +157,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	var sched *scheduler
-	purge := !p.cfg.DisablePurge && !p.cfg.UnscheduledPurge
+	purge := p.cfg.purgeScheduled()
 	if !p.cfg.DisableFlush || purge {
 		sched = newScheduler(p.log)
 		var err error

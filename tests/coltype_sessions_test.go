@@ -116,7 +116,7 @@ func TestFieldEncodingRules(t *testing.T) {
 		"Tagged":  "unix (configured)",
 		"Nanos":   "GORM's autoUpdateTime:nano is not supported: " + wantIntUnit,
 		"BadTag":  `tag lastseen:"hours", want "time", "unix" or "unixmilli"`,
-		"Micro":   "its Value() returns int64 1000000000123456 for 2001-09-09T01:46:40.123456789Z, neither a time, Unix seconds (1000000000) nor milliseconds (1000000000123): set the Config encoding",
+		"Micro":   "its Value() returns int64 1000000000123456 for 2001-09-09T01:46:40.123456789Z, neither a time, Unix seconds (1000000000) nor milliseconds (1000000000123): tag the field `lastseen:\"time\"`, `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`",
 		"Small":   "cannot hold encoding unix; " + wantTimeField,
 		"Decimal": wantTimeField,
 	} {

@@ -90,9 +90,9 @@ type (
 // (coltype.go).
 const (
 	wantTimeField = "want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, " +
-		"or an int64 of Unix seconds or milliseconds (Config encoding or a `lastseen` tag)"
-	wantIntUnit = "an integer needs its unit: set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) " +
-		"or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"
+		"or an int64 of Unix seconds or milliseconds (a `lastseen` tag)"
+	wantIntUnit = "an integer needs its unit: " +
+		"tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"
 )
 
 func TestConfigMistakes(t *testing.T) {

@@ -105,12 +105,14 @@ func TestScopesResolveOwnModel(t *testing.T) {
 
 // TestScheduledPurgeOnePluginPerSessionTable: of several plugins with the
 // same session table, the scheduled purge runs in the one that tracks the
-// sessions, else in the least Name; Sessions.Disabled takes a plugin out.
+// sessions, else in the least Name; Sessions.Disabled and a Sessions.Schedule
+// of "off" take a plugin out.
 func TestScheduledPurgeOnePluginPerSessionTable(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := func(prefix string, model any, field string, disable bool) lastseen.Config {
 		c := h.config()
 		c.Buffer.Prefix, c.Model, c.Field, c.Sessions.Disabled = h.prefix+":"+prefix, model, field, disable
+		c.Sessions.Schedule = "" // scheduled (the default), the scheduler's flush stays off
 		return c
 	}
 	register := func(cs ...lastseen.Config) []*lastseen.Plugin {
@@ -139,4 +141,8 @@ func TestScheduledPurgeOnePluginPerSessionTable(t *testing.T) {
 	equal(t, "users with Sessions.Disabled", schedules(ps), "true false ")
 	ps = register(cfg("u", &lastseen.User{}, "", false))
 	equal(t, "one plugin", schedules(ps), "true ")
+	off := cfg("s", &lastseen.Session{}, "LastActiveAt", false)
+	off.Sessions.Schedule = "off"
+	ps = register(off, cfg("u", &lastseen.User{}, "", false))
+	equal(t, "sessions with Sessions.Schedule off: the users plugin purges", schedules(ps), "false true ")
 }

@@ -86,7 +86,7 @@ func FieldEncoding(f *schema.Field, configured Encoding) (enc Encoding, how stri
 	isInt := base.Kind() >= reflect.Int && base.Kind() <= reflect.Uint64 && base.Kind() != reflect.Uintptr
 	isTime := base.ConvertibleTo(timeType)
 	want := "want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, " +
-		"or an int64 of Unix seconds or milliseconds (Config encoding or a `lastseen` tag)"
+		"or an int64 of Unix seconds or milliseconds (a `lastseen` tag)"
 	if configured == Auto {
 		if tag, ok := f.Tag.Lookup("lastseen"); ok {
 			for e := Time; e <= UnixMillis; e++ {
@@ -120,9 +120,9 @@ func FieldEncoding(f *schema.Field, configured Encoding) (enc Encoding, how stri
 			return UnixMillis, "GORM tag autoUpdateTime:milli", nil
 		case schema.UnixNanosecond:
 			return 0, "", fmt.Errorf("GORM's autoUpdateTime:nano is not supported: an integer needs its unit" +
-				": set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`")
+				": tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`")
 		}
-		return 0, "", fmt.Errorf("an integer needs its unit: set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`")
+		return 0, "", fmt.Errorf("an integer needs its unit: tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`")
 	}
 	return 0, "", fmt.Errorf("%s", want)
 }
@@ -137,10 +137,10 @@ func probeValuer(base reflect.Type) (Encoding, string, error) {
 		ptr.Elem().Set(reflect.ValueOf(probeTime).Convert(base))
 	case ptr.Type().Implements(scannerType):
 		if err := ptr.Interface().(sql.Scanner).Scan(probeTime); err != nil {
-			return 0, "", fmt.Errorf("a driver.Valuer whose Scan refuses a time.Time (%v): set the Config encoding", err)
+			return 0, "", fmt.Errorf("a driver.Valuer whose Scan refuses a time.Time (%v): tag the field `lastseen:\"time\"`, `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`", err)
 		}
 	default:
-		return 0, "", fmt.Errorf("a driver.Valuer that is neither a named time type nor an sql.Scanner: set the Config encoding")
+		return 0, "", fmt.Errorf("a driver.Valuer that is neither a named time type nor an sql.Scanner: tag the field `lastseen:\"time\"`, `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`")
 	}
 	var v driver.Valuer
 	if base.Implements(valuerType) {
@@ -168,6 +168,6 @@ func probeValuer(base reflect.Type) (Encoding, string, error) {
 			return UnixMillis, "Value() returns Unix milliseconds", nil
 		}
 	}
-	return 0, "", fmt.Errorf("its Value() returns %T %v for %s, neither a time, Unix seconds (%d) nor milliseconds (%d): set the Config encoding",
+	return 0, "", fmt.Errorf("its Value() returns %T %v for %s, neither a time, Unix seconds (%d) nor milliseconds (%d): tag the field `lastseen:\"time\"`, `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`",
 		dv, dv, probeTime.Format(time.RFC3339Nano), probeTime.Unix(), probeTime.UnixMilli())
 }

@@ -70,11 +70,11 @@ func TestFieldEncoding(t *testing.T) {
 		{"Auto", Auto, UnixMillis, "GORM tag autoUpdateTime:milli", ""},
 		{"AutoSecs", Auto, UnixSeconds, "GORM tag autoUpdateTime", ""},
 		{"Bare", UnixSeconds, UnixSeconds, "configured", ""},
-		{"Bare", Auto, 0, "", "an integer needs its unit: set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"},
-		{"Nano", Auto, 0, "", "GORM's autoUpdateTime:nano is not supported: an integer needs its unit: set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"},
+		{"Bare", Auto, 0, "", "an integer needs its unit: tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"},
+		{"Nano", Auto, 0, "", "GORM's autoUpdateTime:nano is not supported: an integer needs its unit: tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"},
 		{"BadTag", Auto, 0, "", "tag lastseen:\"ms\", want \"time\", \"unix\" or \"unixmilli\""},
-		{"At", UnixMillis, 0, "", "cannot hold encoding unixmilli; want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, or an int64 of Unix seconds or milliseconds (Config encoding or a `lastseen` tag)"},
-		{"Small", Auto, 0, "", "cannot hold encoding unix; want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, or an int64 of Unix seconds or milliseconds (Config encoding or a `lastseen` tag)"},
+		{"At", UnixMillis, 0, "", "cannot hold encoding unixmilli; want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, or an int64 of Unix seconds or milliseconds (a `lastseen` tag)"},
+		{"Small", Auto, 0, "", "cannot hold encoding unix; want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, or an int64 of Unix seconds or milliseconds (a `lastseen` tag)"},
 	} {
 		enc, how, err := FieldEncoding(s.LookUpField(c.field), c.configured)
 		if errText(err) != c.err || enc != c.enc || how != c.how {
@@ -86,7 +86,7 @@ func TestFieldEncoding(t *testing.T) {
 		t.Errorf("New with encoding 9: %v", err)
 	}
 	if _, err := New(s, s.LookUpField("Name"), "Name", Auto, "Field", Naive{}, nil); fmt.Sprint(err) !=
-		`Field "Name": row.Name is a string: want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, or an int64 of Unix seconds or milliseconds (Config encoding or a `+"`lastseen`"+` tag)` {
+		`Field "Name": row.Name is a string: want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, or an int64 of Unix seconds or milliseconds (a `+"`lastseen`"+` tag)` {
 		t.Errorf("New of a string field: %v", err)
 	}
 }
