@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// MaxBufferSample bounds SampleBuffer's perHash: HRANDFIELD returns that
+// maxBufferSample bounds SampleBuffer's perHash: HRANDFIELD returns that
 // many entries per hash, so a larger value would approach Status's cost.
-const MaxBufferSample = 1000
+const maxBufferSample = 1000
 
 // BufferSample is a cheap reading of the Redis buffer, made for metrics
 // scrapes and health checks: sizes exactly, the oldest timestamp from a
@@ -42,7 +42,7 @@ func (s BufferSample) OldestAge() time.Duration {
 // sums HLEN over the shard's bucket hashes and takes about perHash random
 // entries of its pending set and as many of its in-flight set (HRANDFIELD
 // key n WITHVALUES, Redis 6.2 or later; distinct random entries), from each
-// bucket in proportion to its size. perHash is 0 to MaxBufferSample; 0
+// bucket in proportion to its size. perHash is 0 to maxBufferSample; 0
 // skips the sample.
 //
 // Accuracy of Oldest: exact while each shard's pending and in-flight sets
@@ -61,8 +61,8 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	if t == nil {
 		return BufferSample{}, ErrNotInitialized
 	}
-	if perHash < 0 || perHash > MaxBufferSample {
-		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, MaxBufferSample)
+	if perHash < 0 || perHash > maxBufferSample {
+		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, maxBufferSample)
 	}
 	s := BufferSample{At: p.now().UTC(), Backlog: t.buf.backlogLen(), Exact: true}
 	sizes, values, err := t.buf.sample(ctx, perHash)
