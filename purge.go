@@ -15,49 +15,28 @@ import (
 type PurgeResult struct {
 	Deleted  int           // session rows deleted
 	Batches  int           // delete transactions committed
-	Retries  int           // batch transactions repeated after a deadlock or serialization failure
+	Retries  int           // transactions repeated after a deadlock or serialization failure
 	Cutoff   time.Time     // sessions expiring at or before this were purged (UTC)
 	Stopped  bool          // the run ended early: context ended, Close, or an error
 	Duration time.Duration // wall time
-
-	// Refused counts the expired sessions the database refused to delete
-	// on their own (a foreign key with ON DELETE RESTRICT, a trigger): the
-	// run deleted the rest of their batch and went on past them; the next
-	// run meets them again. FirstRefusal is the first one's error, naming
-	// its id (nil when Refused is 0).
+	// Refused counts expired sessions the database refused to delete on
+	// their own (a RESTRICT foreign key, a trigger); the run went on past
+	// them. FirstRefusal is the first one's error, naming its id.
 	Refused      int
 	FirstRefusal error
 }
 
-// PurgeExpiredSessions deletes the sessions that expired at or before the
-// plugin's clock at the start of the run (the cutoff is frozen, so the run
-// ends even while sessions keep expiring). It walks the expired rows with
-// GORM's FindInBatches, loading only primary keys, PurgeBatchSize at a time
-// in primary-key order, and deletes each batch by primary key (and expiry,
-// so a session extended meanwhile survives) in its own transaction: an
-// interrupted purge keeps every committed batch and running it again is
-// harmless. The delete is real (Unscoped) on models with gorm.DeletedAt,
-// soft-deleted rows included, and skips model hooks. A batch's select and
-// its transaction each get PurgeBatchTimeout; a transaction that fails with
-// a deadlock or serialization failure is retried up to MaxRetries times,
-// waiting 10ms, 40ms, 160ms, ... in between.
-//
-// It holds the purge lock in Redis (bsm/redislock, key Prefix+":purge:lock",
-// time-to-live LockTTL, refreshed every LockTTL/3 and after each batch;
-// the run stops when the lock is lost, errPurgeLockLost) for the whole run, so
-// only one instance purges at a time; when another instance holds it, it
-// returns ErrLocked at once. Without Redis the lock is in process: a second
-// purge of the same plugin running meanwhile returns ErrLocked. A session
-// the database refuses to delete on its own (a RESTRICT foreign key, a
-// trigger) is isolated by halving its batch, the rest is deleted and the
-// run goes on past it (PurgeResult.Refused, FirstRefusal); a refusal no row
-// can cause (read-only, permission denied) stops the run with ErrSystemic.
-// Other errors stop the run and name the batch they happened in
-// ("lastseen: purge batch 3: ..."). The run stops between
-// batches, never inside one: when ctx ends it returns ctx.Err(), when Close
-// is called it returns ErrClosed; the batch in progress commits first.
-// PurgeResult.Stopped reports every early end. Before db.Use it returns
-// ErrNotInitialized, after Close ErrClosed.
+// PurgeExpiredSessions deletes the sessions expired at the plugin's clock
+// when the run starts (the Expired rule), Sessions.BatchSize at a time in
+// primary-key order, each batch in its own transaction by primary key and
+// expiry, so a session extended meanwhile survives; the delete is real
+// (soft-deleted rows too) and skips model hooks. A deadlocked batch is
+// retried up to 3 times. One instance purges at a time, under a lock in
+// Redis (else in process): ErrLocked when it is held. A refused session is
+// isolated and skipped (Refused); ErrSystemic stops the run, other errors
+// too, prefixed "lastseen: purge batch N:". It stops between batches when
+// ctx ends (ctx.Err()) or on Close (ErrClosed); ErrNotInitialized before
+// db.Use.
 func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) {
 	db, done, err := p.startRun()
 	if err != nil {
