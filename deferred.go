@@ -48,10 +48,9 @@ func setUser(ctx context.Context, userID any, known time.Time) bool {
 
 // DeferredMiddleware returns net/http middleware for apps that
 // authenticate in sub-routers: after the handler returns it touches the
-// user named with SetUser or SetUserKnown (nested ones share the outermost),
-// on the request's context without its cancellation, within
-// Buffer.TouchTimeout. A handler that panics is not touched. Errors are
-// logged as Middleware's.
+// user named with SetUser or SetUserKnown (nested ones share the
+// outermost), ignoring the request's cancellation; not after a panic.
+// Otherwise it works as Middleware.
 func (p *Plugin) DeferredMiddleware() func(http.Handler) http.Handler {
 	warn := &rate.Sometimes{Interval: 10 * time.Second}
 	return func(next http.Handler) http.Handler {

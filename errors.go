@@ -13,62 +13,45 @@ var (
 	// ErrInvalidConfig wraps every configuration problem db.Use finds.
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
 	// ErrInvalidUserID: an id that is not an integer, string or
-	// fmt.Stringer (for an integer key also a whole float64 up to 2^53 or a
-	// json.Number), is empty or zero, is longer than 128 bytes or the key
-	// column's declared length, does not fit the primary key, or holds what
-	// the column cannot (NUL on PostgreSQL and SQLite, invalid UTF-8 on
-	// PostgreSQL and MySQL).
+	// fmt.Stringer, is empty or zero, does not fit the key, is longer than
+	// 128 bytes or the column, or holds what it cannot (NUL on PostgreSQL
+	// and SQLite, invalid UTF-8 on PostgreSQL and MySQL).
 	ErrInvalidUserID = idcodec.ErrInvalid
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
 	// ErrClosed is returned by Flush and PurgeExpiredSessions after Close.
 	ErrClosed = errors.New("lastseen: plugin closed")
-	// ErrLocked: another instance holds the purge lock; the scheduler
-	// skips the tick.
+	// ErrLocked: another instance holds the purge lock.
 	ErrLocked = errors.New("lastseen: another instance holds the lock")
-	// ErrInvalidTime: TouchAt got a zero time, a time before 1970, or one
-	// more than MaxClockSkew ahead of the plugin's clock.
+	// ErrInvalidTime: a zero time, one before 1970, or more than
+	// MaxClockSkew ahead of the plugin's clock.
 	ErrInvalidTime = errors.New("lastseen: invalid time")
-	// ErrSchema (wrapped, naming the Config field to fix): a flush or purge
-	// found its table missing or without a configured column; the touches
-	// stay buffered. db.Use reports a table without the column as
-	// ErrInvalidConfig and ErrSchema, and only logs a missing table.
+	// ErrSchema (wrapped, naming the Config field to fix): the table is
+	// missing or lacks a configured column; touches stay buffered.
 	ErrSchema = errors.New("lastseen: schema does not fit the config")
-	// ErrRefused (wrapped, with the count and the first database error):
-	// the database refused some entries on their own (a constraint, a
-	// trigger); the rest was written, the refused ones wait for the next
-	// flush.
+	// ErrRefused (wrapped, with the count and first error): the database
+	// refused some entries on their own; they wait for the next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
-	// ErrBuffered wraps a touch's error when Redis did not take it (down,
-	// slow past Buffer.TouchTimeout, breaker open, caller's context ended)
-	// and the timestamp went to the in-process backlog, which the next
-	// flush writes: callers may ignore it. The cause is wrapped too.
+	// ErrBuffered wraps a touch's error when Redis did not take it and the
+	// backlog did: the next flush writes it, callers may ignore it.
 	ErrBuffered = errors.New("lastseen: kept in the in-process backlog")
 	// ErrDropped wraps a touch's error when neither Redis nor the backlog
-	// (full at 100,000 users, or closed) took it: the timestamp is lost,
-	// counted in Stats.BacklogDropped.
+	// (full at 100,000 users, or closed) took it: the timestamp is lost.
 	ErrDropped = errors.New("lastseen: dropped: the backlog is full or closed")
-	// ErrSystemic (wrapped, with the database's error): a refusal no single
-	// row causes (read-only database, missing privilege, table or column;
-	// judged by SQLSTATE, MySQL error number or SQLite code). The flush
-	// keeps every entry; the purge stops.
+	// ErrSystemic (wrapped): a refusal no row causes (read-only database,
+	// missing privilege); the flush keeps every entry, the purge stops.
 	ErrSystemic = errors.New("lastseen: the database refuses every write")
-	// ErrInvalidRange: an Online window shorter than Throttle or longer than
-	// Presence.OnlineWindow, or an ActiveUsers range that ends before it
-	// starts or starts before the days kept.
+	// ErrInvalidRange: an Online window or ActiveUsers range out of bounds.
 	ErrInvalidRange = errors.New("lastseen: invalid range")
-	// ErrCountsDisabled: Online with a negative Presence.OnlineWindow, or
-	// ActiveUsers with a negative Presence.ActiveUsersRetention.
+	// ErrCountsDisabled: Online or ActiveUsers turned off by a negative
+	// Presence setting.
 	ErrCountsDisabled = errors.New("lastseen: presence counts are turned off")
-	// ErrOnBatch wraps the error of Flush.OnBatch (errors.Is finds both).
-	// The batch's transaction rolled back and its entries stay buffered,
-	// not counted Failed; the hook runs for the whole batch again at the
-	// next flush.
+	// ErrOnBatch wraps Flush.OnBatch's error: the batch rolled back and
+	// stays buffered, and the hook runs for it again at the next flush.
 	ErrOnBatch = errors.New("lastseen: OnBatch failed")
 	// ErrUncomparable (wrapped, with the count, column and first id): on
-	// SQLite, a row's value could not be compared with the timestamp (text
-	// in a Unix-time column, an integer in a timestamp column). Those
-	// entries wait for the next flush (FlushResult.Uncomparable).
+	// SQLite, a row's value has the wrong type to compare (text in a
+	// Unix-time column, an integer in a timestamp column); kept buffered.
 	ErrUncomparable = errors.New("lastseen: column value cannot be compared")
 )
 

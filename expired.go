@@ -13,11 +13,11 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// ExpiredSessions reports what a purge started now would delete, reading
-// only: the number of expired session rows (soft-deleted included) and
-// their earliest expiry in UTC (zero when count is 0). A session whose
-// newer activity is still buffered counts, though the purge keeps it.
-// Errors: ErrNotInitialized, ErrClosed, or the database's.
+// ExpiredSessions reads what a purge started now would delete: the number
+// of expired session rows (soft-deleted included; also those with newer
+// activity still buffered, which the purge keeps) and their earliest
+// expiry (UTC; zero if none). Errors: ErrNotInitialized, ErrClosed, or the
+// database's.
 func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.Time, err error) {
 	db, err := p.ready()
 	if err != nil {

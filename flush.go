@@ -49,13 +49,12 @@ func (r *FlushResult) add(o batchResult) {
 }
 
 // Flush writes every buffered timestamp into the table, shard by shard
-// under each shard's lock (30s time-to-live; shards another instance is
-// flushing are skipped), in statements of Flush.BatchSize rows that only
-// move the column forward; entries leave the buffer only once their batch
-// committed. A batch the database refuses is split until the refused
-// entries are isolated (Failed, ErrRefused); on other errors it stays
-// buffered. It returns the counts and the shards' errors joined, each
-// prefixed "lastseen: flush shard N:", or ErrNotInitialized, ErrClosed.
+// under a lock per shard (30s time-to-live; shards another instance holds
+// are skipped), Flush.BatchSize rows per statement, only moving the column
+// forward; entries leave the buffer once their batch committed. Refused
+// entries are isolated and kept (Failed, ErrRefused). It returns the counts
+// and the shards' errors joined, each prefixed "lastseen: flush shard N:"
+// (ErrNotInitialized, ErrClosed).
 func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 	_, done, err := p.startRun() // Close waits for this flush before its own
 	if err != nil {

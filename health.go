@@ -21,22 +21,16 @@ const (
 // TableHealth is what the tracked table's schema costs each flushed row,
 // from the database's catalog and statistics.
 type TableHealth struct {
-	Dialect       string // "postgres", "mysql" or "sqlite"
-	Table, Column string // the tracked table and its last-seen column
-	// Indexes are the indexes that include Column (on PostgreSQL also in
-	// an expression or predicate); the default User has none.
-	Indexes []IndexInfo
+	Dialect       string      // "postgres", "mysql" or "sqlite"
+	Table, Column string      // the tracked table and its last-seen column
+	Indexes       []IndexInfo // indexes that include Column (PostgreSQL: also in an expression or predicate)
 	// HOT reports heap-only-tuple updates (PostgreSQL only); the next
-	// fields are read only then. Updates and HOTUpdates are
-	// pg_stat_user_tables' n_tup_upd and n_tup_hot_upd; FillFactor is in
-	// percent, 100 when unset.
+	// three are read only then: pg_stat_user_tables' n_tup_upd and
+	// n_tup_hot_upd, and the fillfactor in percent (100 when unset).
 	HOT                 bool
 	Updates, HOTUpdates int64
 	FillFactor          int
-	// Advice is one line per finding, with its measured cost: the indexes
-	// (or "ok: no index includes <column>"), then on PostgreSQL the
-	// fillfactor and a low HOT share.
-	Advice []string
+	Advice              []string // one line per finding with its measured cost, indexes first
 }
 
 // HOTShare is HOTUpdates / Updates, between 0 and 1; -1 when no row was

@@ -2,12 +2,11 @@ package lastseen
 
 import "time"
 
-// User is the default Model, table "users", for a presence table of its
-// own; apps usually pass their own model. LastSeenAt has no index on
-// purpose: on PostgreSQL an indexed column makes every flushed row a
-// non-HOT update (PostgreSQL manual, "Heap-Only Tuples"), written at a
-// fraction of the rate. Count users online with Plugin.Online instead; see
-// Plugin.TableHealth.
+// User is the default Model, table "users"; apps usually pass their own.
+// LastSeenAt has no index on purpose: on PostgreSQL an indexed column makes
+// every flushed row a non-HOT update (PostgreSQL manual, "Heap-Only
+// Tuples"), written at a fraction of the rate. Count users online with
+// Plugin.Online; see Plugin.TableHealth.
 type User struct {
 	ID         uint64     `gorm:"primaryKey"` // the user's id, as given to Touch
 	LastSeenAt *time.Time // last seen (UTC); NULL until the first flush
@@ -16,13 +15,11 @@ type User struct {
 // Session is the default Sessions.Model, table "sessions": one row per
 // login session.
 type Session struct {
-	ID        string    `gorm:"primaryKey;size:64"` // the session token's id, at most 64 bytes
-	UserID    uint64    `gorm:"index;not null"`     // the user the session belongs to
-	ExpiresAt time.Time `gorm:"index;not null"`     // expired at and after this instant
-	CreatedAt time.Time // set by GORM on create
-	// LastActiveAt is the last activity (UTC), NULL until set, read by
-	// Sessions.IdleTimeout.
-	LastActiveAt *time.Time `gorm:"index"`
+	ID           string     `gorm:"primaryKey;size:64"` // the session token's id, at most 64 bytes
+	UserID       uint64     `gorm:"index;not null"`     // the user the session belongs to
+	ExpiresAt    time.Time  `gorm:"index;not null"`     // expired at and after this instant
+	CreatedAt    time.Time  // set by GORM on create
+	LastActiveAt *time.Time `gorm:"index"` // last activity (UTC), NULL until set; read by Sessions.IdleTimeout
 }
 
 // Expired reports whether the session is expired at now by the rule of

@@ -5,14 +5,12 @@ import (
 	"sync/atomic"
 )
 
-// Observer watches flushes and purges, span style: each Start method is
-// called when a run, shard or batch begins, returns the context the work
-// continues with (where a tracer puts its span) and an end function the
-// plugin calls exactly once with the result and error. Touches are not
-// observed (see Stats). Methods run on the flushing goroutines, several at
-// once with Flush.Concurrency: they must be concurrency-safe and quick.
-// extra/lastseenprom and extra/lastseenotel implement it; embed
-// NopObserver in your own so that methods added later do not break it.
+// Observer watches flushes and purges, span style: each Start method gets
+// the context when a run, shard or batch begins and returns the context to
+// continue with (holding a span) and an end function called once with the
+// result and error. Touches are not observed. Methods run concurrently
+// (Flush.Concurrency) and must be quick. extra/lastseenprom and
+// extra/lastseenotel implement it; embed NopObserver in your own.
 type Observer interface {
 	// StartFlush begins a flush run (Flush, scheduled, or Close's); end
 	// gets its FlushResult and the shards' errors joined.
@@ -23,9 +21,8 @@ type Observer interface {
 	// StartPurge begins a purge run; end gets its PurgeResult and error
 	// (ErrLocked when nothing ran, ErrClosed or ctx's when stopped).
 	StartPurge(ctx context.Context) (context.Context, func(PurgeResult, error))
-	// StartPurgeBatch begins the delete transaction of batch (from 1);
-	// end gets the rows deleted. Batches with nothing to delete are not
-	// observed.
+	// StartPurgeBatch begins the delete transaction of batch (from 1), if
+	// it has rows; end gets the rows deleted.
 	StartPurgeBatch(ctx context.Context, batch int) (context.Context, func(deleted int, err error))
 }
 
@@ -61,9 +58,8 @@ type observers struct {
 	list atomic.Pointer[[]Observer]
 }
 
-// AddObserver makes o watch every run that starts from now on, after the
-// observers added before it; safe at any time, with no way to remove one.
-// A nil o is ignored.
+// AddObserver makes o watch every run started from now on, after earlier
+// observers; safe at any time, never undone, nil ignored.
 func (p *Plugin) AddObserver(o Observer) {
 	if o == nil {
 		return

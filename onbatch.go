@@ -8,15 +8,12 @@ import (
 	"gorm.io/gorm"
 )
 
-// Seen is one entry of a batch as Flush.OnBatch receives it.
+// Seen is one entry of a batch as Flush.OnBatch receives it. The write
+// only moved the column forward: a row already as new, or an id without a
+// row, was left unchanged.
 type Seen struct {
-	// ID is the primary key as the key field's Go type (int64, uint,
-	// string, uuid.UUID, ...).
-	ID any
-	// At is the timestamp written (UTC, microseconds). The write only moves
-	// the column forward: a row already as new, or an id without a row,
-	// is left unchanged.
-	At time.Time
+	ID any       // the primary key as the key field's Go type (int64, string, uuid.UUID, ...)
+	At time.Time // the timestamp written (UTC, microseconds)
 }
 
 // SeenIDs returns the batch's ids as T, the key field's Go type, for a

@@ -2,11 +2,9 @@
 // seen without turning the users table into a write hotspot, and purges
 // expired sessions in small batches.
 //
-// A request records "user X seen at T" in a buffer at most once per user
-// per throttle window; a scheduled flush moves the pending timestamps into
-// the users table in bulk, one statement per batch, only forward in time.
-// The buffer is Redis, shared by every instance of the app, or, with
-// Config.Redis nil, in process for an app that runs as one instance.
+// A request records "user X seen at T" at most once per throttle window in
+// a buffer (Redis, shared by the app's instances, or in process without
+// it); a scheduled flush writes them into the table in bulk, only forward.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	p := lastseen.New(lastseen.Config{Redis: rdb})
@@ -89,11 +87,10 @@ func New(c Config) *Plugin {
 	return p
 }
 
-// Name is the name GORM registers the plugin under: "lastseen:" + the
-// Model's package path and type name + "." + Field, for example
-// "lastseen:github.com/lastseen/lastseen.User.LastSeenAt". Plugins for
-// different models share one *gorm.DB; a second plugin for the same Model
-// and Field makes db.Use return gorm.ErrRegistered.
+// Name is the name GORM registers the plugin under, one per Model and
+// Field: "lastseen:github.com/lastseen/lastseen.User.LastSeenAt" for the
+// default. A second plugin for the same pair makes db.Use return
+// gorm.ErrRegistered.
 func (p *Plugin) Name() string { return p.name }
 
 // Config returns the configuration with defaults filled in; after db.Use
@@ -104,16 +101,14 @@ func (p *Plugin) Config() Config {
 	return p.cfg.public()
 }
 
-// Initialize is called by db.Use. It checks the configuration against the
-// dialect, the models and the buffer already in Redis, and returns an
-// error wrapping ErrInvalidConfig that names the first problem (such as an
-// unsupported dialect, a model without exactly one primary key, a field
-// that is missing or not a time, a cron spec that does not parse, a Redis
-// buffer written with other Shards, table or key type, an evicting Redis
-// with Buffer.RequireNoEviction, a Prefix another plugin on db uses), or
-// the error reading the server's identity. An unreachable Redis is only
-// logged. It then starts the scheduled jobs; when several plugins share a
-// session table, one of them purges it. A second call does nothing.
+// Initialize is called by db.Use. It checks the Config against the
+// dialect, the models and the buffer in Redis, returning an error wrapping
+// ErrInvalidConfig that names the first problem (a model without one
+// primary key, a field that is not a time, a bad cron spec, a buffer
+// written with other Shards or key type, an evicting Redis under
+// Buffer.RequireNoEviction, ...) and also ErrSchema for a missing column;
+// a missing table and an unreachable Redis are only logged. It then starts
+// the scheduled jobs. A second call does nothing.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -238,14 +233,12 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 	}
 }
 
-// Close stops the scheduler, waits for running flushes and for running
-// purges to finish their batch, then flushes once more (within
-// Flush.Timeout when ctx has no deadline) so that every touch recorded
-// before Close reaches the table. It returns that flush's error or ctx's.
-// Touches still in the backlog then are dropped (Stats.BacklogDropped).
-// Later calls return the first call's result. After Close touches are
-// still accepted but never flushed; Flush and PurgeExpiredSessions return
-// ErrClosed.
+// Close stops the scheduler, waits for running runs (a purge finishes its
+// batch) and flushes once more, within Flush.Timeout when ctx has no
+// deadline; it returns that flush's error or ctx's, and later calls the
+// same. Touches left in the backlog are dropped (Stats.BacklogDropped);
+// touches after Close are never flushed; Flush and PurgeExpiredSessions
+// return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {

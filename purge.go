@@ -13,30 +13,24 @@ import (
 
 // PurgeResult counts what one purge did.
 type PurgeResult struct {
-	Deleted  int           // session rows deleted
-	Batches  int           // delete transactions committed
-	Retries  int           // transactions repeated after a deadlock or serialization failure
-	Cutoff   time.Time     // sessions expiring at or before this were purged (UTC)
-	Stopped  bool          // the run ended early: context ended, Close, or an error
-	Duration time.Duration // wall time
-	// Refused counts expired sessions the database refused to delete on
-	// their own (a RESTRICT foreign key, a trigger); the run went on past
-	// them. FirstRefusal is the first one's error, naming its id.
-	Refused      int
-	FirstRefusal error
+	Deleted      int           // session rows deleted
+	Batches      int           // delete transactions committed
+	Retries      int           // transactions repeated after a deadlock or serialization failure
+	Cutoff       time.Time     // sessions expiring at or before this were purged (UTC)
+	Stopped      bool          // the run ended early: context ended, Close, or an error
+	Duration     time.Duration // wall time
+	Refused      int           // expired sessions the database refused to delete (a RESTRICT key, a trigger), skipped
+	FirstRefusal error         // the first refusal, naming its id
 }
 
-// PurgeExpiredSessions deletes the sessions expired at the plugin's clock
-// when the run starts (the Expired rule), Sessions.BatchSize at a time in
-// primary-key order, each batch in its own transaction by primary key and
-// expiry, so a session extended meanwhile survives; the delete is real
-// (soft-deleted rows too) and skips model hooks. A deadlocked batch is
-// retried up to 3 times. One instance purges at a time, under a lock in
-// Redis (else in process): ErrLocked when it is held. A refused session is
-// isolated and skipped (Refused); ErrSystemic stops the run, other errors
-// too, prefixed "lastseen: purge batch N:". It stops between batches when
-// ctx ends (ctx.Err()) or on Close (ErrClosed); ErrNotInitialized before
-// db.Use.
+// PurgeExpiredSessions deletes the sessions expired (the Expired rule) at
+// the run's start, Sessions.BatchSize per transaction in primary-key order,
+// by key and expiry so a session extended meanwhile survives; the delete
+// is real (soft-deleted rows too), skips hooks, and retries a deadlock up
+// to 3 times. One instance purges at a time (ErrLocked). A refused session
+// is skipped (Refused); ErrSystemic and other errors, prefixed "lastseen:
+// purge batch N:", stop the run, as do ctx (ctx.Err()) and Close
+// (ErrClosed), between batches.
 func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) {
 	db, done, err := p.startRun()
 	if err != nil {

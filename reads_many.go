@@ -11,10 +11,9 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// LastSeenMany is LastSeen for a list page: out[i] belongs to ids[i]
-// (duplicates allowed), in UTC, the zero time for a user never seen. It
-// costs one pipelined Redis round trip and one SELECT per 65,535 distinct
-// ids (32,766 on SQLite). Errors: ErrInvalidUserID wrapped with the index
+// LastSeenMany is LastSeen for a list page: out[i] is ids[i]'s (UTC; zero
+// if never seen), for one Redis round trip and one SELECT per 65,535 ids
+// (32,766 on SQLite). Errors: ErrInvalidUserID wrapped with the index
 // of the first invalid id ("ids[3]"), ErrNotInitialized, or the database's
 // error wrapped.
 func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, error) {

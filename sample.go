@@ -16,12 +16,8 @@ type BufferSample struct {
 	At                time.Time // the plugin's clock when the read started (UTC)
 	Pending, InFlight int64     // users in all shards' pending and in-flight sets
 	Backlog           int       // users in this process's in-process backlog
-	// Oldest is the oldest sampled timestamp (UTC), zero when the buffer
-	// is empty or perHash was 0; never older than the true oldest.
-	Oldest time.Time
-	// Exact reports that every set held at most perHash entries, so
-	// Oldest is the true oldest.
-	Exact bool
+	Oldest            time.Time // oldest sampled timestamp (UTC; zero if none), never older than the true one
+	Exact             bool      // every set held at most perHash entries: Oldest is the true oldest
 }
 
 // OldestAge is At minus Oldest, or 0 when Oldest is zero.
@@ -64,9 +60,8 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	return s, nil
 }
 
-// BreakerState is the state of the circuit breaker in front of Redis on
-// the touch path (sony/gobreaker's); it tries Redis again 5s after
-// opening.
+// BreakerState is the state of the touch path's circuit breaker in front
+// of Redis (sony/gobreaker's), which tries Redis again 5s after opening.
 type BreakerState string
 
 // The breaker's states.
@@ -76,8 +71,7 @@ const (
 	BreakerOpen     BreakerState = "open"      // touches go straight to the backlog
 )
 
-// Breaker returns the breaker's state now; BreakerClosed before db.Use
-// and without Redis.
+// Breaker returns the breaker's state (BreakerClosed without Redis).
 func (p *Plugin) Breaker() BreakerState {
 	if p.tracker == nil {
 		return BreakerClosed

@@ -16,11 +16,10 @@ const (
 	defaultExpiresColumn  = "expires_at"
 )
 
-// SeenWithin is a scope that keeps the rows whose last-seen column is at
-// or after NowFunc() - d; rows never seen (NULL) are left out. The column
-// is the Field of the plugin on db that tracks the statement's table (the
-// least Name when several do), else "last_seen_at". The table lags by up
-// to Throttle plus the flush interval; Plugin.LastSeen is fresh.
+// SeenWithin is a scope that keeps the rows seen (not NULL) at or after
+// NowFunc() - d, by the Field of the plugin on db tracking the statement's
+// table (the least Name of several), else "last_seen_at". The table lags
+// by up to Throttle plus the flush interval; Plugin.LastSeen does not.
 //
 //	db.Scopes(lastseen.SeenWithin(5 * time.Minute)).Find(&users)
 func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
@@ -35,11 +34,10 @@ func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
 }
 
 // Expired is a scope that keeps the sessions expired at db's NowFunc():
-// the expiry column at or before now or, with Sessions.IdleTimeout, the
-// active column at or before now - IdleTimeout. The columns are those of
-// the plugin on db whose Sessions.Model has the statement's table, else
-// "expires_at" alone. Times compare as instants on every dialect. GORM's
-// soft-delete filter applies; add Unscoped() for soft-deleted rows.
+// expiry at or before now or, with Sessions.IdleTimeout, last activity at
+// or before now - IdleTimeout, by the columns of the plugin on db whose
+// Sessions.Model has the statement's table, else "expires_at". Times
+// compare as instants; add Unscoped() for soft-deleted rows.
 //
 //	db.Scopes(lastseen.Expired).Find(&sessions)
 func Expired(db *gorm.DB) *gorm.DB {

@@ -36,6 +36,7 @@ type Stats struct {
 	Backlogged     int64 // touches kept in the in-process backlog
 	BacklogDropped int64 // touches lost: backlog full or closed, or left after Close
 	Backlog        int64 // users in the backlog now
+	Evictions      int64 // keys Redis evicted (INFO evicted_keys), read at db.Use and once a minute at most
 
 	Flushes      int64     // flush runs
 	FlushErrors  int64     // flush runs that returned an error
@@ -55,11 +56,6 @@ type Stats struct {
 	PurgeSkipped    int64 // purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
 	PurgeRefused    int64 // expired sessions the database refused to delete, per run
-
-	// Evictions is the number of keys Redis evicted (INFO stats
-	// evicted_keys, summed over a cluster's masters), all keys of that
-	// Redis, read at db.Use and at most once a minute after.
-	Evictions int64
 }
 
 // Stats returns the counters now.

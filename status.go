@@ -8,35 +8,28 @@ import (
 
 // ShardStatus is one shard's part of the buffer, as Status read it.
 type ShardStatus struct {
-	Shard    int   // 0 to Buffer.Shards-1
-	Pending  int64 // users touched since a flush last took the shard (HLEN)
-	InFlight int64 // users taken by a running flush or left by a failed one; written first
-	// Oldest is the oldest timestamp of the shard (UTC); zero when empty.
-	Oldest time.Time
-	// Unreadable counts entries a flush would drop as Rejected: an id that
-	// does not fit the primary key, or a value that is not a timestamp
-	// (Unix microseconds, 1970 to the clock plus MaxClockSkew).
+	Shard    int       // 0 to Buffer.Shards-1
+	Pending  int64     // users touched since a flush last took the shard (HLEN)
+	InFlight int64     // users taken by a running flush or left by a failed one; written first
+	Oldest   time.Time // oldest timestamp of the shard (UTC); zero when empty
+	// Unreadable counts entries a flush would drop as Rejected: an id not
+	// fitting the key, or not a timestamp from 1970 to now + MaxClockSkew.
 	Unreadable int64
 }
 
-// Status is what the plugin accepted and has not yet written: the buffer
-// shard by shard and this process's in-process backlog, read while
+// Status is what the plugin accepted and has not yet written, read while
 // touches and flushes go on (not one atomic snapshot).
 type Status struct {
-	At      time.Time     // the plugin's clock when the read started (UTC)
-	Shards  []ShardStatus // one per shard, in shard order
-	Backlog int           // users this process holds because Redis did not answer
-	// Pending, InFlight and Unreadable are the sums over Shards; Oldest is
-	// the oldest timestamp of all (UTC), zero when the buffer is empty.
-	Pending, InFlight, Unreadable int64
-	Oldest                        time.Time
+	At                            time.Time     // the plugin's clock when the read started (UTC)
+	Shards                        []ShardStatus // one per shard, in shard order
+	Backlog                       int           // users this process holds because Redis did not answer
+	Pending, InFlight, Unreadable int64         // sums over Shards
+	Oldest                        time.Time     // oldest timestamp of all (UTC); zero when empty
 
-	// EvictionPolicy is Redis's maxmemory-policy (CONFIG GET, else INFO
-	// memory), read at db.Use and at most once a minute after:
-	// "noeviction", another policy, "unknown" when neither answered, the
-	// sorted policies joined by "," when a cluster's masters disagree, ""
-	// without Redis. EvictionRisk reports a policy that can evict pending
-	// touches silently; fix: CONFIG SET maxmemory-policy noeviction.
+	// EvictionPolicy is Redis's maxmemory-policy, read at db.Use and once a
+	// minute at most: "unknown" when unreadable, a cluster's differing ones
+	// joined by ",", "" without Redis. EvictionRisk: it can evict pending
+	// touches silently (fix: CONFIG SET maxmemory-policy noeviction).
 	EvictionPolicy string
 	EvictionRisk   bool
 }

@@ -124,16 +124,14 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 	return p.touch(ctx, userID, now, now)
 }
 
-// TouchAt records that userID was seen at at. userID is the primary key:
-// an integer, a string or a fmt.Stringer (a UUID), for an integer key also
-// a whole float64 up to 2^53 or a json.Number (a decoded JWT claim).
-// recorded is true when the call opened a throttle window and raised the
-// buffered timestamp (never lowering it), false inside a window, answered
-// by the local cache or one Redis round trip. Errors: ErrInvalidUserID,
-// ErrInvalidTime; when Redis does not answer within Buffer.TouchTimeout,
-// the breaker is open or ctx ends, an error wrapping the cause and
-// ErrBuffered (kept for the next flush, safe to ignore) or ErrDropped (the
-// 100,000-user backlog is full or closed: lost).
+// TouchAt records that userID (the primary key: an integer, string or
+// fmt.Stringer; for an integer key also a whole float64 up to 2^53 or a
+// json.Number) was seen at at. recorded is true when the call opened a
+// throttle window and raised the buffered timestamp, false inside one.
+// Errors: ErrInvalidUserID, ErrInvalidTime, and when Redis does not answer
+// within Buffer.TouchTimeout (or the breaker is open, or ctx ends) an
+// error wrapping the cause and ErrBuffered (kept, safe to ignore) or
+// ErrDropped (lost: the 100,000-user backlog is full or closed).
 func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorded bool, err error) {
 	return p.touch(ctx, userID, at, p.now())
 }
