@@ -20,21 +20,17 @@ type requestUser struct {
 
 type requestUserKey struct{}
 
-// SetUser names the user of the request whose context ctx is, for the
-// DeferredMiddleware around the handler: it touches that user once the
-// handler returns. Call it from the authentication middleware of a
-// sub-router, where the user becomes known after the top-level middleware
-// has run. userID is what Touch takes. A later call replaces an earlier one.
-// It reports false, and does nothing, when no DeferredMiddleware is around
-// the handler.
+// SetUser names the request's user, from an authentication middleware in
+// a sub-router, for the DeferredMiddleware around it to touch once the
+// handler returns. userID is what Touch takes; a later call replaces an
+// earlier one. It returns false, doing nothing, without a
+// DeferredMiddleware.
 func SetUser(ctx context.Context, userID any) bool {
 	return setUser(ctx, userID, time.Time{})
 }
 
-// SetUserKnown is SetUser for an authentication middleware that loaded the
-// user's row: known is its last-seen value, and the touch is TouchKnown's,
-// free when known lies inside the throttle window. Pass the zero time for a
-// NULL column.
+// SetUserKnown is SetUser with the user's loaded last-seen value (zero for
+// NULL): the touch is TouchKnown's.
 func SetUserKnown(ctx context.Context, userID any, known time.Time) bool {
 	return setUser(ctx, userID, known)
 }
@@ -51,15 +47,10 @@ func setUser(ctx context.Context, userID any, known time.Time) bool {
 }
 
 // DeferredMiddleware returns net/http middleware for apps that
-// authenticate inside sub-routers: it puts a holder in the request's
-// context, runs the next handler, and then touches the user that an inner
-// handler named with SetUser or SetUserKnown (nothing for a request that
-// named none). Nested DeferredMiddlewares share the outermost holder. The
-// touch runs after the response was written, on the request's context
-// without its cancellation (a client that hung up still counts), bounded
-// by TouchTimeout. Like Middleware it is best effort: an error is logged at
-// most once per 10 seconds and never changes the response; a handler that
-// panics is not touched.
+// authenticate in sub-routers: after the handler returns it touches the
+// user named with SetUser or SetUserKnown (nested ones share the
+// outermost), ignoring the request's cancellation; not after a panic.
+// Otherwise it works as Middleware.
 func (p *Plugin) DeferredMiddleware() func(http.Handler) http.Handler {
 	warn := &rate.Sometimes{Interval: 10 * time.Second}
 	return func(next http.Handler) http.Handler {

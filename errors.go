@@ -7,83 +7,51 @@ import (
 	"github.com/lastseen/lastseen/internal/idcodec"
 )
 
-// Errors returned by the plugin. Every error it returns starts with
-// "lastseen:"; test for these with errors.Is.
+// Errors returned by the plugin, to test with errors.Is. Every error the
+// plugin returns starts with "lastseen:".
 var (
-	// ErrInvalidConfig wraps every configuration problem Initialize finds.
+	// ErrInvalidConfig wraps every configuration problem db.Use finds.
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
-	// ErrInvalidUserID is returned for a user id that is not an integer,
-	// string or fmt.Stringer (or, for an integer key, a whole float64 of
-	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer
-	// than the id length limit (128 bytes, or the key column's declared length), does not fit the user model's primary
-	// key, or is a string the key column can never hold: a NUL byte on
-	// PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL and MySQL/MariaDB
-	// (utf8mb4).
+	// ErrInvalidUserID: an id that is not an integer, string or
+	// fmt.Stringer, is empty or zero, does not fit the key, is longer than
+	// 128 bytes or the column, or holds what it cannot (NUL on PostgreSQL
+	// and SQLite, invalid UTF-8 on PostgreSQL and MySQL).
 	ErrInvalidUserID = idcodec.ErrInvalid
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
 	// ErrClosed is returned by Flush and PurgeExpiredSessions after Close.
 	ErrClosed = errors.New("lastseen: plugin closed")
-	// ErrLocked is returned when another instance holds the Redis lock of a
-	// purge; the scheduled job treats it as "skip this tick".
+	// ErrLocked: another instance holds the purge lock.
 	ErrLocked = errors.New("lastseen: another instance holds the lock")
-	// ErrInvalidTime is returned by TouchAt for a zero time, a time before
-	// 1970, or one more than MaxClockSkew ahead of the plugin's clock.
+	// ErrInvalidTime: a zero time, one before 1970, or more than
+	// MaxClockSkew ahead of the plugin's clock.
 	ErrInvalidTime = errors.New("lastseen: invalid time")
-	// ErrSchema is returned (wrapped, naming the Config field to fix) by a
-	// flush or purge whose table is missing or lacks a column the config
-	// names; the pending touches stay buffered. Initialize reports a
-	// present table without the column as ErrInvalidConfig and ErrSchema
-	// both, and a missing table as a warning (apps often AutoMigrate after
-	// db.Use).
+	// ErrSchema (wrapped, naming the Config field to fix): the table is
+	// missing or lacks a configured column; touches stay buffered.
 	ErrSchema = errors.New("lastseen: schema does not fit the config")
-	// ErrRefused is returned (wrapped, with the count and the first database
-	// error) by a flush in which the database refused some entries on their
-	// own, for example through a constraint or trigger. The rest of their
-	// batches was written; the refused entries went back to pending for the
-	// next flush.
+	// ErrRefused (wrapped, with the count and first error): the database
+	// refused some entries on their own; they wait for the next flush.
 	ErrRefused = errors.New("lastseen: database refused entries")
-	// ErrBuffered wraps a touch's error when Redis did not take the touch
-	// (down, slow past TouchTimeout, the breaker open, the caller's context
-	// ended) and the timestamp was kept in the in-process backlog instead:
-	// the next flush writes it, so a caller may ignore this error
-	// (errors.Is(err, ErrBuffered)); the cause is wrapped too.
+	// ErrBuffered wraps a touch's error when Redis did not take it and the
+	// backlog did: the next flush writes it, callers may ignore it.
 	ErrBuffered = errors.New("lastseen: kept in the in-process backlog")
-	// ErrDropped wraps a touch's error when Redis did not take the touch and
-	// the backlog could not keep it either (full at BacklogSize, or after
-	// Close): the timestamp is lost, counted in Stats.BacklogDropped.
+	// ErrDropped wraps a touch's error when neither Redis nor the backlog
+	// (full at 100,000 users, or closed) took it: the timestamp is lost.
 	ErrDropped = errors.New("lastseen: dropped: the backlog is full or closed")
-	// ErrSystemic is returned (wrapped, with the database's error) by a
-	// flush or purge that met a refusal no single row can cause: the whole
-	// batch, one entry alone and a write touching no row all failed with
-	// the same kind of error (same SQLSTATE, MySQL error number or SQLite
-	// result code), as a read-only database, a missing privilege, table or
-	// column do. The flush keeps every entry in Redis; the purge stops.
+	// ErrSystemic (wrapped): a refusal no row causes (read-only database,
+	// missing privilege); the flush keeps every entry, the purge stops.
 	ErrSystemic = errors.New("lastseen: the database refuses every write")
-	// ErrInvalidRange is returned by Online for a window shorter than the
-	// throttle window or longer than OnlineWindow, and by ActiveUsers for a
-	// range that ends before it starts or starts before the days kept
-	// (ActiveUsersRetention).
+	// ErrInvalidRange: an Online window or ActiveUsers range out of bounds.
 	ErrInvalidRange = errors.New("lastseen: invalid range")
-	// ErrCountsDisabled is returned by Online when OnlineWindow is negative
-	// and by ActiveUsers when ActiveUsersRetention is negative.
+	// ErrCountsDisabled: Online or ActiveUsers turned off by a negative
+	// Presence setting.
 	ErrCountsDisabled = errors.New("lastseen: presence counts are turned off")
-	// ErrOnBatch wraps the error Config.OnBatch returned (errors.Is finds both
-	// it and the hook's own error). The batch's transaction rolled back, the
-	// batch's last-seen values included, and its entries stay in Redis (the
-	// in-flight hash) for the next flush; they are not counted in
-	// FlushResult.Failed. A hook failure is never split to isolate an entry,
-	// as a refusal of the bulk statement is: the hook runs for the whole batch
-	// again at the next flush, and a hook that must tolerate one bad row does
-	// so itself.
+	// ErrOnBatch wraps Flush.OnBatch's error: the batch rolled back and
+	// stays buffered, and the hook runs for it again at the next flush.
 	ErrOnBatch = errors.New("lastseen: OnBatch failed")
-	// ErrUncomparable is returned (wrapped, with the count, the column, its
-	// encoding and the first id) by a flush in which the forward-only guard
-	// could not compare a row's value with the entry's timestamp: on SQLite,
-	// text in a Unix-time INTEGER column, or an integer in a timestamp
-	// column. Those entries are neither written nor Stale: they go back to
-	// pending for the next flush and count in FlushResult.Uncomparable and
-	// Stats.Uncomparable (see uncomparable.go).
+	// ErrUncomparable (wrapped, with the count, column and first id): on
+	// SQLite, a row's value has the wrong type to compare (text in a
+	// Unix-time column, an integer in a timestamp column); kept buffered.
 	ErrUncomparable = errors.New("lastseen: column value cannot be compared")
 )
 
@@ -95,10 +63,10 @@ var (
 	// errNoTable is a missing users table or column: a statement error.
 	errNoTable = dialect.ErrNoTable
 	// errBatchTimeout is the cause of a purge batch's select or transaction
-	// that ran past PurgeBatchTimeout.
+	// that ran past the 10s batch timeout.
 	errBatchTimeout = errors.New("PurgeBatchTimeout")
 	// errStatementTimeout is the cause of a flush statement that ran past
-	// StatementTimeout: the shard's flush stops, the batch stays in Redis.
+	// the 20s statement timeout: the shard's flush stops, the batch stays in Redis.
 	errStatementTimeout = errors.New("StatementTimeout")
 	// errCallerEnded marks a touch whose caller's context ended before Redis
 	// answered: kept in the backlog, not counted by the circuit breaker.

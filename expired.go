@@ -13,14 +13,11 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// ExpiredSessions reports what a purge started now would delete: the number
-// of session rows (soft-deleted ones included) expired at the plugin's
-// clock (expiry at or before it, or idle past IdleTimeout; a session whose
-// newer activity is still buffered is counted, though the purge keeps it),
-// and the earliest expiry column value among them in UTC (the zero time
-// when count is 0). It reads only; the CLI's `purge --dry-run` and
-// `status` print it. It returns ErrNotInitialized before db.Use and
-// ErrClosed after Close.
+// ExpiredSessions reads what a purge started now would delete: the number
+// of expired session rows (soft-deleted included; also those with newer
+// activity still buffered, which the purge keeps) and their earliest
+// expiry (UTC; zero if none). Errors: ErrNotInitialized, ErrClosed, or the
+// database's.
 func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.Time, err error) {
 	db, err := p.ready()
 	if err != nil {

@@ -10,27 +10,21 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// FlushResult counts what one Flush did. Drained = Written + Unknown + Stale
-// + Rejected + Failed + Uncomparable.
+// FlushResult counts what one Flush did. Drained = Written + Unknown +
+// Stale + Rejected + Failed + Uncomparable.
 type FlushResult struct {
-	Drained  int           // entries taken from the buffer (in-flight and pending)
-	Written  int           // rows whose last-seen column moved forward (or were inserted, Upsert)
-	Unknown  int           // ids with no row in the table, skipped (Update mode)
-	Stale    int           // rows whose column was already as new or newer
-	Rejected int           // entries with an id or timestamp that cannot be read, dropped
-	Failed   int           // entries the database refused on their own, kept in the buffer for the next flush
-	Batches  int           // SQL statements that committed
-	Shards   int           // shards that had work
-	Skipped  int           // shards skipped because another instance was flushing them
-	Duration time.Duration // wall time
-
-	// Dropped counts the Failed entries refused for the MaxRefusals-th
-	// time: removed from Redis for good, each logged with its id.
-	Dropped int
-	// Uncomparable counts entries whose row holds a value the forward-only
-	// guard cannot compare (ErrUncomparable), kept in Redis for the next
-	// flush; never counted Stale.
-	Uncomparable int
+	Drained      int           // entries taken from the buffer
+	Written      int           // rows whose last-seen column moved forward (or inserted, Flush.Upsert)
+	Unknown      int           // ids without a row, skipped (UPDATE mode)
+	Stale        int           // rows whose column was already as new or newer
+	Rejected     int           // entries with an unreadable id or timestamp, dropped
+	Failed       int           // entries the database refused on their own, kept for the next flush
+	Dropped      int           // of Failed, those refused for the 5th time: removed and logged
+	Uncomparable int           // entries the column could not be compared with (ErrUncomparable), kept
+	Batches      int           // statements committed
+	Shards       int           // shards that had work
+	Skipped      int           // shards another instance was flushing
+	Duration     time.Duration // wall time
 }
 
 func (r *FlushResult) merge(o FlushResult) {
@@ -54,21 +48,13 @@ func (r *FlushResult) add(o batchResult) {
 	r.Batches += o.batches
 }
 
-// Flush moves every pending timestamp into the users table. Shard by shard
-// it takes the shard's lock (skipping shards another instance is flushing),
-// first finishes an in-flight hash left by a failed flush, then swaps the
-// pending hash to in-flight, streams it with HSCAN in pages of BatchSize,
-// writes each batch in one statement and removes it from Redis only after
-// the database committed it. Touches made meanwhile land in a new pending
-// hash for the next flush. Timestamps only move forward; in Update mode no
-// row is ever created. Without Redis the same steps run on the in-process
-// buffer's maps, under in-process locks.
-//
-// On a database error the batch stays in the buffer for the next flush; when the
-// database is reachable but refuses a batch, the batch is split until the
-// refused entries are isolated, the rest is written and the refused entries
-// go back to pending (counted in Failed). It returns the counts and every
-// shard's error joined, each prefixed "lastseen: flush shard N:".
+// Flush writes every buffered timestamp into the table, shard by shard
+// under a lock per shard (30s time-to-live; shards another instance holds
+// are skipped), Flush.BatchSize rows per statement, only moving the column
+// forward; entries leave the buffer once their batch committed. Refused
+// entries are isolated and kept (Failed, ErrRefused). It returns the counts
+// and the shards' errors joined, each prefixed "lastseen: flush shard N:"
+// (ErrNotInitialized, ErrClosed).
 func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 	_, done, err := p.startRun() // Close waits for this flush before its own
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 )
 
 // Measured costs quoted by TableHealth's advice, from `lastseen bench flush
-// --flush-users 10000,100000,1000000` on PostgreSQL 15 (BENCHMARKS.md,
-// "HOT-friendly writes"): the same flush into each schema in one run.
+// --flush-users 10000,100000,1000000` on PostgreSQL 15: the same flush into
+// each schema in one run.
 const (
 	// measuredIndexedCost is the indexed table's flush rate as a share of
 	// the unindexed one's (median of the three sizes).
@@ -18,33 +18,19 @@ const (
 	measuredFillfactorHOT = "74% HOT updates at fillfactor 90 against 57% at 100"
 )
 
-// TableHealth is what the tracked table's schema costs each row a flush
-// writes, as the database's catalog and statistics tell it.
+// TableHealth is what the tracked table's schema costs each flushed row,
+// from the database's catalog and statistics.
 type TableHealth struct {
-	// Dialect is db.Dialector.Name(): "postgres", "mysql" or "sqlite".
-	Dialect string
-	// Table and Column are the tracked table and its last-seen column.
-	Table, Column string
-	// Indexes are the table's indexes that include Column, as a key column
-	// or (PostgreSQL) in an index expression or predicate, by name, with
-	// their definition where the catalog gives one (PostgreSQL's
-	// pg_get_indexdef). Empty is what the default User model has.
-	Indexes []IndexInfo
-	// HOT reports whether the database has heap-only-tuple updates
-	// (PostgreSQL only); the fields below are read only then.
-	HOT bool
-	// Updates and HOTUpdates are pg_stat_user_tables' n_tup_upd and
-	// n_tup_hot_upd for the table: rows updated, and of those updated
-	// without touching any index, since the statistics were last reset.
+	Dialect       string      // "postgres", "mysql" or "sqlite"
+	Table, Column string      // the tracked table and its last-seen column
+	Indexes       []IndexInfo // indexes that include Column (PostgreSQL: also in an expression or predicate)
+	// HOT reports heap-only-tuple updates (PostgreSQL only); the next
+	// three are read only then: pg_stat_user_tables' n_tup_upd and
+	// n_tup_hot_upd, and the fillfactor in percent (100 when unset).
+	HOT                 bool
 	Updates, HOTUpdates int64
-	// FillFactor is the table's fillfactor storage parameter, in percent
-	// (pg_class.reloptions); 100, PostgreSQL's default for tables, when
-	// unset.
-	FillFactor int
-	// Advice is one line per finding, with the measured cost where there
-	// is one: first the indexes (or "ok: no index includes <column>"),
-	// then, on PostgreSQL, the fillfactor and a low HOT share.
-	Advice []string
+	FillFactor          int
+	Advice              []string // one line per finding with its measured cost, indexes first
 }
 
 // HOTShare is HOTUpdates / Updates, between 0 and 1; -1 when no row was
@@ -56,24 +42,19 @@ func (h TableHealth) HOTShare() float64 {
 	return float64(h.HOTUpdates) / float64(h.Updates)
 }
 
-// IndexInfo is one index of the tracked table that includes the last-seen
-// column.
+// IndexInfo is an index that includes the last-seen column.
 type IndexInfo struct {
 	Name       string // the index's name
 	Definition string // its CREATE INDEX statement (PostgreSQL), else ""
 }
 
-// TableHealth reads, for the tracked table (Config.Model) and its last-seen
-// column (Config.Field), the indexes that include the column and, on
-// PostgreSQL, the HOT share of its updates and its fillfactor, and advises.
-// On PostgreSQL an index on the column makes every row a flush writes a
-// non-HOT update (PostgreSQL manual, "Heap-Only Tuples"); InnoDB (MySQL,
-// MariaDB) has no HOT updates: it updates the clustered row in place, and a
-// secondary index on the column costs a delete-mark and an insert in that
-// index per row; SQLite rewrites every index entry of the changed column.
-// It only reads the catalog (one to three small queries). Errors:
-// ErrNotInitialized before db.Use, ErrClosed after Close, or the
-// database's, prefixed "lastseen: table health".
+// TableHealth reads the tracked table's indexes on the last-seen column
+// and, on PostgreSQL, its HOT share and fillfactor, and advises: there an
+// index on the column makes every flushed row a non-HOT update (PostgreSQL
+// manual, "Heap-Only Tuples"); on MySQL/MariaDB a secondary index costs a
+// delete-mark and an insert per row. One to three catalog queries. Errors:
+// ErrNotInitialized, ErrClosed, or the database's prefixed "lastseen:
+// table health".
 func (p *Plugin) TableHealth(ctx context.Context) (TableHealth, error) {
 	db, err := p.ready()
 	if err != nil {

@@ -5,45 +5,28 @@ import (
 	"sync/atomic"
 )
 
-// Observer watches the plugin's flushes and purges, span style: each Start
-// method is called when a run (or one of its shards or batches) begins and
-// returns the context the run continues with (an OpenTelemetry observer
-// puts its span in it, so the database calls below nest under it) and a
-// function the plugin calls exactly once when that part ends, with its
-// result and error. The touch path never calls an Observer: touches are
-// counted in Stats.
-//
-// The nested modules github.com/lastseen/lastseen/extra/lastseenprom
-// (Prometheus) and .../extra/lastseenotel (OpenTelemetry) implement it; an
-// app's own Observer should embed NopObserver so that methods added later
-// do not break it. Methods are called from the flushing or purging
-// goroutine, concurrently for shards flushed at the same time
-// (Config.FlushConcurrency); they must be safe for concurrent use and
-// return quickly.
+// Observer watches flushes and purges, span style: each Start method gets
+// the context when a run, shard or batch begins and returns the context to
+// continue with (holding a span) and an end function called once with the
+// result and error. Touches are not observed. Methods run concurrently
+// (Flush.Concurrency) and must be quick. extra/lastseenprom and
+// extra/lastseenotel implement it; embed NopObserver in your own.
 type Observer interface {
-	// StartFlush begins one flush run (Flush, a scheduled flush or the
-	// final flush of Close). end gets the run's FlushResult and its error
-	// (nil, or every shard's error joined).
+	// StartFlush begins a flush run (Flush, scheduled, or Close's); end
+	// gets its FlushResult and the shards' errors joined.
 	StartFlush(ctx context.Context) (context.Context, func(FlushResult, error))
-	// StartFlushShard begins the flush of shard (0 to Config.Shards-1)
-	// within a run, on a shard that had a pending or in-flight hash. end
-	// gets that shard's part of the counts (Shards is 1 when it was
-	// flushed, Skipped is 1 when another instance held its lock) and its
-	// error.
+	// StartFlushShard begins one shard (0 to Buffer.Shards-1) that had
+	// work; end gets that shard's counts (Shards or Skipped is 1).
 	StartFlushShard(ctx context.Context, shard int) (context.Context, func(FlushResult, error))
-	// StartPurge begins one PurgeExpiredSessions run (scheduled or called by
-	// the app). end gets the run's PurgeResult and error: ErrLocked when
-	// another instance held the purge lock (nothing ran), ErrClosed or the
-	// context's cause when the run was stopped.
+	// StartPurge begins a purge run; end gets its PurgeResult and error
+	// (ErrLocked when nothing ran, ErrClosed or ctx's when stopped).
 	StartPurge(ctx context.Context) (context.Context, func(PurgeResult, error))
-	// StartPurgeBatch begins the delete transaction of purge batch (from 1,
-	// GORM FindInBatches' numbering). end gets the rows it deleted and its
-	// error; batches that found no row to delete are not observed.
+	// StartPurgeBatch begins the delete transaction of batch (from 1), if
+	// it has rows; end gets the rows deleted.
 	StartPurgeBatch(ctx context.Context, batch int) (context.Context, func(deleted int, err error))
 }
 
-// NopObserver is an Observer that does nothing; embed it in an Observer
-// that implements only some of the methods.
+// NopObserver is an Observer that does nothing, to embed.
 type NopObserver struct{}
 
 // StartFlush returns ctx and a no-op end function.
@@ -75,10 +58,8 @@ type observers struct {
 	list atomic.Pointer[[]Observer]
 }
 
-// AddObserver makes o watch every flush and purge that starts from now on,
-// after the observers added before it. It is safe to call at any time, also
-// while runs go on; there is no way to remove an observer. A nil o is
-// ignored.
+// AddObserver makes o watch every run started from now on, after earlier
+// observers; safe at any time, never undone, nil ignored.
 func (p *Plugin) AddObserver(o Observer) {
 	if o == nil {
 		return
@@ -144,15 +125,10 @@ func observeAll[R any](ctx context.Context, obs *observers, nop func(R, error), 
 
 // Target names what the plugin writes to, for labels and span attributes.
 type Target struct {
-	// Dialect is the GORM dialector's name: "postgres", "mysql" (also for
-	// MariaDB) or "sqlite".
-	Dialect string
-	// Table is the users table a flush writes (the user model's table).
-	Table string
-	// SessionTable is the sessions table a purge deletes from.
-	SessionTable string
-	// Prefix is Config.Prefix, the start of every Redis key.
-	Prefix string
+	Dialect      string // "postgres", "mysql" (also MariaDB) or "sqlite"
+	Table        string // the table a flush writes (Model's)
+	SessionTable string // the table a purge deletes from (Sessions.Model's)
+	Prefix       string // Buffer.Prefix, the start of every Redis key
 }
 
 // Target returns what the plugin writes to. Before db.Use only Prefix is

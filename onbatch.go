@@ -8,26 +8,18 @@ import (
 	"gorm.io/gorm"
 )
 
-// Seen is one entry of a batch as Config.OnBatch receives it.
+// Seen is one entry of a batch as Flush.OnBatch receives it. The write
+// only moved the column forward: a row already as new, or an id without a
+// row, was left unchanged.
 type Seen struct {
-	// ID is the row's primary key, as a value of the key field's Go type
-	// (int64 for an int64 key, uint for a uint key, string, uuid.UUID, ...).
-	ID any
-	// At is the timestamp the batch writes into the Field column (UTC,
-	// microsecond precision). The write only moves the column forward: for
-	// a row whose column was already as new or newer, or for an id without
-	// a row, the statement changed nothing, and the row keeps its own value.
-	At time.Time
+	ID any       // the primary key as the key field's Go type (int64, string, uuid.UUID, ...)
+	At time.Time // the timestamp written (UTC, microseconds)
 }
 
 // SeenIDs returns the batch's ids as T, the key field's Go type, for a
-// `WHERE id IN ?` in an OnBatch hook:
+// `WHERE id IN ?` in an OnBatch hook; it panics when T is another type.
 //
 //	ids := lastseen.SeenIDs[int64](batch)
-//	tx.Model(&Client{}).Where("id IN ?", ids)...
-//
-// It panics when an id is not a T (a hook given another model's batch, or
-// T not the key field's type): Seen.ID is always the key field's Go type.
 func SeenIDs[T any](batch []Seen) []T {
 	ids := make([]T, len(batch))
 	for i, s := range batch {

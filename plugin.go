@@ -2,11 +2,9 @@
 // seen without turning the users table into a write hotspot, and purges
 // expired sessions in small batches.
 //
-// A request records "user X seen at T" in a buffer at most once per user
-// per throttle window; a scheduled flush moves the pending timestamps into
-// the users table in bulk, one statement per batch, only forward in time.
-// The buffer is Redis, shared by every instance of the app, or, with
-// Config.Redis nil, in process for an app that runs as one instance.
+// A request records "user X seen at T" at most once per throttle window in
+// a buffer (Redis, shared by the app's instances, or in process without
+// it); a scheduled flush writes them into the table in bulk, only forward.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	p := lastseen.New(lastseen.Config{Redis: rdb})
@@ -75,8 +73,8 @@ type Plugin struct {
 
 var _ gorm.Plugin = (*Plugin)(nil)
 
-// New returns a plugin with the defaults filled into cfg. It does no I/O and
-// never fails; Initialize (called by db.Use) validates the configuration.
+// New returns a plugin for c with the defaults filled in. It does no I/O
+// and never fails; db.Use (Initialize) checks the configuration.
 func New(c Config) *Plugin {
 	s := c.settings()
 	realClock, idLenSet := s.Now == nil, s.MaxIDLength != 0
@@ -89,42 +87,28 @@ func New(c Config) *Plugin {
 	return p
 }
 
-// Name returns the name GORM registers the plugin under, one per tracked
-// model and field: "lastseen:" + the Model's Go type (package path and type
-// name) + "." + Field as given, for example
-// "lastseen:github.com/lastseen/lastseen.User.LastSeenAt". db.Use calls it
-// before Initialize, so it is computed by New from the Config alone. Several
-// plugins, one per tracked model, register on one *gorm.DB without conflict;
-// a second plugin for the same Model and Field makes db.Use return GORM's
+// Name is the name GORM registers the plugin under, one per Model and
+// Field: "lastseen:github.com/lastseen/lastseen.User.LastSeenAt" for the
+// default. A second plugin for the same pair makes db.Use return
 // gorm.ErrRegistered.
 func (p *Plugin) Name() string { return p.name }
 
-// Config returns the configuration with defaults filled in. After
-// Initialize, Prefix is the one in use: Config.Prefix, or when that was
-// empty the prefix derived from the database and table (manifest.go).
+// Config returns the configuration with defaults filled in; after db.Use
+// Buffer.Prefix is the one in use, derived when it was empty.
 func (p *Plugin) Config() Config {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cfg.public()
 }
 
-// Initialize is called by db.Use. It validates the configuration against the
-// database's dialect and the models, and returns an error wrapping
-// ErrInvalidConfig that names the first problem: an
-// unsupported dialect, a batch size over the dialect's bind-parameter limit,
-// a model GORM cannot parse or without exactly one primary key, a missing or
-// non-time last-seen or expiry field, a cron spec that does not parse, a
-// buffer manifest that disagrees (manifest.go), or with RequireNoEviction a
-// Redis maxmemory-policy that can evict (eviction.go). It reads the
-// database server's identity (and derives Prefix from it when empty); an
-// error doing so is returned. A Redis that is configured but unreachable is
-// logged, not an error: presence is best effort; the manifest is then
-// checked by the first flush that reaches Redis. Unless DisableScheduler is
-// set it starts the flush and purge jobs (see schedulesPurge for which
-// plugin purges when several share a session table). With Redis it refuses
-// a Prefix another lastseen plugin with Redis on db already uses (in-process
-// buffers are each their own). Calling it again after it succeeded does
-// nothing.
+// Initialize is called by db.Use. It checks the Config against the
+// dialect, the models and the buffer in Redis, returning an error wrapping
+// ErrInvalidConfig that names the first problem (a model without one
+// primary key, a field that is not a time, a bad cron spec, a buffer
+// written with other Shards or key type, an evicting Redis under
+// Buffer.RequireNoEviction, ...) and also ErrSchema for a missing column;
+// a missing table and an unreachable Redis are only logged. It then starts
+// the scheduled jobs. A second call does nothing.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -249,20 +233,12 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 	}
 }
 
-// Close stops the scheduler, waits for running flushes (scheduled or called
-// by the app) and for running purges to finish their current batch, then
-// runs a final flush so that every touch recorded before Close reaches the
-// database. It returns when that is done or ctx ends, with the final flush's
-// error or ctx's; the final flush gets FlushTimeout when ctx has no
-// deadline. With Redis, touches still in the in-process backlog after the
-// final flush (Redis unreachable) are dropped, counted in
-// Stats.BacklogDropped and logged; then it closes the Redis client the
-// plugin opened for itself, if any (see Config.Redis). Calling it again,
-// also while the first call runs, returns the first call's result once it
-// is known. Touch keeps working after Close (into Redis, where a touch that
-// fails is dropped, as nothing flushes the backlog any more; without Redis
-// into the in-process buffer, which nothing flushes any more, so those
-// touches are lost); Flush and PurgeExpiredSessions return ErrClosed.
+// Close stops the scheduler, waits for running runs (a purge finishes its
+// batch) and flushes once more, within Flush.Timeout when ctx has no
+// deadline; it returns that flush's error or ctx's, and later calls the
+// same. Touches left in the backlog are dropped (Stats.BacklogDropped);
+// touches after Close are never flushed; Flush and PurgeExpiredSessions
+// return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {

@@ -61,24 +61,14 @@ func ttlSeconds(end, now time.Time) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// Online returns how many users were online within the last d: the users
-// whose touch opened a throttle window at a time (TouchAt's at, the
-// plugin's clock for Touch) from the start of the minute of now−d to now.
-// With the throttle window w ≤ d, that count includes every user seen
-// (touched) from now−d+w to now, since the window a user is in opened less
-// than w before the user's touch, and no user whose last touch is before the
-// start of the minute of now−d (more than d+1m ago); a user seen only
-// between those bounds is counted if a touch of it opened a window in them.
-//
-// It is the sum over the shards of Redis PFCOUNT of the minute buckets
-// covering d (at most d/1m+1 keys each): one pipelined round trip (per
-// Redis Cluster node), no SQL, no index on the last-seen column. Accuracy:
-// HyperLogLog, 0.81% standard error per shard's count; exact in practice
-// for a few hundred users per shard.
-//
-// Errors: ErrInvalidRange when d is shorter than Throttle or longer than
-// OnlineWindow, ErrCountsDisabled when OnlineWindow is negative,
-// ErrNotInitialized, or Redis's error wrapped.
+// Online returns how many users opened a throttle window (at TouchAt's at)
+// from the start of the minute of now - d to now: every user seen in the
+// last d - Throttle, none last seen more than d + 1m ago. It is Redis
+// PFCOUNT over minute HyperLogLogs, one pipelined round trip and no SQL,
+// with 0.81% standard error per shard (exact for a few hundred users per
+// shard). Errors: ErrInvalidRange (d below Throttle or above
+// Presence.OnlineWindow), ErrCountsDisabled, ErrNotInitialized, or Redis's
+// error wrapped.
 func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 	c := &p.cfg
 	switch {
@@ -101,19 +91,10 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 }
 
 // ActiveUsers returns how many distinct users opened a throttle window on
-// the UTC days from from's day to to's day, both included: daily active
-// users for one day, weekly for seven, monthly for 30. A user counts on the
-// day of the touch's time (TouchAt's at). Days after the plugin's clock
-// plus MaxClockSkew are left out.
-//
-// It is the sum over the shards of Redis PFCOUNT of the day keys: one
-// pipelined round trip (per Redis Cluster node), no SQL. Accuracy:
-// HyperLogLog, 0.81% standard error per shard's count; exact in practice
-// for a few hundred users per shard.
-//
-// Errors: ErrInvalidRange when to's day is before from's or from's day is
-// older than the days kept (today and the ActiveUsersRetention days before
-// it), ErrCountsDisabled when ActiveUsersRetention is negative,
+// the UTC days from from's day to to's, both included (daily, weekly,
+// monthly active users), by the day of TouchAt's at. It is Redis PFCOUNT
+// over daily HyperLogLogs, as Online. Errors: ErrInvalidRange (to before
+// from, or from older than Presence.ActiveUsersRetention), ErrCountsDisabled,
 // ErrNotInitialized, or Redis's error wrapped.
 func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, error) {
 	c := &p.cfg

@@ -13,51 +13,24 @@ import (
 
 // PurgeResult counts what one purge did.
 type PurgeResult struct {
-	Deleted  int           // session rows deleted
-	Batches  int           // delete transactions committed
-	Retries  int           // batch transactions repeated after a deadlock or serialization failure
-	Cutoff   time.Time     // sessions expiring at or before this were purged (UTC)
-	Stopped  bool          // the run ended early: context ended, Close, or an error
-	Duration time.Duration // wall time
-
-	// Refused counts the expired sessions the database refused to delete
-	// on their own (a foreign key with ON DELETE RESTRICT, a trigger): the
-	// run deleted the rest of their batch and went on past them; the next
-	// run meets them again. FirstRefusal is the first one's error, naming
-	// its id (nil when Refused is 0).
-	Refused      int
-	FirstRefusal error
+	Deleted      int           // session rows deleted
+	Batches      int           // delete transactions committed
+	Retries      int           // transactions repeated after a deadlock or serialization failure
+	Cutoff       time.Time     // sessions expiring at or before this were purged (UTC)
+	Stopped      bool          // the run ended early: context ended, Close, or an error
+	Duration     time.Duration // wall time
+	Refused      int           // expired sessions the database refused to delete (a RESTRICT key, a trigger), skipped
+	FirstRefusal error         // the first refusal, naming its id
 }
 
-// PurgeExpiredSessions deletes the sessions that expired at or before the
-// plugin's clock at the start of the run (the cutoff is frozen, so the run
-// ends even while sessions keep expiring). It walks the expired rows with
-// GORM's FindInBatches, loading only primary keys, PurgeBatchSize at a time
-// in primary-key order, and deletes each batch by primary key (and expiry,
-// so a session extended meanwhile survives) in its own transaction: an
-// interrupted purge keeps every committed batch and running it again is
-// harmless. The delete is real (Unscoped) on models with gorm.DeletedAt,
-// soft-deleted rows included, and skips model hooks. A batch's select and
-// its transaction each get PurgeBatchTimeout; a transaction that fails with
-// a deadlock or serialization failure is retried up to MaxRetries times,
-// waiting 10ms, 40ms, 160ms, ... in between.
-//
-// It holds the purge lock in Redis (bsm/redislock, key Prefix+":purge:lock",
-// time-to-live LockTTL, refreshed every LockTTL/3 and after each batch;
-// the run stops when the lock is lost, errPurgeLockLost) for the whole run, so
-// only one instance purges at a time; when another instance holds it, it
-// returns ErrLocked at once. Without Redis the lock is in process: a second
-// purge of the same plugin running meanwhile returns ErrLocked. A session
-// the database refuses to delete on its own (a RESTRICT foreign key, a
-// trigger) is isolated by halving its batch, the rest is deleted and the
-// run goes on past it (PurgeResult.Refused, FirstRefusal); a refusal no row
-// can cause (read-only, permission denied) stops the run with ErrSystemic.
-// Other errors stop the run and name the batch they happened in
-// ("lastseen: purge batch 3: ..."). The run stops between
-// batches, never inside one: when ctx ends it returns ctx.Err(), when Close
-// is called it returns ErrClosed; the batch in progress commits first.
-// PurgeResult.Stopped reports every early end. Before db.Use it returns
-// ErrNotInitialized, after Close ErrClosed.
+// PurgeExpiredSessions deletes the sessions expired (the Expired rule) at
+// the run's start, Sessions.BatchSize per transaction in primary-key order,
+// by key and expiry so a session extended meanwhile survives; the delete
+// is real (soft-deleted rows too), skips hooks, and retries a deadlock up
+// to 3 times. One instance purges at a time (ErrLocked). A refused session
+// is skipped (Refused); ErrSystemic and other errors, prefixed "lastseen:
+// purge batch N:", stop the run, as do ctx (ctx.Err()) and Close
+// (ErrClosed), between batches.
 func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) {
 	db, done, err := p.startRun()
 	if err != nil {

@@ -12,10 +12,10 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// Pending returns the user's timestamp that is not yet in the database: the
-// newest of the pending and the in-flight entry in the buffer and, with
-// Redis, the in-process backlog. ok is false when there is none. Errors:
-// ErrInvalidUserID, or Redis's error wrapped.
+// Pending returns the user's timestamp not yet in the table: the newest
+// of the buffer's pending and in-flight entries and the backlog; ok is
+// false when there is none. Errors: ErrInvalidUserID, ErrNotInitialized,
+// or Redis's error wrapped.
 func (p *Plugin) Pending(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
 	at, ok, _, err = p.pending(ctx, userID)
 	return at, ok, err
@@ -39,13 +39,11 @@ func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool
 	return got[0], !got[0].IsZero(), got[0], nil
 }
 
-// LastSeen returns the freshest known time the user was seen: the newest of
-// the buffered entries (pending, in-flight, and with Redis the in-process
-// backlog) and the database column. ok is false when none has a value.
-// When Redis cannot be read within 5×TouchTimeout (100ms by default) it
-// answers from the backlog and the column alone (best effort, as presence
-// is) and logs a rate-limited warning. Errors: ErrInvalidUserID,
-// ErrNotInitialized, or the database's error wrapped.
+// LastSeen returns the freshest time the user was seen: the newest of the
+// buffered entries and the column; ok is false when none has a value. When
+// Redis does not answer within 5×Buffer.TouchTimeout (100ms by default) it
+// answers from the backlog and the column and logs a warning. Errors:
+// ErrInvalidUserID, ErrNotInitialized, or the database's error wrapped.
 func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
 	if p.tracker == nil {
 		return time.Time{}, false, ErrNotInitialized

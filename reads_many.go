@@ -11,25 +11,11 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// LastSeenMany returns the freshest known time each user was seen, for list
-// pages: out[i] belongs to ids[i] (duplicates allowed), the zero time.Time
-// for a user never seen, otherwise in UTC. Each is the newest of the
-// pending and in-flight entries in Redis, the in-process backlog and the
-// database column, as LastSeen gives one by one.
-//
-// Cost: one pipelined Redis round trip (one EVALSHA of lua/read.lua per
-// shard holding some of the ids, which runs HMGET on the pending and the
-// in-flight hash of each bucket holding some of them; go-redis sends a
-// Redis Cluster's per node, in parallel), and one
-// SELECT ... WHERE pk IN (...) per chunk of distinct ids, a chunk being the
-// dialect's bind-parameter limit (65,535 on PostgreSQL and MySQL, 32,766 on
-// SQLite): one statement for any list page.
-//
-// When Redis cannot be read within 5×TouchTimeout (100ms by default) it
-// answers from what it did read, the backlog and the column (best effort,
-// as LastSeen) and logs a rate-limited warning. Errors: ErrInvalidUserID
-// wrapped with the index of the first invalid id ("ids[3]"),
-// ErrNotInitialized, or the database's error wrapped.
+// LastSeenMany is LastSeen for a list page: out[i] is ids[i]'s (UTC; zero
+// if never seen), for one Redis round trip and one SELECT per 65,535 ids
+// (32,766 on SQLite). Errors: ErrInvalidUserID wrapped with the index
+// of the first invalid id ("ids[3]"), ErrNotInitialized, or the database's
+// error wrapped.
 func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, error) {
 	t := p.tracker
 	if t == nil {

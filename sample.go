@@ -6,30 +6,18 @@ import (
 	"time"
 )
 
-// MaxBufferSample bounds SampleBuffer's perHash: HRANDFIELD returns that
+// maxBufferSample bounds SampleBuffer's perHash: HRANDFIELD returns that
 // many entries per hash, so a larger value would approach Status's cost.
-const MaxBufferSample = 1000
+const maxBufferSample = 1000
 
-// BufferSample is a cheap reading of the Redis buffer, made for metrics
-// scrapes and health checks: sizes exactly, the oldest timestamp from a
-// bounded random sample. Status reads the same figures exactly at a cost
-// that grows with the buffer.
+// BufferSample is a cheap reading of the buffer for metrics and health
+// checks: exact sizes, the oldest timestamp from a bounded random sample.
 type BufferSample struct {
-	// At is the plugin's clock when the read started (UTC).
-	At time.Time
-	// Pending and InFlight are the numbers of users in all shards' pending
-	// and in-flight hashes (HLEN); see ShardStatus.
-	Pending, InFlight int64
-	// Oldest is the oldest readable timestamp among the sampled entries
-	// (UTC), the zero time when the buffer is empty or perHash was 0. It
-	// is the true oldest when Exact; otherwise it is no older than the true
-	// oldest, so OldestAge never overstates the lag.
-	Oldest time.Time
-	// Exact reports that every hash held at most perHash entries, so that
-	// the sample was the whole buffer.
-	Exact bool
-	// Backlog is the number of users in this process's in-process backlog.
-	Backlog int
+	At                time.Time // the plugin's clock when the read started (UTC)
+	Pending, InFlight int64     // users in all shards' pending and in-flight sets
+	Backlog           int       // users in this process's in-process backlog
+	Oldest            time.Time // oldest sampled timestamp (UTC; zero if none), never older than the true one
+	Exact             bool      // every set held at most perHash entries: Oldest is the true oldest
 }
 
 // OldestAge is At minus Oldest, or 0 when Oldest is zero.
@@ -37,32 +25,20 @@ func (s BufferSample) OldestAge() time.Duration {
 	return oldestAge(s.At, s.Oldest)
 }
 
-// SampleBuffer reads the buffer's size and samples its oldest timestamp in
-// one pipelined round trip: one EVALSHA of lua/sample.lua per shard, which
-// sums HLEN over the shard's bucket hashes and takes about perHash random
-// entries of its pending set and as many of its in-flight set (HRANDFIELD
-// key n WITHVALUES, Redis 6.2 or later; distinct random entries), from each
-// bucket in proportion to its size. perHash is 0 to MaxBufferSample; 0
-// skips the sample.
-//
-// Accuracy of Oldest: exact while each shard's pending and in-flight sets
-// hold at most perHash users each. Beyond that it is the oldest of about
-// perHash random entries per set, a lower bound of the true age: for
-// entries spread evenly over the age of a set, the sampled age falls short
-// of the true one by about 1/(perHash+1) of it on average (about 6% with
-// 16). An in-flight hash left by a failed flush is
-// sampled like any other, so a stuck flush shows at once. Errors:
-// ErrNotInitialized before db.Use, a perHash out of range, or Redis's
-// error prefixed "lastseen: sample buffer". Without Redis it reads the
-// in-process buffer's sizes and up to perHash entries of each set (in Go's
-// randomized map order), with no I/O and the same accuracy.
+// SampleBuffer reads the buffer's sizes and about perHash random entries
+// (0 to 1000; 0 skips the sample) of each shard's pending and in-flight
+// set, in one pipelined round trip (Redis HLEN and HRANDFIELD, Redis 6.2
+// or later). Beyond perHash users per set, Oldest understates the true age
+// by about 1/(perHash+1) of it (about 6% with 16). Errors:
+// ErrNotInitialized, a perHash out of range, or Redis's error prefixed
+// "lastseen: sample buffer".
 func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, error) {
 	t := p.tracker
 	if t == nil {
 		return BufferSample{}, ErrNotInitialized
 	}
-	if perHash < 0 || perHash > MaxBufferSample {
-		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, MaxBufferSample)
+	if perHash < 0 || perHash > maxBufferSample {
+		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, maxBufferSample)
 	}
 	s := BufferSample{At: p.now().UTC(), Backlog: t.buf.backlogLen(), Exact: true}
 	sizes, values, err := t.buf.sample(ctx, perHash)
@@ -84,8 +60,8 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	return s, nil
 }
 
-// BreakerState is the state of the circuit breaker in front of Redis on
-// the touch path (sony/gobreaker's states; see Config.BreakerCooldown).
+// BreakerState is the state of the touch path's circuit breaker in front
+// of Redis (sony/gobreaker's), which tries Redis again 5s after opening.
 type BreakerState string
 
 // The breaker's states.
@@ -95,8 +71,7 @@ const (
 	BreakerOpen     BreakerState = "open"      // touches go straight to the backlog
 )
 
-// Breaker returns the circuit breaker's state now; BreakerClosed before
-// db.Use, and always without Redis (the in-process buffer has no breaker).
+// Breaker returns the breaker's state (BreakerClosed without Redis).
 func (p *Plugin) Breaker() BreakerState {
 	if p.tracker == nil {
 		return BreakerClosed

@@ -16,11 +16,11 @@ import (
 // schemaTimeout bounds the catalog queries of one schema check.
 const schemaTimeout = 5 * time.Second
 
-// SchemaLogInterval is the least time between two log lines of the
+// schemaLogInterval is the least time between two log lines of the
 // scheduled flush or purge about the same schema problem (a missing table
 // or column): the first is logged at once, the repeats within the interval
 // are counted into the next line's "repeats" attribute.
-const SchemaLogInterval = 5 * time.Minute
+const schemaLogInterval = 5 * time.Minute
 
 // schemaState remembers which tables were found to fit the config, so each
 // is inspected until it does and then no more, and rate-limits the
@@ -30,7 +30,7 @@ type schemaState struct {
 	flushLog, purgeLog  logLimiter
 }
 
-// logLimiter lets one line through per SchemaLogInterval on the plugin's
+// logLimiter lets one line through per schemaLogInterval on the plugin's
 // clock and counts the others.
 type logLimiter struct {
 	mu      sync.Mutex
@@ -43,7 +43,7 @@ type logLimiter struct {
 func (l *logLimiter) allow(now time.Time) (ok bool, repeats int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.last.IsZero() && now.Sub(l.last) < SchemaLogInterval {
+	if !l.last.IsZero() && now.Sub(l.last) < schemaLogInterval {
 		l.repeats++
 		return false, 0
 	}
@@ -238,7 +238,7 @@ func (p *Plugin) checkKeyLength(col gorm.ColumnType) error {
 }
 
 // logSchemaError logs a scheduled job's schema error through its limiter:
-// one ERROR line per SchemaLogInterval, the repeats counted.
+// one ERROR line per schemaLogInterval, the repeats counted.
 func (p *Plugin) logSchemaError(l *logLimiter, msg string, err error, attrs ...any) {
 	ok, repeats := l.allow(p.now())
 	if !ok {

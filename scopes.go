@@ -16,14 +16,10 @@ const (
 	defaultExpiresColumn  = "expires_at"
 )
 
-// SeenWithin is a scope that keeps the rows seen in the last d: the
-// last-seen column, qualified with the current table, is at or after
-// NowFunc() - d. It uses the Field column of the lastseen plugin registered
-// on db that tracks the statement's own table (db.Table, else the Model's
-// or the destination's table; the least Name() when several track it), else
-// "last_seen_at". Rows never seen (NULL) are left out.
-// The value in the database lags the truth by up to the throttle window plus
-// the flush interval; use Plugin.LastSeen for one user's freshest value.
+// SeenWithin is a scope that keeps the rows seen (not NULL) at or after
+// NowFunc() - d, by the Field of the plugin on db tracking the statement's
+// table (the least Name of several), else "last_seen_at". The table lags
+// by up to Throttle plus the flush interval; Plugin.LastSeen does not.
 //
 //	db.Scopes(lastseen.SeenWithin(5 * time.Minute)).Find(&users)
 func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
@@ -37,30 +33,18 @@ func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
 	}
 }
 
-// Expired is a scope that keeps the expired sessions: the expiry column,
-// qualified with the current table, is at or before db's NowFunc() (an
-// expiry equal to now counts as expired, as in Session.Expired). It uses
-// the rule of the lastseen plugin registered on db whose SessionModel has
-// the statement's own table (db.Table, else the Model's or the
-// destination's table; the plugin that also tracks that table first, else
-// the least Name()): its ExpiresField column and, with IdleTimeout, its
-// idle rule (ActiveField at or before now - IdleTimeout; see idle.go). With
-// no such plugin it uses "expires_at" alone. The comparison is by instant on every dialect:
-// PostgreSQL timestamptz, timestamp (read as UTC), MySQL/MariaDB DATETIME
-// under the connection's loc, SQLite text with any UTC offset. GORM's
-// soft-delete filter applies as to any query; add Unscoped() to see
-// soft-deleted rows too.
+// Expired is a scope that keeps the sessions expired at db's NowFunc():
+// expiry at or before now or, with Sessions.IdleTimeout, last activity at
+// or before now - IdleTimeout, by the columns of the plugin on db whose
+// Sessions.Model has the statement's table, else "expires_at". Times
+// compare as instants; add Unscoped() for soft-deleted rows.
 //
 //	db.Scopes(lastseen.Expired).Find(&sessions)
-//	db.Unscoped().Scopes(lastseen.Expired).Count(&n)
 func Expired(db *gorm.DB) *gorm.DB {
 	return ExpiredAt(db.NowFunc())(db)
 }
 
-// ExpiredAt is Expired with a fixed cutoff: it keeps the sessions expired
-// at t by the same rule (expiry at or before t, or, with the plugin's
-// IdleTimeout, last active at or before t - IdleTimeout; any location,
-// compared as instants).
+// ExpiredAt is Expired with the cutoff t instead of now.
 //
 //	db.Scopes(lastseen.ExpiredAt(cutoff)).Find(&sessions)
 func ExpiredAt(t time.Time) func(*gorm.DB) *gorm.DB {

@@ -22,64 +22,43 @@ type counters struct {
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
+// Each touch that Redis did not take (RedisErrors, Canceled) counts once
+// in Backlogged or BacklogDropped.
 type Stats struct {
-	Touches        int64 // Touch and TouchAt calls
-	Recorded       int64 // touches that opened a throttle window in Redis
-	Throttled      int64 // touches inside a window (local cache or Redis)
+	Touches        int64 // Touch, TouchAt and TouchKnown calls
+	Recorded       int64 // touches that opened a throttle window
+	Throttled      int64 // touches inside a window (local cache or buffer)
 	CacheHits      int64 // throttled touches the local cache answered alone
+	Known          int64 // throttled touches TouchKnown answered from the app's value
 	Invalid        int64 // touches refused for their id or time
 	RedisErrors    int64 // touches Redis did not answer in time, or breaker open
-	Backlogged     int64 // touches kept in the in-process backlog (of RedisErrors + Canceled)
-	BacklogDropped int64 // touches that never reached Redis and were dropped; see Canceled's comment
+	Canceled       int64 // touches whose caller's context ended first (not a Redis failure)
+	Backlogged     int64 // touches kept in the in-process backlog
+	BacklogDropped int64 // touches lost: backlog full or closed, or left after Close
 	Backlog        int64 // users in the backlog now
+	Evictions      int64 // keys Redis evicted (INFO evicted_keys), read at db.Use and once a minute at most
 
-	Flushes      int64 // flush runs
-	FlushErrors  int64 // flush runs that returned an error
-	FlushSkipped int64 // shards skipped because another instance held the lock
-	Drained      int64 // pending entries taken from Redis
-	RowsWritten  int64 // rows whose last-seen column a flush moved forward
-	Unknown      int64 // entries for users not in the table (Update mode)
-	Stale        int64 // entries not newer than the column
-	Rejected     int64 // entries with an unreadable id or timestamp, dropped
-
-	Failed    int64     // entries the database refused on their own, back in pending for the next flush
-	LastFlush time.Time // end of the last flush run that returned no error, on the plugin's clock (UTC); zero before one
+	Flushes      int64     // flush runs
+	FlushErrors  int64     // flush runs that returned an error
+	FlushSkipped int64     // shards skipped: another instance held the lock
+	Drained      int64     // entries taken from the buffer
+	RowsWritten  int64     // rows whose last-seen column moved forward
+	Unknown      int64     // entries for ids without a row (UPDATE mode)
+	Stale        int64     // entries not newer than the column
+	Rejected     int64     // entries with an unreadable id or timestamp, dropped
+	Failed       int64     // entries the database refused, kept for the next flush
+	Dropped      int64     // entries dropped after their 5th refusal
+	Uncomparable int64     // entries the column could not be compared with (ErrUncomparable)
+	LastFlush    time.Time // end of the last flush without error (UTC); zero before one
 
 	Purges          int64 // purge runs
 	PurgeErrors     int64 // purge runs that returned an error
-	PurgeSkipped    int64 // purges (scheduled or called) skipped: another instance held the lock
+	PurgeSkipped    int64 // purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
-
-	// Known counts throttled touches that TouchKnown answered from the
-	// app's own last-seen value alone, without the local cache or Redis.
-	Known int64
-	// Refusals (FlushResult.Dropped, PurgeResult.Refused).
-	Dropped      int64 // pending entries dropped after MaxRefusals refusals
-	PurgeRefused int64 // expired sessions the database refused to delete, per run
-	// Uncomparable counts entries a flush could not compare with their
-	// row's value (ErrUncomparable), kept in Redis for the next flush.
-	Uncomparable int64
-	// Canceled counts touches whose caller's context had ended (deadline
-	// passed, or canceled, as when an HTTP client disconnects) before Redis
-	// answered. They are kept in the backlog like RedisErrors but are not
-	// Redis failures: the circuit breaker does not count them.
-	// Each touch of RedisErrors and Canceled is counted once, in Backlogged
-	// or in BacklogDropped (the backlog was full, or Close had run);
-	// BacklogDropped also counts backlog entries dropped later: those a
-	// failed replay put back that no longer fit (new touches refilled the
-	// backlog meanwhile), and those left when Close's final flush could not
-	// write them. Each reason is logged at most once per 10s.
-	Canceled int64
-
-	// Evictions is the number of keys Redis evicted (INFO stats
-	// evicted_keys, summed over a cluster's masters) between this plugin's
-	// checks: at Initialize, then at most once a minute at the start of a
-	// flush or a Status. It counts every key of that Redis, the buffer's
-	// among them; see Status.EvictionPolicy.
-	Evictions int64
+	PurgeRefused    int64 // expired sessions the database refused to delete, per run
 }
 
-// Stats returns the cumulative counters.
+// Stats returns the counters now.
 func (p *Plugin) Stats() Stats {
 	c := &p.stats
 	s := Stats{

@@ -6,62 +6,36 @@ import (
 	"time"
 )
 
-// ShardStatus is one shard's part of the Redis buffer, as Status read it.
+// ShardStatus is one shard's part of the buffer, as Status read it.
 type ShardStatus struct {
-	// Shard is the shard number, 0 to Config.Shards-1 (the N of the
-	// "<prefix>:{N}:pending" key).
-	Shard int
-	// Pending is the number of users in the shard's pending hash (HLEN):
-	// touched since a flush last took this shard.
-	Pending int64
-	// InFlight is the number of users in the shard's in-flight hash (HLEN):
-	// taken by a flush that is running now, or left by a flush whose
-	// database write failed; the next flush writes them first.
-	InFlight int64
-	// Oldest is the oldest timestamp in the pending and in-flight hashes, in
-	// UTC; the zero time when there is none.
-	Oldest time.Time
-	// Unreadable counts entries a flush would drop as Rejected: an id that
-	// does not fit the user model's primary key, or a value that is not a
-	// timestamp (Unix microseconds, 1970 to the clock plus MaxClockSkew).
+	Shard    int       // 0 to Buffer.Shards-1
+	Pending  int64     // users touched since a flush last took the shard (HLEN)
+	InFlight int64     // users taken by a running flush or left by a failed one; written first
+	Oldest   time.Time // oldest timestamp of the shard (UTC); zero when empty
+	// Unreadable counts entries a flush would drop as Rejected: an id not
+	// fitting the key, or not a timestamp from 1970 to now + MaxClockSkew.
 	Unreadable int64
 }
 
-// Status is what the plugin has accepted and not yet written to the
-// database: the Redis buffer shard by shard, and this process's in-process
-// backlog. It is read shard by shard while touches and flushes go on, so
-// it is not one atomic snapshot.
+// Status is what the plugin accepted and has not yet written, read while
+// touches and flushes go on (not one atomic snapshot).
 type Status struct {
-	// At is the plugin's clock when the read started (UTC).
-	At time.Time
-	// Shards has one entry per shard, in shard order.
-	Shards []ShardStatus
-	// Pending, InFlight and Unreadable are the sums over Shards.
-	Pending, InFlight, Unreadable int64
-	// Oldest is the oldest timestamp over all shards (UTC); the zero time
-	// when the buffer is empty.
-	Oldest time.Time
-	// Backlog is the number of users this process kept in memory because
-	// Redis did not answer; the next flush moves them to Redis. Other
-	// processes' backlogs are not visible here.
-	Backlog int
+	At                            time.Time     // the plugin's clock when the read started (UTC)
+	Shards                        []ShardStatus // one per shard, in shard order
+	Backlog                       int           // users this process holds because Redis did not answer
+	Pending, InFlight, Unreadable int64         // sums over Shards
+	Oldest                        time.Time     // oldest timestamp of all (UTC); zero when empty
 
-	// EvictionPolicy is Redis's maxmemory-policy as last read (CONFIG GET
-	// maxmemory-policy, else INFO memory): "noeviction", another policy
-	// such as "allkeys-lru", PolicyUnknown when neither answered, or on a
-	// cluster whose masters disagree their policies sorted and joined by
-	// ",". Read at Initialize and at most once a minute after. "" without
-	// Redis (the in-process buffer evicts nothing).
+	// EvictionPolicy is Redis's maxmemory-policy, read at db.Use and once a
+	// minute at most: "unknown" when unreadable, a cluster's differing ones
+	// joined by ",", "" without Redis. EvictionRisk: it can evict pending
+	// touches silently (fix: CONFIG SET maxmemory-policy noeviction).
 	EvictionPolicy string
-	// EvictionRisk reports that some master's policy can evict keys: the
-	// pending and in-flight hashes can vanish, and the touches in them with
-	// them, without an error. Fix: CONFIG SET maxmemory-policy noeviction.
-	EvictionRisk bool
+	EvictionRisk   bool
 }
 
-// OldestAge is how long the oldest buffered timestamp has waited: At minus
-// Oldest, or 0 when the buffer is empty. It bounds how far the database
-// lags behind the truth for the users in the buffer.
+// OldestAge is At minus Oldest, or 0 when the buffer is empty: how far the
+// table lags the truth for the buffered users.
 func (s Status) OldestAge() time.Duration {
 	return oldestAge(s.At, s.Oldest)
 }
@@ -75,19 +49,12 @@ func oldestAge(at, oldest time.Time) time.Duration {
 	return at.Sub(oldest)
 }
 
-// Status reads the Redis buffer for operators (the lastseen CLI's status
-// command prints it). It only reads; it takes no lock and never changes
-// what a flush will do.
-//
-// Cost: one pipelined round trip for the sizes (lua/sample.lua, one call
-// per shard), then every non-empty set is read with HSCAN in pages of
-// BatchSize entries (never HGETALL): one pipeline of the first page of each
-// of the set's bucket hashes, then page by page for a bucket too large for
-// one reply, to find the oldest timestamp: O(buffered users) work in Redis
-// and here. Call it on demand, not on every request. Errors: ErrNotInitialized before db.Use, or the first Redis
-// error, prefixed "lastseen: status". Without Redis it reads the
-// in-process buffer the same way, with no I/O; each set is copied under
-// its shard's mutex, so touches of that shard wait for the copy.
+// Status reads the whole buffer for operators (the lastseen CLI's status
+// command); it takes no lock and changes nothing. It costs O(buffered
+// users): one pipelined round trip for the sizes, then HSCAN in pages of
+// Flush.BatchSize to find the oldest timestamps (without Redis, a copy of
+// each set under its shard's lock), so call it on demand. Errors:
+// ErrNotInitialized, or the first Redis error prefixed "lastseen: status".
 func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	t := p.tracker
 	if t == nil {

@@ -112,8 +112,7 @@ func (t *tracker) checkTime(at, now time.Time) error {
 	return nil
 }
 
-// Touch records that userID was seen now. It is TouchAt with the plugin's
-// clock.
+// Touch is TouchAt at the plugin's clock.
 func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err error) {
 	if t := p.tracker; t != nil && t.cached(userID) { // at is the plugin's own clock: nothing to validate
 		p.stats.touches.Add(1)
@@ -125,27 +124,14 @@ func (p *Plugin) Touch(ctx context.Context, userID any) (recorded bool, err erro
 	return p.touch(ctx, userID, now, now)
 }
 
-// TouchAt records that userID was seen at at. userID is the user's primary
-// key in its natural Go type: any integer kind, a string, or a fmt.Stringer
-// such as a UUID type; for an integer key also a whole float64 of magnitude
-// at most 2^53 or a json.Number, as encoding/json decodes a JWT claim.
-//
-// It returns recorded == true when this call opened a new throttle window
-// for the user and raised the pending timestamp (never lowering it), and
-// false when the user was already recorded inside the current window: then
-// the local cache answered without any I/O, or the buffer did (Redis in
-// one round trip; without Redis, the in-process buffer under a mutex).
-//
-// Errors: ErrInvalidUserID for an id of another type, empty, zero, longer
-// than MaxIDLength bytes or not of the primary key's type; ErrInvalidTime;
-// and, with Config.Redis set, when Redis did not answer within
-// TouchTimeout, the circuit breaker is open, or ctx ended first (an error
-// wrapping ctx's, which the breaker does not count as a Redis failure,
-// Stats.Canceled), an error wrapping the cause: the timestamp is then kept
-// in the in-process backlog (up to BacklogSize users) and written to Redis
-// by the next flush, so callers may ignore that error: it wraps
-// ErrBuffered, or ErrDropped when the backlog was full (or closed) and the
-// timestamp is lost (counted in Stats.BacklogDropped).
+// TouchAt records that userID (the primary key: an integer, string or
+// fmt.Stringer; for an integer key also a whole float64 up to 2^53 or a
+// json.Number) was seen at at. recorded is true when the call opened a
+// throttle window and raised the buffered timestamp, false inside one.
+// Errors: ErrInvalidUserID, ErrInvalidTime, and when Redis does not answer
+// within Buffer.TouchTimeout (or the breaker is open, or ctx ends) an
+// error wrapping the cause and ErrBuffered (kept, safe to ignore) or
+// ErrDropped (lost: the 100,000-user backlog is full or closed).
 func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorded bool, err error) {
 	return p.touch(ctx, userID, at, p.now())
 }

@@ -54,7 +54,7 @@ func TestSampleBuffer(t *testing.T) {
 		must(t, err)
 		equal(t, "no sample", s, lastseen.BufferSample{At: mustTime("2026-03-01T09:30:00Z"), Pending: 2, InFlight: 1})
 
-		for _, n := range []int{-1, lastseen.MaxBufferSample + 1} {
+		for _, n := range []int{-1, 1001} {
 			_, err := p.SampleBuffer(ctx, n)
 			want := "lastseen: sample buffer: perHash is " + strconv.Itoa(n) + ", want 0 to 1000"
 			if err == nil || err.Error() != want {

@@ -78,7 +78,7 @@ func TestSchemaMissingTablesWarnAtInitialize(t *testing.T) {
 // TestSchemaMissingTableAtFlushAndPurge: with the tables still missing, a
 // flush with something to write and a purge fail with ErrSchema naming the
 // Config field, and the touch stays buffered; the scheduled flush logs one
-// ERROR per SchemaLogInterval, not one per tick, and so does its check of
+// ERROR per 5 minutes, not one per tick, and so does its check of
 // the purge's table; once the tables exist the same jobs write and purge.
 func TestSchemaMissingTableAtFlushAndPurge(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {

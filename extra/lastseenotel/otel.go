@@ -31,6 +31,11 @@ import (
 // package's import path.
 const ScopeName = "github.com/lastseen/lastseen/extra/lastseenotel"
 
+// maxBufferSample is the largest perHash Plugin.SampleBuffer accepts: the
+// library's limit, repeated here to check the option before the first
+// collection.
+const maxBufferSample = 1000
+
 // Defaults of the options.
 const (
 	// DefaultBufferSample is the number of entries sampled per Redis hash
@@ -65,7 +70,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options)
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
 
 // WithBufferSample sets how many entries per Redis hash a collection samples
-// for lastseen.buffer.oldest_age: 0 to lastseen.MaxBufferSample, default
+// for lastseen.buffer.oldest_age: 0 to 1000, default
 // DefaultBufferSample; 0 leaves that gauge out. See Plugin.SampleBuffer.
 func WithBufferSample(perHash int) Option { return func(o *options) { o.sample = perHash } }
 
@@ -106,8 +111,8 @@ func New(p *lastseen.Plugin, opts ...Option) (*Instrumentation, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.sample < 0 || o.sample > lastseen.MaxBufferSample {
-		return nil, fmt.Errorf("lastseenotel: buffer sample is %d, want 0 to %d", o.sample, lastseen.MaxBufferSample)
+	if o.sample < 0 || o.sample > maxBufferSample {
+		return nil, fmt.Errorf("lastseenotel: buffer sample is %d, want 0 to %d", o.sample, maxBufferSample)
 	}
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("lastseenotel: collect timeout is %v, want a positive duration", o.timeout)

@@ -23,6 +23,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// maxBufferSample is the largest perHash Plugin.SampleBuffer accepts: the
+// library's limit, repeated here to check the option before the first
+// collection.
+const maxBufferSample = 1000
+
 // Defaults of the options.
 const (
 	// DefaultBufferSample is the number of entries sampled per hash for the
@@ -61,7 +66,7 @@ func WithConstLabels(l prometheus.Labels) Option {
 }
 
 // WithBufferSample sets how many entries per Redis hash a scrape samples to
-// find the oldest pending timestamp: 0 to lastseen.MaxBufferSample, default
+// find the oldest pending timestamp: 0 to 1000, default
 // DefaultBufferSample; 0 leaves lastseen_oldest_pending_age_seconds out.
 // See lastseen.Plugin.SampleBuffer for the accuracy.
 func WithBufferSample(perHash int) Option { return func(o *options) { o.sample = perHash } }
@@ -112,8 +117,8 @@ func New(reg prometheus.Registerer, p *lastseen.Plugin, opts ...Option) (*Collec
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.sample < 0 || o.sample > lastseen.MaxBufferSample {
-		return nil, fmt.Errorf("lastseenprom: buffer sample is %d, want 0 to %d", o.sample, lastseen.MaxBufferSample)
+	if o.sample < 0 || o.sample > maxBufferSample {
+		return nil, fmt.Errorf("lastseenprom: buffer sample is %d, want 0 to %d", o.sample, maxBufferSample)
 	}
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("lastseenprom: scrape timeout is %v, want a positive duration", o.timeout)
