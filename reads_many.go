@@ -15,7 +15,7 @@ import (
 // pending and in-flight entries in Redis, the in-process backlog and the
 // database column, as LastSeen gives one by one.
 //
-// Cost: one pipelined Redis round trip (one EVALSHA of lua/read.lua per
+// Cost: one pipelined Redis round trip (one EVALSHA of the read script per
 // shard holding some of the ids, which runs HMGET on the pending and the
 // in-flight hash of each bucket holding some of them; go-redis sends a
 // Redis Cluster's per node, in parallel), and one
@@ -71,7 +71,7 @@ func raise(m map[string]time.Time, uid string, at time.Time) {
 }
 
 // buffered returns the newest buffered timestamp of each of uids
-// (distinct, canonical) that has one (buffer.newest: with Redis one
+// (distinct, canonical) that has one (Buffer.Newest: with Redis one
 // pipeline, HMGET of both hashes of each shard holding some of them, and
 // the backlog), also when the read failed, with the error. guard bounds the
 // read as a touch is (the overlay on the query path).
@@ -80,7 +80,7 @@ func (t *tracker) buffered(ctx context.Context, uids []string, guard bool) (map[
 	if len(uids) == 0 {
 		return latest, nil
 	}
-	got, err := t.buf.newest(ctx, uids, t.now(), guard)
+	got, err := t.buf.Newest(ctx, uids, t.now(), guard)
 	for i, at := range got {
 		if !at.IsZero() {
 			latest[uids[i]] = at

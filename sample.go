@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
 )
 
 // MaxBufferSample bounds SampleBuffer's perHash: HRANDFIELD returns that
@@ -41,7 +43,7 @@ func (s BufferSample) OldestAge() time.Duration {
 }
 
 // SampleBuffer reads the buffer's size and samples its oldest timestamp in
-// one pipelined round trip: one EVALSHA of lua/sample.lua per shard, which
+// one pipelined round trip: one EVALSHA of the sample script per shard, which
 // sums HLEN over the shard's bucket hashes and takes about perHash random
 // entries of its pending set and as many of its in-flight set (HRANDFIELD
 // key n WITHVALUES, Redis 6.2 or later; distinct random entries), from each
@@ -67,20 +69,20 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	if perHash < 0 || perHash > MaxBufferSample {
 		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, MaxBufferSample)
 	}
-	s := BufferSample{At: p.now().UTC(), Backlog: t.buf.backlogLen(), Exact: true}
-	sizes, values, err := t.buf.sample(ctx, perHash)
+	s := BufferSample{At: p.now().UTC(), Backlog: t.buf.BacklogLen(), Exact: true}
+	sizes, values, err := t.buf.Sample(ctx, perHash)
 	if err != nil {
 		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: %w", err)
 	}
 	for _, z := range sizes {
-		s.Pending += z.pending
-		s.InFlight += z.inflight
-		if z.pending > int64(perHash) || z.inflight > int64(perHash) {
+		s.Pending += z.Pending
+		s.InFlight += z.InFlight
+		if z.Pending > int64(perHash) || z.InFlight > int64(perHash) {
 			s.Exact = false
 		}
 	}
 	for _, v := range values {
-		if at, ok := parseMicros(v, s.At); ok && (s.Oldest.IsZero() || at.Before(s.Oldest)) {
+		if at, ok := buffer.ParseMicros(v, s.At); ok && (s.Oldest.IsZero() || at.Before(s.Oldest)) {
 			s.Oldest = at
 		}
 	}
@@ -104,5 +106,5 @@ func (p *Plugin) Breaker() BreakerState {
 	if p.tracker == nil {
 		return BreakerClosed
 	}
-	return p.tracker.buf.breaker()
+	return BreakerState(p.tracker.buf.Breaker())
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
 )
 
 // ShardStatus is one shard's part of the Redis buffer, as Status read it.
@@ -26,6 +28,23 @@ type ShardStatus struct {
 	// timestamp (Unix microseconds, 1970 to the clock plus MaxClockSkew).
 	Unreadable int64
 }
+
+// Redis maxmemory policies (redis.conf "maxmemory-policy") as the buffer
+// sees them (Status.EvictionPolicy): only noeviction never drops a key to
+// make room. The allkeys-* policies can evict the pending and in-flight
+// hashes; the volatile-* ones evict keys with a time-to-live only, the
+// throttle markers and the locks (a lost lock lets two flushers take one
+// shard). Every policy but noeviction counts as a risk.
+const (
+	// PolicyNoEviction is the only maxmemory-policy under which Redis never
+	// evicts the buffer: at maxmemory it refuses writes instead (OOM), which
+	// touches answer by keeping the timestamp in the backlog.
+	PolicyNoEviction = "noeviction"
+	// PolicyUnknown is reported when neither CONFIG GET maxmemory-policy nor
+	// INFO memory answered (managed Redis often renames or disables CONFIG;
+	// miniredis has neither).
+	PolicyUnknown = "unknown"
+)
 
 // Status is what the plugin has accepted and not yet written to the
 // database: the Redis buffer shard by shard, and this process's in-process
@@ -73,7 +92,7 @@ func (s Status) OldestAge() time.Duration {
 // command prints it). It only reads; it takes no lock and never changes
 // what a flush will do.
 //
-// Cost: one pipelined round trip for the sizes (lua/sample.lua, one call
+// Cost: one pipelined round trip for the sizes (the sample script, one call
 // per shard), then every non-empty set is read with HSCAN in pages of
 // BatchSize entries (never HGETALL): one pipeline of the first page of each
 // of the set's bucket hashes, then page by page for a bucket too large for
@@ -87,16 +106,16 @@ func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	if t == nil {
 		return Status{}, ErrNotInitialized
 	}
-	sizes, err := t.buf.sizes(ctx)
+	sizes, err := t.buf.Sizes(ctx)
 	if err != nil {
 		return Status{}, fmt.Errorf("lastseen: status: %w", err)
 	}
-	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(sizes)), Backlog: t.buf.backlogLen()}
-	p.eviction.maybeCheck(ctx)
-	st.EvictionPolicy, st.EvictionRisk = p.eviction.state()
+	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(sizes)), Backlog: t.buf.BacklogLen()}
+	p.eviction.MaybeCheck(ctx)
+	st.EvictionPolicy, st.EvictionRisk = p.eviction.State()
 	for i, z := range sizes {
 		s := &st.Shards[i]
-		s.Shard, s.Pending, s.InFlight = i, z.pending, z.inflight
+		s.Shard, s.Pending, s.InFlight = i, z.Pending, z.InFlight
 		for _, h := range []struct {
 			inflight bool
 			n        int64
@@ -118,15 +137,15 @@ func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// scanOldest walks one hash (buffer.walk: HSCAN with Redis) and folds its
+// scanOldest walks one hash (Buffer.Walk: HSCAN with Redis) and folds its
 // oldest readable timestamp and its unreadable entries into s. HSCAN may
 // return an entry twice; unreadable fields are deduplicated per hash.
 func (p *Plugin) scanOldest(ctx context.Context, n int, inflight bool, now time.Time, s *ShardStatus) error {
 	var unreadable map[string]struct{}
-	err := p.tracker.buf.walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
+	err := p.tracker.buf.Walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
 		for i := 0; i+1 < len(kv); i += 2 {
 			_, errID := p.users.ids.parse(kv[i])
-			at, ok := parseMicros(kv[i+1], now)
+			at, ok := buffer.ParseMicros(kv[i+1], now)
 			if errID != nil || !ok {
 				if unreadable == nil {
 					unreadable = map[string]struct{}{}

@@ -1014,7 +1014,7 @@ func TestRedisLostItsData(t *testing.T) {
 	}})
 	res, err = p.Flush(ctx)
 	setHooks(p, nil)
-	if !internals().IsLockLost(err) {
+	if !isLockLost(err) {
 		t.Fatalf("flush across FLUSHALL: %v, want errLockLost", err)
 	}
 	if res.Written < cfg.BatchSize || res.Written > 6 {

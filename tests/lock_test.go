@@ -156,7 +156,7 @@ func TestLostLockStopsForwardOnly(t *testing.T) {
 			}
 		}})
 		res, err := p.Flush(ctx)
-		if !internals().IsLockLost(err) {
+		if !isLockLost(err) {
 			t.Fatalf("flush that lost its lock: %v, want errLockLost", err)
 		}
 		equal(t, "written before the lock was lost", res.Written, 5)
