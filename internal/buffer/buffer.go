@@ -79,9 +79,10 @@ type Buffer interface {
 	// order.
 	Sizes(ctx context.Context) ([]Sizes, error)
 	// Walk calls fn with shard n's pending (or, with inflight, in-flight)
-	// entries as field, value, field, value, ..., at most page entries a
-	// call (page < 1 counts as 1); an entry may come twice (Redis HSCAN),
-	// none is left out. fn must not keep kv.
+	// entries as field, value, field, value, ..., about page entries a call
+	// (page < 1 counts as 1; a Redis hash small enough for its compact
+	// encoding comes whole); an entry may come twice (Redis HSCAN), none is
+	// left out. fn must not keep kv.
 	Walk(ctx context.Context, n int, inflight bool, page int, fn func(kv []string)) error
 	// Sample returns every shard's sizes, as Sizes does, and up to about
 	// perHash values (stored form) of each shard's pending and of its
