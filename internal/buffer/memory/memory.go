@@ -28,8 +28,9 @@ type Options struct {
 	Shards int
 	// Presence is which presence sets a recorded touch joins.
 	Presence buffer.Presence
-	// Now is the plugin's clock: it ends throttle markers and presence sets.
-	// Default time.Now.
+	// Now is the plugin's clock: the swap sweeps the throttle markers ended
+	// by it, and Count leaves out the presence sets it has ended. (A touch
+	// reads its own now.) Default time.Now.
 	Now func() time.Time
 }
 

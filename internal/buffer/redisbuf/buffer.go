@@ -278,9 +278,10 @@ func (b *Buffer) locate(uid string) (shardKeys, int) {
 func (b *Buffer) touchTimeout() time.Duration { return time.Duration(b.timeout.Load()) }
 
 // Touch runs the touch script (one EVALSHA) through the breaker within
-// TouchTimeout; on failure it keeps the timestamp in the backlog (keep),
-// counts it (RedisErrors, or Canceled when the caller's ctx ended first)
-// and returns a *buffer.TouchError wrapping the cause.
+// TouchTimeout; on failure it keeps the timestamp in the backlog (or drops
+// it when the backlog is full or closed), counts it (Counters.RedisErrors,
+// or Canceled when the caller's ctx ended first) and returns a
+// *buffer.TouchError wrapping the cause.
 func (b *Buffer) Touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
 	k, bucket := b.locate(uid)
 	ts := buffer.Micros(at)
@@ -461,7 +462,10 @@ func (b *Buffer) Count(ctx context.Context, keysOf func(keys.Shard) []string) (i
 	return sum, nil
 }
 
-// Replay writes the backlog into the pending hashes (replayBacklog).
+// Replay writes the backlog into the pending hashes, one merge script call
+// per shard, newest wins; what it could not write goes back into the
+// backlog, and after a call that timed out the other shards wait for the
+// next flush. The error names every failed call (a timeout once).
 func (b *Buffer) Replay(ctx context.Context) error {
 	_, err := b.replayBacklog(ctx)
 	return err

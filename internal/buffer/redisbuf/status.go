@@ -65,8 +65,8 @@ func (b *Buffer) Walk(ctx context.Context, n int, inflight bool, page int, fn fu
 	return nil
 }
 
-// Sample is one pipelined round trip of sampleScript, one call per shard
-// (lua/sample.lua): the sizes of each shard's pending and in-flight sets
+// Sample is one pipelined round trip of the sample script, one call per
+// shard: the sizes of each shard's pending and in-flight sets
 // and, with perHash > 0, about perHash random values of each set.
 func (b *Buffer) Sample(ctx context.Context, perHash int) ([]buffer.Sizes, []string, error) {
 	calls := make([]scriptCall, len(b.shards))
