@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/robfig/cron/v3"
 )
 
@@ -17,13 +18,19 @@ func invalid(format string, args ...any) error {
 
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
-func checkConfig(c Config, d *dialect) error {
-	for _, check := range []func(Config, *dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
+func checkConfig(c settings, d *dialect.Dialect) error {
+	for _, check := range []func(settings, *dialect.Dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
 		if err := check(c, d); err != nil {
 			return err
 		}
 	}
-	for _, s := range []struct{ name, spec string }{{"FlushSchedule", c.FlushSchedule}, {"PurgeSchedule", c.PurgeSchedule}} {
+	for _, s := range []struct {
+		name, spec string
+		off        bool
+	}{{"Flush.Schedule", c.FlushSchedule, c.DisableFlush}, {"Sessions.Schedule", c.PurgeSchedule, c.UnscheduledPurge || c.DisablePurge}} {
+		if s.off {
+			continue
+		}
 		if err := checkSchedule(s.name, s.spec); err != nil {
 			return err
 		}
@@ -33,7 +40,7 @@ func checkConfig(c Config, d *dialect) error {
 
 // hasRedis reports whether c.Redis holds a client: neither nil nor a typed
 // nil pointer.
-func hasRedis(c Config) bool {
+func hasRedis(c settings) bool {
 	if c.Redis == nil {
 		return false
 	}
@@ -45,18 +52,18 @@ func hasRedis(c Config) bool {
 // Redis client is refused rather than taken for "no Redis": an app whose
 // client was never set up must not silently run each instance on a buffer
 // of its own.
-func checkBuffer(c Config, _ *dialect) error {
+func checkBuffer(c settings, _ *dialect.Dialect) error {
 	switch {
 	case c.Redis != nil && !hasRedis(c):
 		return invalid("Config.Redis is a nil %T: give a client, or leave Config.Redis unset for the in-process buffer", c.Redis)
 	case strings.ContainsAny(c.Prefix, "{}"):
-		return invalid("Prefix %q must not contain '{' or '}' (they are Redis Cluster hash tags)", c.Prefix)
+		return invalid("Buffer.Prefix %q must not contain '{' or '}' (they are Redis Cluster hash tags)", c.Prefix)
 	case c.Shards < 1 || c.Shards > 1024:
-		return invalid("Shards is %d, want 1 to 1024", c.Shards)
+		return invalid("Buffer.Shards is %d, want 1 to 1024", c.Shards)
 	case c.Throttle < time.Millisecond:
 		return invalid("Throttle is %v, want at least 1ms", c.Throttle)
 	case c.TouchTimeout < time.Millisecond:
-		return invalid("TouchTimeout is %v, want at least 1ms", c.TouchTimeout)
+		return invalid("Buffer.TouchTimeout is %v, want at least 1ms", c.TouchTimeout)
 	case c.BacklogSize < 0:
 		return invalid("BacklogSize is %d, want a positive number", c.BacklogSize)
 	case c.BreakerCooldown < 0:
@@ -69,17 +76,15 @@ func checkBuffer(c Config, _ *dialect) error {
 
 // checkFlush checks the flush settings against the dialect's bind-parameter
 // limit.
-func checkFlush(c Config, d *dialect) error {
+func checkFlush(c settings, d *dialect.Dialect) error {
 	switch {
 	case c.BatchSize < 1:
-		return invalid("BatchSize is %d, want 1 to %d", c.BatchSize, d.maxBatch())
-	case c.BatchSize > d.maxBatch():
-		return invalid("BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
-			c.BatchSize, d.name, d.maxBatch(), d.maxParams)
+		return invalid("Flush.BatchSize is %d, want 1 to %d", c.BatchSize, d.MaxBatch())
+	case c.BatchSize > d.MaxBatch():
+		return invalid("Flush.BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
+			c.BatchSize, d.Name(), d.MaxBatch(), d.MaxParams())
 	case c.FlushConcurrency < 1 || c.FlushConcurrency > c.Shards:
-		return invalid("FlushConcurrency is %d, want 1 to Shards (%d)", c.FlushConcurrency, c.Shards)
-	case c.WriteMode != Update && c.WriteMode != Upsert:
-		return invalid("WriteMode %v is not Update or Upsert", c.WriteMode)
+		return invalid("Flush.Concurrency is %d, want 1 to Buffer.Shards (%d)", c.FlushConcurrency, c.Shards)
 	case c.LockTTL < 10*time.Millisecond:
 		return invalid("LockTTL is %v, want at least 10ms", c.LockTTL)
 	case c.StatementTimeout <= 0:
@@ -87,20 +92,20 @@ func checkFlush(c Config, d *dialect) error {
 	case c.LockTTL <= c.StatementTimeout:
 		return invalid("LockTTL %v cannot cover one flush statement: it must be longer than StatementTimeout (%v)", c.LockTTL, c.StatementTimeout)
 	case c.FlushTimeout <= 0:
-		return invalid("FlushTimeout is %v, want a positive duration", c.FlushTimeout)
+		return invalid("Flush.Timeout is %v, want a positive duration", c.FlushTimeout)
 	}
 	return nil
 }
 
 // checkPurge checks the purge settings against the dialect's bind-parameter
 // limit.
-func checkPurge(c Config, d *dialect) error {
+func checkPurge(c settings, d *dialect.Dialect) error {
 	switch {
 	case c.PurgeBatchSize < 1:
-		return invalid("PurgeBatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.maxParams-1)
-	case c.PurgeBatchSize > d.maxParams-1:
-		return invalid("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
-			c.PurgeBatchSize, d.name, d.maxParams-1, d.maxParams)
+		return invalid("Sessions.BatchSize is %d, want 1 to %d", c.PurgeBatchSize, d.MaxParams()-1)
+	case c.PurgeBatchSize > d.MaxParams()-1:
+		return invalid("Sessions.BatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
+			c.PurgeBatchSize, d.Name(), d.MaxParams()-1, d.MaxParams())
 	case c.PurgeBatchTimeout < 0:
 		return invalid("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
 	case c.LockTTL <= c.PurgeBatchTimeout:

@@ -1,6 +1,11 @@
 package lastseen
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/idcodec"
+)
 
 // Errors returned by the plugin. Every error it returns starts with
 // "lastseen:"; test for these with errors.Is.
@@ -10,11 +15,11 @@ var (
 	// ErrInvalidUserID is returned for a user id that is not an integer,
 	// string or fmt.Stringer (or, for an integer key, a whole float64 of
 	// magnitude at most 2^53 or a json.Number), is empty or zero, is longer
-	// than Config.MaxIDLength bytes, does not fit the user model's primary
+	// than the id length limit (128 bytes, or the key column's declared length), does not fit the user model's primary
 	// key, or is a string the key column can never hold: a NUL byte on
 	// PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL and MySQL/MariaDB
 	// (utf8mb4).
-	ErrInvalidUserID = errors.New("lastseen: invalid user id")
+	ErrInvalidUserID = idcodec.ErrInvalid
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
 	// ErrClosed is returned by Flush and PurgeExpiredSessions after Close.
@@ -85,7 +90,7 @@ var (
 // Internal errors, never returned bare to callers.
 var (
 	// errNoTable is a missing users table or column: a statement error.
-	errNoTable = errors.New("lastseen: not found in the database")
+	errNoTable = dialect.ErrNoTable
 	// errBatchTimeout is the cause of a purge batch's select or transaction
 	// that ran past PurgeBatchTimeout.
 	errBatchTimeout = errors.New("PurgeBatchTimeout")

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -37,7 +38,7 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 		return 0, time.Time{}, nil
 	}
 	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
-	at := codecScan{c: m.enc} // coltype.go: the column's encoding; SQLite may return text
+	at := timecol.Scan{Codec: m.enc} // the column's encoding; SQLite may return text
 	err = q().Select("?", col).Order(sortTime(db, m.enc, col)).Limit(1).Row().Scan(&at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows): // purged between the two queries

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/clip"
 )
 
 // entry is one pending timestamp as stored in Redis and as bound for SQL,
@@ -202,11 +203,11 @@ func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 			continue
 		}
 		r.seen[field] = struct{}{}
-		id, errID := r.p.users.ids.parse(field)
+		id, errID := r.p.users.ids.Parse(field)
 		at, okTime := buffer.ParseMicros(value, r.now)
 		if errID != nil || !okTime {
 			r.rejected = append(r.rejected, buffer.Held{Field: field, Bucket: bucket})
-			r.p.limited.log(r.p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "shard", r.shard, "field", truncate(field), "value", truncate(value))
+			r.p.limited.log(r.p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "shard", r.shard, "field", clip.Text(field), "value", clip.Text(value))
 			continue
 		}
 		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at, bucket: bucket})

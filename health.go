@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	"gorm.io/gorm"
 )
 
 // Measured costs quoted by TableHealth's advice, from `lastseen bench flush
@@ -82,13 +80,18 @@ func (p *Plugin) TableHealth(ctx context.Context) (TableHealth, error) {
 		return TableHealth{}, err
 	}
 	m := p.users.model
-	h := TableHealth{Dialect: p.dialect.name, Table: m.table, Column: m.time.DBName}
-	if p.dialect.health == nil {
-		return h, nil
-	}
-	if err := p.dialect.health(fresh(ctx, db), &h); err != nil {
+	h := TableHealth{Dialect: p.dialect.Name(), Table: m.table, Column: m.time.DBName}
+	dh, err := p.dialect.Health(fresh(ctx, db), h.Table, h.Column)
+	if err != nil {
 		return TableHealth{}, fmt.Errorf("lastseen: table health of %s.%s: %w", h.Table, h.Column, err)
 	}
+	if dh.Indexes != nil {
+		h.Indexes = make([]IndexInfo, len(dh.Indexes))
+		for i, x := range dh.Indexes {
+			h.Indexes[i] = IndexInfo{Name: x.Name, Definition: x.Definition}
+		}
+	}
+	h.HOT, h.Updates, h.HOTUpdates, h.FillFactor = dh.HOT, dh.Updates, dh.HOTUpdates, dh.FillFactor
 	h.Advice = advise(h)
 	return h, nil
 }
@@ -118,77 +121,4 @@ func advise(h TableHealth) []string {
 		out = append(out, fmt.Sprintf("HOT share %.0f%% with no index on %s: pages are full (see fillfactor) or another indexed column changes in the same updates", 100*share, h.Column))
 	}
 	return out
-}
-
-// postgresHealth reads the indexes from pg_index (key columns by
-// attribute number, expressions and predicates by the column's name in
-// their text), the counters from pg_stat_user_tables and the fillfactor
-// from pg_class.reloptions.
-func postgresHealth(db *gorm.DB, h *TableHealth) error {
-	h.HOT, h.FillFactor = true, 100
-	rel := db.Statement.Quote(h.Table)
-	err := db.Raw(`SELECT i.relname AS name, pg_get_indexdef(x.indexrelid) AS definition
-FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-WHERE x.indrelid = to_regclass(?) AND (
-  EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = x.indrelid AND a.attname = ? AND a.attnum = ANY(x.indkey))
-  OR coalesce(pg_get_expr(x.indexprs, x.indrelid), '') ~ ('\m' || ? || '\M')
-  OR coalesce(pg_get_expr(x.indpred, x.indrelid), '') ~ ('\m' || ? || '\M'))
-ORDER BY i.relname`, rel, h.Column, h.Column, h.Column).Scan(&h.Indexes).Error
-	if err != nil {
-		return fmt.Errorf("pg_index: %w", err)
-	}
-	var rows []struct {
-		Upd, Hot int64
-		Fill     *int
-	}
-	err = db.Raw(`SELECT coalesce(s.n_tup_upd, 0) AS upd, coalesce(s.n_tup_hot_upd, 0) AS hot,
-  (SELECT substring(o FROM '^fillfactor=([0-9]+)$')::int FROM unnest(c.reloptions) AS o WHERE o LIKE 'fillfactor=%') AS fill
-FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = to_regclass(?)`, rel).Scan(&rows).Error
-	if err != nil {
-		return fmt.Errorf("pg_stat_user_tables: %w", err)
-	}
-	if len(rows) != 1 {
-		return fmt.Errorf("%w: table %s", errNoTable, h.Table)
-	}
-	h.Updates, h.HOTUpdates = rows[0].Upd, rows[0].Hot
-	if rows[0].Fill != nil {
-		h.FillFactor = *rows[0].Fill
-	}
-	return nil
-}
-
-// mysqlHealth reads the indexes from information_schema.STATISTICS (a
-// "schema.table" name is split; else the connection's database).
-func mysqlHealth(db *gorm.DB, h *TableHealth) error {
-	schema, table := "", h.Table
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		schema, table = table[:i], table[i+1:]
-	}
-	var names []string
-	err := db.Raw(`SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS
-WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ? ORDER BY INDEX_NAME`,
-		schema, table, h.Column).Scan(&names).Error
-	if err != nil {
-		return fmt.Errorf("information_schema.STATISTICS: %w", err)
-	}
-	for _, n := range names {
-		h.Indexes = append(h.Indexes, IndexInfo{Name: n})
-	}
-	return nil
-}
-
-// sqliteHealth reads the indexes with the pragma_index_list and
-// pragma_index_info table-valued functions (SQLite 3.16+).
-func sqliteHealth(db *gorm.DB, h *TableHealth) error {
-	var rows []struct{ Name, SQL string }
-	err := db.Raw(`SELECT il.name AS name, coalesce(m.sql, '') AS sql FROM pragma_index_list(?) AS il
-JOIN pragma_index_info(il.name) AS ii LEFT JOIN sqlite_master AS m ON m.type = 'index' AND m.name = il.name
-WHERE ii.name = ? ORDER BY il.name`, h.Table, h.Column).Scan(&rows).Error
-	if err != nil {
-		return fmt.Errorf("pragma_index_list: %w", err)
-	}
-	for _, r := range rows {
-		h.Indexes = append(h.Indexes, IndexInfo{Name: r.Name, Definition: r.SQL})
-	}
-	return nil
 }

@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-// fakeClock is the plugin's clock in tests.
+// fakeClock is the plugin's clock in tests (the tests module's
+// testenv.Clock, which this module cannot import).
 type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -41,7 +42,8 @@ func mustTime(s string) time.Time {
 	return t.UTC()
 }
 
-// logBuffer is a slog destination tests can read while jobs write to it.
+// logBuffer is a slog destination tests can read while jobs write to it
+// (the tests module's testenv.Logs, which this module cannot import).
 type logBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -60,24 +62,8 @@ func (b *logBuffer) count(s string) int {
 	return strings.Count(b.buf.String(), s)
 }
 
-func debugLogger(b *logBuffer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
 // take returns what was written since the last take.
-func (b *syncBuffer) take() string {
+func (b *logBuffer) take() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.buf.String()
@@ -85,9 +71,13 @@ func (b *syncBuffer) take() string {
 	return s
 }
 
+func debugLogger(b *logBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 // jsonLogger logs JSON at Debug level into b without the time and duration
 // attributes, the two that differ from run to run.
-func jsonLogger(b *syncBuffer) *slog.Logger {
+func jsonLogger(b *logBuffer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -18,13 +20,13 @@ import (
 // checkIdle checks the idle settings: no negative timeout, and a purge
 // batch whose delete fits the bind-parameter limit (one parameter per
 // session and three cutoffs).
-func checkIdle(c Config, d *dialect) error {
+func checkIdle(c settings, d *dialect.Dialect) error {
 	switch {
 	case c.IdleTimeout < 0:
-		return invalid("IdleTimeout is %v, want 0 (off) or a positive duration", c.IdleTimeout)
-	case c.IdleTimeout > 0 && c.PurgeBatchSize > d.maxParams-3:
-		return invalid("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete with IdleTimeout (%d bind parameters, 1 per session and 3 for the cutoffs)",
-			c.PurgeBatchSize, d.name, d.maxParams-3, d.maxParams)
+		return invalid("Sessions.IdleTimeout is %v, want 0 (off) or a positive duration", c.IdleTimeout)
+	case c.IdleTimeout > 0 && c.PurgeBatchSize > d.MaxParams()-3:
+		return invalid("Sessions.BatchSize %d exceeds the %s limit of %d sessions per delete with Sessions.IdleTimeout (%d bind parameters, 1 per session and 3 for the cutoffs)",
+			c.PurgeBatchSize, d.Name(), d.MaxParams()-3, d.MaxParams())
 	}
 	return nil
 }
@@ -32,7 +34,7 @@ func checkIdle(c Config, d *dialect) error {
 // timeCol is a time column by name, with its encoding (nil: a timestamp).
 type timeCol struct {
 	name string
-	enc  *timeCodec
+	enc  *timecol.Codec
 }
 
 // expiryRule is the WHERE condition of sessions expired at t: the expires
@@ -88,7 +90,7 @@ func (tr *Plugin) busy(ctx context.Context, ids []any, since time.Time) ([]bool,
 	uids := make([]string, 0, len(ids))
 	idx := make([]int, 0, len(ids))
 	for i, id := range ids {
-		uid, err := t.ids.normalize(id)
+		uid, err := t.ids.Normalize(id)
 		if err != nil {
 			continue // not an id the tracker could have buffered
 		}

@@ -9,7 +9,7 @@ import (
 // TestRateLimitedLog: one line per message per warnInterval; the next line
 // let through says how many were held back; messages are limited apart.
 func TestRateLimitedLog(t *testing.T) {
-	var out syncBuffer
+	var out logBuffer
 	l := jsonLogger(&out)
 	clock := newClock("2026-03-01T09:30:00Z")
 	r := rateLimitedLog{now: clock.Now}

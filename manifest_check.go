@@ -12,6 +12,7 @@ import (
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 )
@@ -28,7 +29,7 @@ import (
 //
 //	lastseen:<table>:<first 8 hex digits of SHA-256 of dialect, server, database, table, column>
 //
-// server and database come from the dialect (dialect.identity): PostgreSQL's
+// server and database come from the dialect (Dialect.Identity): PostgreSQL's
 // system identifier and current_database().current_schema(); MySQL's
 // server_uuid (MariaDB: server_id, hostname and port) and DATABASE();
 // SQLite's main file, by absolute path. The manifest records all of them;
@@ -47,8 +48,8 @@ func manifestKey(prefix string) string { return keys.Manifest(prefix) }
 // (without braces, which are Redis Cluster hash tags) and the first 8 hex
 // digits of the SHA-256 of the dialect, the server, the database, the table
 // and the column, separated by NUL bytes.
-func derivePrefix(dialect string, id targetIdentity, table, column string) string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{dialect, id.server, id.database, table, column}, "\x00")))
+func derivePrefix(dialectName string, id dialect.Identity, table, column string) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{dialectName, id.Server, id.Database, table, column}, "\x00")))
 	return DefaultPrefix + ":" + strings.NewReplacer("{", "", "}", "").Replace(table) + ":" + hex.EncodeToString(sum[:4])
 }
 
@@ -67,18 +68,18 @@ type manifestField struct {
 // they write more often, nothing is lost).
 func (p *Plugin) manifest() []manifestField {
 	key := "text"
-	if k := p.users.ids.kind; k == idSigned || k == idUnsigned {
+	if p.users.ids.Integer() {
 		key = "integer"
 	}
 	return []manifestField{
 		{"format", "format version", redisbuf.Format},
-		{"dialect", "dialect", p.dialect.name},
-		{"database", "database", p.target.database},
+		{"dialect", "dialect", p.dialect.Name()},
+		{"database", "database", p.target.Database},
 		{"table", "table", p.users.model.table},
 		{"column", "column", p.users.model.time.DBName},
 		{"key", "key type", key},
 		{"shards", "Shards", strconv.Itoa(p.cfg.Shards)},
-		{"server", "server", p.target.server},
+		{"server", "server", p.target.Server},
 		{"throttle", "Throttle", p.cfg.Throttle.String()},
 	}
 }
@@ -91,17 +92,17 @@ func (p *Plugin) manifest() []manifestField {
 func (p *Plugin) resolvePrefix(db *gorm.DB) error {
 	ctx, cancel := context.WithTimeout(context.Background(), identityTimeout)
 	defer cancel()
-	id, err := p.dialect.identity(ctx, db)
+	id, err := p.dialect.Identity(ctx, db)
 	switch {
 	case err != nil && p.cfg.Prefix == "":
-		return fmt.Errorf("lastseen: derive the default Prefix: read the database server's identity: %w", err)
+		return fmt.Errorf("lastseen: derive the default Buffer.Prefix: read the database server's identity: %w", err)
 	case err != nil:
 		p.log.Warn("lastseen: cannot read the database server's identity at start; the first flush checks the buffer's manifest", "err", err)
 		return nil
 	}
 	p.target, p.identityOK = id, true
 	if p.cfg.Prefix == "" {
-		p.cfg.Prefix = derivePrefix(p.dialect.name, id, p.users.model.table, p.users.model.time.DBName)
+		p.cfg.Prefix = derivePrefix(p.dialect.Name(), id, p.users.model.table, p.users.model.time.DBName)
 	}
 	return nil
 }
@@ -137,14 +138,14 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		case f.name == "format":
 			return invalid("the buffer at prefix %q was written by a lastseen version of buffer format %s, this version "+
 				"writes format %s: flush it empty with the version that wrote it (lastseen flush), delete the key %s, "+
-				"then start this version; or set another Prefix", p.cfg.Prefix, have, f.value, key)
+				"then start this version; or set another Buffer.Prefix", p.cfg.Prefix, have, f.value, key)
 		case f.name == "shards":
-			return invalid("the buffer at prefix %q was created with Shards %s, this instance has Shards %s: "+
-				"set Shards: %s, or flush the buffer empty with Shards %s and delete the key %s",
+			return invalid("the buffer at prefix %q was created with Buffer.Shards %s, this instance has Buffer.Shards %s: "+
+				"set Buffer.Shards: %s, or flush the buffer empty with Buffer.Shards %s and delete the key %s",
 				p.cfg.Prefix, have, f.value, have, have, key)
 		default:
 			return invalid("the buffer at prefix %q was created for %s %q, this instance has %s %q: "+
-				"set another Prefix (or leave Prefix empty to derive one from the database and table), "+
+				"set another Buffer.Prefix (or leave Buffer.Prefix empty to derive one from the database and table), "+
 				"or flush the buffer empty with the old setting and delete the key %s",
 				p.cfg.Prefix, f.label, have, f.label, f.value, key)
 		}
@@ -172,7 +173,7 @@ func (p *Plugin) checkRedis(buf buffer.Buffer) error {
 	}
 	p.eviction.Check(ctx)
 	if policy, risk := p.eviction.State(); risk && p.cfg.RequireNoEviction {
-		return invalid("Redis maxmemory-policy is %q, which can evict the buffer, and RequireNoEviction is set: "+
+		return invalid("Redis maxmemory-policy is %q, which can evict the buffer, and Buffer.RequireNoEviction is set: "+
 			"run CONFIG SET maxmemory-policy noeviction on the Redis (on every master of a cluster), "+
 			"or give lastseen a Redis of its own", policy)
 	}
@@ -219,7 +220,7 @@ func (p *Plugin) recheckRedis(ctx context.Context) error {
 	p.manifestMu.Lock()
 	defer p.manifestMu.Unlock()
 	if !p.identityOK {
-		id, err := p.dialect.identity(ctx, p.db)
+		id, err := p.dialect.Identity(ctx, p.db)
 		if err != nil {
 			return fmt.Errorf("lastseen: read the database server's identity for the buffer's manifest: %w", err)
 		}

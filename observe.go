@@ -48,27 +48,26 @@ type NopObserver struct{}
 
 // StartFlush returns ctx and a no-op end function.
 func (NopObserver) StartFlush(ctx context.Context) (context.Context, func(FlushResult, error)) {
-	return ctx, endFlushNop
+	return ctx, endNop[FlushResult]
 }
 
 // StartFlushShard returns ctx and a no-op end function.
 func (NopObserver) StartFlushShard(ctx context.Context, _ int) (context.Context, func(FlushResult, error)) {
-	return ctx, endFlushNop
+	return ctx, endNop[FlushResult]
 }
 
 // StartPurge returns ctx and a no-op end function.
 func (NopObserver) StartPurge(ctx context.Context) (context.Context, func(PurgeResult, error)) {
-	return ctx, endPurgeNop
+	return ctx, endNop[PurgeResult]
 }
 
 // StartPurgeBatch returns ctx and a no-op end function.
 func (NopObserver) StartPurgeBatch(ctx context.Context, _ int) (context.Context, func(int, error)) {
-	return ctx, endBatchNop
+	return ctx, endNop[int]
 }
 
-func endFlushNop(FlushResult, error) {}
-func endPurgeNop(PurgeResult, error) {}
-func endBatchNop(int, error)         {}
+// endNop is the end function of a run no observer watches.
+func endNop[R any](R, error) {}
 
 // observers is the plugin's list of observers, replaced whole on
 // AddObserver so that runs read it without a lock.
@@ -100,68 +99,45 @@ func (p *Plugin) AddObserver(o Observer) {
 // observeFlush starts a flush run on every observer; with none it returns
 // ctx and a no-op without allocating.
 func (p *Plugin) observeFlush(ctx context.Context) (context.Context, func(FlushResult, error)) {
-	list := p.obs.list.Load()
-	if list == nil {
-		return ctx, endFlushNop
-	}
-	ends := make([]func(FlushResult, error), len(*list))
-	for i, o := range *list {
-		ctx, ends[i] = o.StartFlush(ctx)
-	}
-	return ctx, func(r FlushResult, err error) {
-		for i := len(ends) - 1; i >= 0; i-- {
-			ends[i](r, err)
-		}
-	}
+	return observeAll(ctx, &p.obs, endNop[FlushResult], Observer.StartFlush)
 }
 
 // observeFlushShard is observeFlush for one shard.
 func (p *Plugin) observeFlushShard(ctx context.Context, shard int) (context.Context, func(FlushResult, error)) {
-	list := p.obs.list.Load()
-	if list == nil {
-		return ctx, endFlushNop
-	}
-	ends := make([]func(FlushResult, error), len(*list))
-	for i, o := range *list {
-		ctx, ends[i] = o.StartFlushShard(ctx, shard)
-	}
-	return ctx, func(r FlushResult, err error) {
-		for i := len(ends) - 1; i >= 0; i-- {
-			ends[i](r, err)
-		}
-	}
+	return observeAll(ctx, &p.obs, endNop[FlushResult], func(o Observer, ctx context.Context) (context.Context, func(FlushResult, error)) {
+		return o.StartFlushShard(ctx, shard)
+	})
 }
 
 // observePurge starts a purge run on every observer.
 func (p *Plugin) observePurge(ctx context.Context) (context.Context, func(PurgeResult, error)) {
-	list := p.obs.list.Load()
-	if list == nil {
-		return ctx, endPurgeNop
-	}
-	ends := make([]func(PurgeResult, error), len(*list))
-	for i, o := range *list {
-		ctx, ends[i] = o.StartPurge(ctx)
-	}
-	return ctx, func(r PurgeResult, err error) {
-		for i := len(ends) - 1; i >= 0; i-- {
-			ends[i](r, err)
-		}
-	}
+	return observeAll(ctx, &p.obs, endNop[PurgeResult], Observer.StartPurge)
 }
 
 // observePurgeBatch starts one purge batch on every observer.
 func (p *Plugin) observePurgeBatch(ctx context.Context, batch int) (context.Context, func(int, error)) {
-	list := p.obs.list.Load()
+	return observeAll(ctx, &p.obs, endNop[int], func(o Observer, ctx context.Context) (context.Context, func(int, error)) {
+		return o.StartPurgeBatch(ctx, batch)
+	})
+}
+
+// observeAll calls start on every observer in obs, in the order they were
+// added, each with the context the one before returned, and returns the
+// last context and an end function that ends them in reverse order (the
+// last started ends first, as nested spans do). With no observer it returns
+// ctx and nop, a static no-op, so that nothing is allocated.
+func observeAll[R any](ctx context.Context, obs *observers, nop func(R, error), start func(Observer, context.Context) (context.Context, func(R, error))) (context.Context, func(R, error)) {
+	list := obs.list.Load()
 	if list == nil {
-		return ctx, endBatchNop
+		return ctx, nop
 	}
-	ends := make([]func(int, error), len(*list))
+	ends := make([]func(R, error), len(*list))
 	for i, o := range *list {
-		ctx, ends[i] = o.StartPurgeBatch(ctx, batch)
+		ctx, ends[i] = start(o, ctx)
 	}
-	return ctx, func(n int, err error) {
+	return ctx, func(r R, err error) {
 		for i := len(ends) - 1; i >= 0; i-- {
-			ends[i](n, err)
+			ends[i](r, err)
 		}
 	}
 }
@@ -188,6 +164,6 @@ func (p *Plugin) Target() (Target, error) {
 	if p.db == nil {
 		return t, ErrNotInitialized
 	}
-	t.Dialect, t.Table, t.SessionTable = p.dialect.name, p.users.model.table, p.sessions.model.table
+	t.Dialect, t.Table, t.SessionTable = p.dialect.Name(), p.users.model.table, p.sessions.model.table
 	return t, nil
 }

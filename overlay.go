@@ -46,7 +46,7 @@ func (p *Plugin) overlay(db *gorm.DB) {
 		if zero {
 			continue
 		}
-		if uid, err := t.ids.normalize(derefValue(id)); err == nil {
+		if uid, err := t.ids.Normalize(derefValue(id)); err == nil {
 			uids[i] = uid
 			distinct = append(distinct, uid)
 		}
@@ -63,10 +63,10 @@ func (p *Plugin) overlay(db *gorm.DB) {
 			continue
 		}
 		cur, _ := m.time.ValueOf(ctx, rv)
-		if c, has := m.enc.fromGo(cur); has && !at.After(c) { // coltype.go
+		if c, has := m.enc.FromGo(cur); has && !at.After(c) {
 			continue
 		}
-		_ = m.time.Set(ctx, rv, m.enc.toGo(at)) // GORM's setter converts, or calls the field's Scan
+		_ = m.time.Set(ctx, rv, m.enc.ToGo(at)) // GORM's setter converts, or calls the field's Scan
 	}
 }
 

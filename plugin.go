@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/testhooks"
 	"gorm.io/gorm"
 )
@@ -32,7 +33,7 @@ import (
 // Plugin is the GORM plugin. Create it with New, register it with db.Use,
 // stop it with Close. All methods are safe for concurrent use.
 type Plugin struct {
-	cfg       Config
+	cfg       settings
 	name      string // Name(): pluginName(Model, Field)
 	log       *slog.Logger
 	now       func() time.Time
@@ -47,7 +48,7 @@ type Plugin struct {
 
 	users    *userTarget
 	sessions *sessionTarget
-	dialect  *dialect
+	dialect  *dialect.Dialect
 
 	tracker   *tracker // the request path; tracker.buf is the buffer (openBuffer)
 	sched     *scheduler
@@ -59,13 +60,13 @@ type Plugin struct {
 	limited   rateLimitedLog // per-entry warnings of flushes (logs.go)
 	schema    schemaState    // tables found to fit the config; schema log limits (schema.go)
 
-	probes atomic.Uint64 // rotates the entry a refused batch is probed with (systemic.go)
+	probes atomic.Uint64 // rotates the entry (or session) a refused batch is probed with (probe.go)
 
 	hooks *testhooks.FlushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 
 	// What the buffer belongs to and how Redis keeps it (manifest_check.go).
 	manifestMu     sync.Mutex              // guards target and identityOK after Initialize (recheckRedis)
-	target         targetIdentity          // the database server and database
+	target         dialect.Identity        // the database server and database
 	identityOK     bool                    // target was read
 	manifestOK     atomic.Bool             // the manifest was found to agree (or created)
 	manifestWarned map[string]bool         // "field=value" of mismatches already logged (warnedManifest), under manifestMu
@@ -77,9 +78,10 @@ var _ gorm.Plugin = (*Plugin)(nil)
 
 // New returns a plugin with the defaults filled into cfg. It does no I/O and
 // never fails; Initialize (called by db.Use) validates the configuration.
-func New(cfg Config) *Plugin {
-	realClock, idLenSet := cfg.Now == nil, cfg.MaxIDLength != 0
-	cfg = withDefaults(cfg)
+func New(c Config) *Plugin {
+	s := c.settings()
+	realClock, idLenSet := s.Now == nil, s.MaxIDLength != 0
+	cfg := withDefaults(s)
 	name := pluginName(cfg.Model, cfg.Field)
 	p := &Plugin{cfg: cfg, name: name, log: cfg.Logger.With("plugin", "lastseen", "tracks", name[len(namePrefix):]),
 		now: cfg.Now, realClock: realClock, idLenSet: idLenSet}
@@ -100,11 +102,11 @@ func (p *Plugin) Name() string { return p.name }
 
 // Config returns the configuration with defaults filled in. After
 // Initialize, Prefix is the one in use: Config.Prefix, or when that was
-// empty the prefix derived from the database and table (manifest.go).
+// empty the prefix derived from the database and table.
 func (p *Plugin) Config() Config {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cfg
+	return p.cfg.public()
 }
 
 // Initialize is called by db.Use. It validates the configuration against the
@@ -113,8 +115,8 @@ func (p *Plugin) Config() Config {
 // unsupported dialect, a batch size over the dialect's bind-parameter limit,
 // a model GORM cannot parse or without exactly one primary key, a missing or
 // non-time last-seen or expiry field, a cron spec that does not parse, a
-// buffer manifest that disagrees (manifest.go), or with RequireNoEviction a
-// Redis maxmemory-policy that can evict (eviction.go). It reads the
+// buffer manifest that disagrees, or with RequireNoEviction a Redis
+// maxmemory-policy that can evict. It reads the
 // database server's identity (and derives Prefix from it when empty); an
 // error doing so is returned. A Redis that is configured but unreachable is
 // logged, not an error: presence is best effort; the manifest is then
@@ -144,7 +146,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	buf := p.openBuffer() // the one choice between Redis and memory; after the clock is final
 	if o := p.prefixTaken(db, buf); o != nil {
 		_ = buf.Close()
-		return invalid("Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Prefix", p.cfg.Prefix, o.name)
+		return invalid("Buffer.Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Buffer.Prefix", p.cfg.Prefix, o.name)
 	}
 	if err := p.checkRedis(buf); err != nil {
 		_ = buf.Close()
@@ -156,10 +158,14 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	var sched *scheduler
-	if !p.cfg.DisableScheduler {
+	purge := p.cfg.purgeScheduled()
+	if !p.cfg.DisableFlush || purge {
 		sched = newScheduler(p.log)
-		err := sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob)
-		if err == nil && !p.cfg.DisablePurge {
+		var err error
+		if !p.cfg.DisableFlush {
+			err = sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob)
+		}
+		if err == nil && purge {
 			err = sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob)
 		}
 		if err != nil {
@@ -187,8 +193,8 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 // configuration problem: the dialect, the values (checkConfig), then the
 // models (resolveTargets).
 func (p *Plugin) validate(db *gorm.DB) error {
-	d, ok := dialects[db.Dialector.Name()]
-	if !ok {
+	d := dialect.Lookup(db.Dialector.Name())
+	if d == nil {
 		return invalid("dialect %q is not supported (want postgres, mysql or sqlite)", db.Dialector.Name())
 	}
 	p.dialect = d

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/keys"
 )
 
@@ -25,7 +26,7 @@ import (
 const dayLayout = keys.DayLayout
 
 // keepDays is ActiveUsersRetention in whole days.
-func keepDays(c *Config) time.Duration {
+func keepDays(c *settings) time.Duration {
 	return c.ActiveUsersRetention / (24 * time.Hour) * 24 * time.Hour
 }
 
@@ -62,9 +63,9 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 	case p.tracker == nil:
 		return 0, ErrNotInitialized
 	case c.OnlineWindow < 0:
-		return 0, fmt.Errorf("%w: Online needs OnlineWindow >= 0", ErrCountsDisabled)
+		return 0, fmt.Errorf("%w: Online needs Presence.OnlineWindow >= 0", ErrCountsDisabled)
 	case d < c.Throttle || d > c.OnlineWindow:
-		return 0, fmt.Errorf("%w: online window %v, want %v (Throttle) to %v (OnlineWindow)", ErrInvalidRange, d, c.Throttle, c.OnlineWindow)
+		return 0, fmt.Errorf("%w: online window %v, want %v (Throttle) to %v (Presence.OnlineWindow)", ErrInvalidRange, d, c.Throttle, c.OnlineWindow)
 	}
 	now := p.now()
 	first, last := now.Add(-d).Unix()/60, now.Unix()/60
@@ -98,7 +99,7 @@ func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, er
 		return 0, ErrNotInitialized
 	}
 	if c.ActiveUsersRetention < 0 {
-		return 0, fmt.Errorf("%w: ActiveUsers needs ActiveUsersRetention >= 0", ErrCountsDisabled)
+		return 0, fmt.Errorf("%w: ActiveUsers needs Presence.ActiveUsersRetention >= 0", ErrCountsDisabled)
 	}
 	now := p.now()
 	first, last := from.UTC().Truncate(24*time.Hour), to.UTC().Truncate(24*time.Hour)
@@ -107,7 +108,7 @@ func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, er
 	case last.Before(first):
 		return 0, fmt.Errorf("%w: active users from %s to %s ends before it starts", ErrInvalidRange, first.Format(dayLayout), last.Format(dayLayout))
 	case first.Before(oldest):
-		return 0, fmt.Errorf("%w: active users from %s: the oldest day kept is %s (ActiveUsersRetention %v)", ErrInvalidRange, first.Format(dayLayout), oldest.Format(dayLayout), c.ActiveUsersRetention)
+		return 0, fmt.Errorf("%w: active users from %s: the oldest day kept is %s (Presence.ActiveUsersRetention %v)", ErrInvalidRange, first.Format(dayLayout), oldest.Format(dayLayout), c.ActiveUsersRetention)
 	}
 	if newest := now.Add(MaxClockSkew).UTC().Truncate(24 * time.Hour); last.After(newest) {
 		last = newest
@@ -136,9 +137,9 @@ func (p *Plugin) countHLL(ctx context.Context, what string, keysOf func(keys.Sha
 }
 
 // checkCounts checks the presence count settings.
-func checkCounts(c Config, _ *dialect) error {
+func checkCounts(c settings, _ *dialect.Dialect) error {
 	if c.OnlineWindow >= 0 && c.OnlineWindow < c.Throttle {
-		return invalid("OnlineWindow is %v, want at least Throttle (%v) or negative (off)", c.OnlineWindow, c.Throttle)
+		return invalid("Presence.OnlineWindow is %v, want at least Throttle (%v) or negative (off)", c.OnlineWindow, c.Throttle)
 	}
 	return nil
 }

@@ -224,7 +224,7 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock buffer.Lease,
 // ctx's cause.
 func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, cond clause.Expression) (n, retries int, err error) {
 	m := p.sessions.model
-	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.retryable(err) }
+	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.Retryable(err) }
 	retries, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
 		defer cancel()

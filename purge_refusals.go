@@ -29,19 +29,19 @@ type purgeParts struct {
 // deleted.
 func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (int, error) {
 	p := pp.p
-	kind := p.dialect.errorKind(batchErr)
-	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.retryable(batchErr) {
+	kind := p.dialect.ErrorKind(batchErr)
+	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.Retryable(batchErr) {
 		return 0, batchErr
 	}
-	if p.dialect.exhausted(kind) {
+	if p.dialect.Exhausted(kind) {
 		return 0, fmt.Errorf("%w (error kind %s: the server is out of a resource): %w", ErrSystemic, kind, batchErr)
 	}
 	n := len(ids)
-	i := int(p.probes.Add(1) % uint64(n))
+	probe, rest := pickProbe(&p.probes, ids)
 	var deleted int
 	err := batchErr
 	if n > 1 {
-		deleted, err = pp.delete(ctx, ids[i:i+1])
+		deleted, err = pp.delete(ctx, probe)
 	}
 	if err != nil && p.sameKind(ctx, err, kind) {
 		if werr := pp.deleteNothing(ctx); p.sameKind(ctx, werr, kind) {
@@ -52,12 +52,10 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 		}
 	}
 	if err != nil {
-		if err = pp.refuse(ctx, ids[i], err); err != nil {
+		if err = pp.refuse(ctx, probe[0], err); err != nil {
 			return deleted, err
 		}
 	}
-	rest := make([]any, 0, n-1)
-	rest = append(append(rest, ids[:i]...), ids[i+1:]...)
 	d, err := pp.split(ctx, rest)
 	return deleted + d, err
 }
@@ -100,7 +98,7 @@ func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
 // returns err when it is not such a refusal (no kind, a timeout, ctx ended).
 func (pp *purgeParts) refuse(ctx context.Context, id any, err error) error {
 	p := pp.p
-	if context.Cause(ctx) != nil || p.dialect.errorKind(err) == "" || errors.Is(err, errBatchTimeout) {
+	if context.Cause(ctx) != nil || p.dialect.ErrorKind(err) == "" || errors.Is(err, errBatchTimeout) {
 		return err
 	}
 	pp.res.Refused++

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/idcodec"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm/clause"
 )
 
@@ -26,7 +28,7 @@ func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool
 	if t == nil {
 		return time.Time{}, false, time.Time{}, ErrNotInitialized
 	}
-	uid, err := t.ids.normalize(userID)
+	uid, err := t.ids.Normalize(userID)
 	if err != nil {
 		return time.Time{}, false, time.Time{}, err
 	}
@@ -58,15 +60,15 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 		p.tracker.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; LastSeen answers from the database", "err", err) })
 		at, ok = held, !held.IsZero()
 	}
-	uid, _ := p.users.ids.normalize(userID)
-	id, _ := p.users.ids.parse(uid)
+	uid, _ := p.users.ids.Normalize(userID)
+	id, _ := p.users.ids.Parse(uid)
 	m := p.users.model
-	col := codecScan{c: m.enc} // coltype.go: the column's encoding; SQLite may return text
+	col := timecol.Scan{Codec: m.enc} // the column's encoding; SQLite may return text
 	pk := clause.Column{Name: m.pk.DBName}
 	q := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?", clause.Column{Name: m.time.DBName}).
 		Where(clause.Eq{Column: pk, Value: id})
-	if p.users.ids.kind == idString && p.dialect.exactIn != nil {
-		q = q.Where(p.dialect.exactIn(pk, []any{id})) // the row of exactly this id, not one its collation folds onto
+	if exact, ok := p.dialect.ExactIn(pk, []any{id}); ok && p.users.ids.Kind == idcodec.String {
+		q = q.Where(exact) // the row of exactly this id, not one its collation folds onto
 	}
 	row := q.Limit(1).Row()
 	switch err := row.Scan(&col); {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/idcodec"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm/clause"
 )
 
@@ -37,7 +39,7 @@ func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, erro
 	var distinct []string
 	seen := make(map[string]bool, len(ids))
 	for i, id := range ids {
-		uid, err := t.ids.normalize(id)
+		uid, err := t.ids.Normalize(id)
 		if err != nil {
 			return nil, fmt.Errorf("%w (ids[%d])", err, i)
 		}
@@ -95,11 +97,11 @@ func (t *tracker) buffered(ctx context.Context, uids []string, guard bool) (map[
 func (p *Plugin) columns(ctx context.Context, uids []string, latest map[string]time.Time) error {
 	m, codec := p.users.model, p.users.ids
 	pk, col := clause.Column{Name: m.pk.DBName}, clause.Column{Name: m.time.DBName}
-	for start := 0; start < len(uids); start += p.dialect.maxParams {
-		part := uids[start:min(start+p.dialect.maxParams, len(uids))]
+	for start := 0; start < len(uids); start += p.dialect.MaxParams() {
+		part := uids[start:min(start+p.dialect.MaxParams(), len(uids))]
 		vals := make([]any, len(part))
 		for i, uid := range part {
-			vals[i], _ = codec.parse(uid) // canonical text: parses
+			vals[i], _ = codec.Parse(uid) // canonical text: parses
 		}
 		rows, err := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?, ?", pk, col).
 			Where(clause.IN{Column: pk, Values: vals}).Rows()
@@ -125,15 +127,15 @@ type rowScanner interface {
 // scanColumns reads (primary key, column) rows, the key into a value of its
 // own Go type, written back as its canonical text, the column through its
 // encoding.
-func scanColumns(rows rowScanner, codec idCodec, enc *timeCodec, latest map[string]time.Time) error {
+func scanColumns(rows rowScanner, codec idcodec.Codec, enc *timecol.Codec, latest map[string]time.Time) error {
 	defer rows.Close()
 	for rows.Next() {
-		id := reflect.New(codec.typ)
-		c := codecScan{c: enc} // coltype.go: the column's encoding; SQLite may return text
+		id := reflect.New(codec.Type)
+		c := timecol.Scan{Codec: enc} // the column's encoding; SQLite may return text
 		if err := rows.Scan(id.Interface(), &c); err != nil {
 			return err
 		}
-		uid, err := codec.normalize(id.Elem().Interface())
+		uid, err := codec.Normalize(id.Elem().Interface())
 		if err == nil && c.Valid {
 			raise(latest, uid, c.Time.UTC())
 		}

@@ -121,15 +121,15 @@ func (p *Plugin) prefixTaken(db *gorm.DB, buf buffer.Buffer) *Plugin {
 
 // schedulesPurge reports whether this plugin's scheduled purge runs: the
 // scheduled purge of a session table runs in one plugin per *gorm.DB, the
-// first of sessionPluginsOf among those without DisablePurge (the plugin
-// that tracks the sessions' activity if one does, else the least Name).
-// PurgeExpiredSessions called directly always runs.
+// first of sessionPluginsOf among those whose purge is scheduled (the
+// plugin that tracks the sessions' activity if one does, else the least
+// Name). PurgeExpiredSessions called directly always runs.
 func (p *Plugin) schedulesPurge() bool {
-	if p.cfg.DisablePurge {
+	if !p.cfg.purgeScheduled() {
 		return false
 	}
 	for _, o := range sessionPluginsOf(p.db, p.sessions.model.table) {
-		if !o.cfg.DisablePurge {
+		if o.cfg.purgeScheduled() {
 			return o == p
 		}
 	}

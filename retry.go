@@ -6,7 +6,7 @@ import (
 )
 
 // retry runs fn, and runs it again while it fails with an error retryable
-// accepts (a deadlock or serialization failure: dialect.retryable), at most
+// accepts (a deadlock or serialization failure: Dialect.Retryable), at most
 // max more times (MaxRetries; negative: never), waiting backoff between
 // attempts. retryable is asked only when another attempt is allowed, so it
 // may log the retry. It returns how many times fn was repeated and fn's last

@@ -36,10 +36,7 @@ type BufferSample struct {
 
 // OldestAge is At minus Oldest, or 0 when Oldest is zero.
 func (s BufferSample) OldestAge() time.Duration {
-	if s.Oldest.IsZero() {
-		return 0
-	}
-	return s.At.Sub(s.Oldest)
+	return oldestAge(s.At, s.Oldest)
 }
 
 // SampleBuffer reads the buffer's size and samples its oldest timestamp in

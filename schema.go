@@ -7,7 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/idcodec"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
+	"strings"
 )
 
 // schemaTimeout bounds the catalog queries of one schema check.
@@ -55,7 +58,7 @@ type tableCheck struct {
 	modelVal  any        // the configured model, for %T
 	fieldOpt  string     // "Field" or "ExpiresField"
 	fieldName string     // as configured
-	codecs    []optCodec // the time columns whose declared types are checked (coltype_check.go)
+	codecs    []optCodec // the time columns whose declared types are checked (checkColumnTypes)
 }
 
 func (p *Plugin) usersCheck() tableCheck {
@@ -65,11 +68,11 @@ func (p *Plugin) usersCheck() tableCheck {
 
 func (p *Plugin) sessionsCheck() tableCheck {
 	s := p.sessions
-	codecs := []optCodec{{"ExpiresField", p.cfg.ExpiresField, s.model.enc}}
+	codecs := []optCodec{{"Sessions.ExpiresField", p.cfg.ExpiresField, s.model.enc}}
 	if s.activeEnc != nil {
-		codecs = append(codecs, optCodec{"ActiveField", p.cfg.ActiveField, s.activeEnc})
+		codecs = append(codecs, optCodec{"Sessions.ActiveField", p.cfg.ActiveField, s.activeEnc})
 	}
-	return tableCheck{s.model, "SessionModel", p.cfg.SessionModel, "ExpiresField", p.cfg.ExpiresField, codecs}
+	return tableCheck{s.model, "Sessions.Model", p.cfg.SessionModel, "Sessions.ExpiresField", p.cfg.ExpiresField, codecs}
 }
 
 // inspect reports whether c's table exists and, when it does, the first
@@ -110,7 +113,7 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 	for i, c := range checks {
 		exists, problem := c.inspect(db.Migrator())
 		if exists && problem == "" {
-			problem = p.checkColumnTypes(db, c) // coltype_check.go
+			problem = p.checkColumnTypes(db, c)
 		}
 		switch {
 		case problem != "":
@@ -138,10 +141,48 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 	return nil
 }
 
+// optCodec is one configured time column of a table: the Config field that
+// names it, as configured, and its codec.
+type optCodec struct {
+	opt, name string
+	c         *timecol.Codec
+}
+
+// checkColumnTypes reads the declared types of c's time columns from the
+// catalog (GORM's Migrator: PostgreSQL information_schema.columns, MySQL
+// information_schema.COLUMNS, SQLite's table definition) and checks each
+// against its codec. It records whether each is naive and returns the
+// first mismatch as a message naming the Config field, the Go type and the
+// column type, or "" when all fit. A catalog it cannot read is not a
+// mismatch: the flush's guard reports values it cannot compare.
+func (p *Plugin) checkColumnTypes(db *gorm.DB, c tableCheck) string {
+	cols, err := db.Migrator().ColumnTypes(c.model.table)
+	if err != nil {
+		return ""
+	}
+	for _, oc := range c.codecs {
+		f := oc.c.Field()
+		for _, col := range cols {
+			if col.Name() != f.DBName {
+				continue
+			}
+			typ := strings.ToLower(col.DatabaseTypeName())
+			k := p.dialect.Classify(typ)
+			if !oc.c.Fits(k) {
+				return fmt.Sprintf("Config.%s %q: %s.%s is %s, but column %s.%s is %s, which holds %s",
+					oc.opt, oc.name, c.model.schema.Name, f.Name, oc.c.Describe(),
+					c.model.table, col.Name(), strings.ToUpper(typ), k)
+			}
+			oc.c.SetClass(k)
+		}
+	}
+	return ""
+}
+
 // missing describes c's missing table and what to do about it.
 func (c tableCheck) missing() string {
-	if c.modelOpt == "SessionModel" {
-		return fmt.Sprintf("table %s does not exist: create it, or set Config.DisablePurge for an app without a sessions table (Config.%s %T)",
+	if c.modelOpt == "Sessions.Model" {
+		return fmt.Sprintf("table %s does not exist: create it, or set Config.Sessions.Disabled for an app without a sessions table (Config.%s %T)",
 			c.model.table, c.modelOpt, c.modelVal)
 	}
 	return fmt.Sprintf("table %s does not exist: create it (AutoMigrate) or fix Config.%s (%T); touches stay buffered until it exists",
@@ -160,7 +201,7 @@ func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *at
 	db := fresh(ctx, p.db)
 	exists, problem := c.inspect(db.Migrator())
 	if exists && problem == "" {
-		problem = p.checkColumnTypes(db, c) // coltype_check.go
+		problem = p.checkColumnTypes(db, c)
 	}
 	switch {
 	case problem != "":
@@ -182,17 +223,17 @@ func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *at
 // by MySQL outside strict mode.
 func (p *Plugin) checkKeyLength(col gorm.ColumnType) error {
 	ids := &p.users.ids
-	if ids.kind != idString {
+	if ids.Kind != idcodec.String {
 		return nil
 	}
 	n, ok := col.Length()
-	if !ok || n <= 0 || n >= int64(ids.maxLen) {
+	if !ok || n <= 0 || n >= int64(ids.MaxLen) {
 		return nil
 	}
 	if p.idLenSet {
-		return invalid("MaxIDLength %d: key column %s.%s holds at most %d characters", ids.maxLen, p.users.model.table, col.Name(), n)
+		return invalid("MaxIDLength %d: key column %s.%s holds at most %d characters", ids.MaxLen, p.users.model.table, col.Name(), n)
 	}
-	ids.maxLen = int(n)
+	ids.MaxLen = int(n)
 	return nil
 }
 

@@ -3,6 +3,8 @@ package lastseen
 import (
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -26,7 +28,7 @@ const (
 //	db.Scopes(lastseen.SeenWithin(5 * time.Minute)).Find(&users)
 func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB {
-		col, enc := defaultLastSeenColumn, (*timeCodec)(nil)
+		col, enc := defaultLastSeenColumn, (*timecol.Codec)(nil)
 		if p := trackerOf(db, statementTable(db)); p != nil { // registry.go
 			col, enc = p.users.model.time.DBName, p.users.model.enc
 		}
@@ -71,21 +73,21 @@ func ExpiredAt(t time.Time) func(*gorm.DB) *gorm.DB {
 }
 
 // compareTime compares a time column in encoding c (nil: a timestamp) with
-// t the way db's dialect needs (dialect.compare), t bound in the column's
-// encoding, rounded for an integer one (timeCodec.bound); unknown dialects
+// t the way db's dialect needs (Dialect.Compare), t bound in the column's
+// encoding, rounded for an integer one (Codec.Bound); unknown dialects
 // get a plain comparison.
-func compareTime(db *gorm.DB, c *timeCodec, col clause.Column, op string, t time.Time) clause.Expr {
-	enc, v := EncodingTime, any(t.UTC())
+func compareTime(db *gorm.DB, c *timecol.Codec, col clause.Column, op string, t time.Time) clause.Expr {
+	enc, v := timecol.Time, any(t.UTC())
 	if c != nil {
-		enc, v = c.enc, c.bound(t, op)
+		enc, v = c.Encoding(), c.Bound(t, op)
 	}
-	return dialects[db.Dialector.Name()].compare(enc, col, op, v)
+	return dialect.Lookup(db.Dialector.Name()).Compare(enc, col, op, v)
 }
 
 // sortTime is the ORDER BY expression that sorts a time column in
 // encoding c by instant on db's dialect; unknown dialects sort the column
 // itself.
-func sortTime(db *gorm.DB, c *timeCodec, col clause.Column) clause.OrderBy {
-	key := dialects[db.Dialector.Name()].keyOf(c.enc, col)
+func sortTime(db *gorm.DB, c *timecol.Codec, col clause.Column) clause.OrderBy {
+	key := dialect.Lookup(db.Dialector.Name()).Key(c.Encoding(), col)
 	return clause.OrderBy{Expression: clause.Expr{SQL: "?", Vars: []any{key}}}
 }

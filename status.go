@@ -82,10 +82,16 @@ type Status struct {
 // Oldest, or 0 when the buffer is empty. It bounds how far the database
 // lags behind the truth for the users in the buffer.
 func (s Status) OldestAge() time.Duration {
-	if s.Oldest.IsZero() {
+	return oldestAge(s.At, s.Oldest)
+}
+
+// oldestAge is at minus oldest, or 0 when oldest is zero (nothing
+// buffered): the OldestAge of Status and BufferSample.
+func oldestAge(at, oldest time.Time) time.Duration {
+	if oldest.IsZero() {
 		return 0
 	}
-	return s.At.Sub(s.Oldest)
+	return at.Sub(oldest)
 }
 
 // Status reads the Redis buffer for operators (the lastseen CLI's status
@@ -144,7 +150,7 @@ func (p *Plugin) scanOldest(ctx context.Context, n int, inflight bool, now time.
 	var unreadable map[string]struct{}
 	err := p.tracker.buf.Walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
 		for i := 0; i+1 < len(kv); i += 2 {
-			_, errID := p.users.ids.parse(kv[i])
+			_, errID := p.users.ids.Parse(kv[i])
 			at, ok := buffer.ParseMicros(kv[i+1], now)
 			if errID != nil || !ok {
 				if unreadable == nil {

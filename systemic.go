@@ -9,7 +9,7 @@ import (
 )
 
 // probeBatch handles a batch the server refused with an error of kind kind
-// (dialect.errorKind). It tells a refusal no row can cause from rows
+// (Dialect.ErrorKind). It tells a refusal no row can cause from rows
 // refused on their own by behaviour, not by a list of codes:
 //
 //  1. the probe: one entry of the batch alone (for a batch of one, the
@@ -22,7 +22,7 @@ import (
 //     the whole batch stays in Redis and ErrSystemic wraps the batch's
 //     error, after three statements.
 //
-// A kind that names a resource running out (dialect.exhausted: a full disk,
+// A kind that names a resource running out (Dialect.Exhausted: a full disk,
 // which may still accept the witness and even a one-row probe) is systemic
 // wherever a write meets it (writeBatch, isolateRefused): never a row's
 // refusal, never counted toward MaxRefusals.
@@ -33,22 +33,22 @@ import (
 // from one call to the next.
 func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, kind string) (batchResult, []refusal, error) {
 	n := len(batch)
-	i := int(p.probes.Add(1) % uint64(n))
+	probe, rest := pickProbe(&p.probes, batch)
 	var res batchResult
 	err := batchErr
 	if n > 1 {
-		res, err = p.writeWithRetry(ctx, batch[i:i+1])
+		res, err = p.writeWithRetry(ctx, probe)
 	}
 	var refused []refusal
 	switch {
 	case err == nil:
 	case ctx.Err() != nil || errors.Is(err, ErrOnBatch):
 		return res, nil, err
-	case p.dialect.errorKind(err) != kind:
-		if p.dialect.errorKind(err) == "" && !p.databaseUp(ctx) {
+	case p.dialect.ErrorKind(err) != kind:
+		if p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx) {
 			return res, nil, err
 		}
-		refused = append(refused, p.refused(batch[i], err))
+		refused = append(refused, p.refused(probe[0], err))
 	default: // refused the same way as the whole batch: the entry, or the database?
 		if werr := p.writeNothing(ctx); p.sameKind(ctx, werr, kind) {
 			return res, nil, fmt.Errorf("%w (error kind %s, %d entries kept): %w", ErrSystemic, kind, n, batchErr)
@@ -59,10 +59,8 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 		if n == 1 {
 			return p.isolateRefused(ctx, batch)
 		}
-		refused = append(refused, p.refused(batch[i], err))
+		refused = append(refused, p.refused(probe[0], err))
 	}
-	rest := make([]entry, 0, n-1)
-	rest = append(append(rest, batch[:i]...), batch[i+1:]...)
 	rb, rr, err := p.isolateRefused(ctx, rest)
 	res.merge(rb)
 	if err != nil {
@@ -74,7 +72,7 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 // sameKind reports whether a witness failed with the batch's kind of error
 // while ctx still runs.
 func (p *Plugin) sameKind(ctx context.Context, err error, kind string) bool {
-	return err != nil && ctx.Err() == nil && p.dialect.errorKind(err) == kind
+	return err != nil && ctx.Err() == nil && p.dialect.ErrorKind(err) == kind
 }
 
 // writeNothing is the witness of probeBatch: a write to the users table
@@ -89,8 +87,8 @@ func (p *Plugin) writeNothing(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	col := clause.Column{Name: t.col}
-	return p.db.WithContext(ctx).Exec("UPDATE ? SET ? = ? WHERE 1 = 0", clause.Table{Name: t.table}, col, col).Error
+	col := clause.Column{Name: t.Column}
+	return p.db.WithContext(ctx).Exec("UPDATE ? SET ? = ? WHERE 1 = 0", clause.Table{Name: t.Table}, col, col).Error
 }
 
 // schemaMayBeGone reports an error after which the table is checked again:
@@ -101,7 +99,7 @@ func schemaMayBeGone(err error) bool {
 }
 
 // exhaustedError is the ErrSystemic of a write refused because the server
-// ran out of a resource (dialect.exhausted): n entries stay in Redis.
+// ran out of a resource (Dialect.Exhausted): n entries stay in Redis.
 func (p *Plugin) exhaustedError(kind string, n int, err error) error {
 	return fmt.Errorf("%w (error kind %s: the server is out of a resource; %d entries kept): %w", ErrSystemic, kind, n, err)
 }

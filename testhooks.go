@@ -2,13 +2,11 @@ package lastseen
 
 import (
 	"context"
-	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/testhooks"
 	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
-	"gorm.io/gorm/schema"
 )
 
 // The internals the black-box tests (the tests module) reach, registered
@@ -26,7 +24,7 @@ func init() {
 		},
 		UsersColumn: func(p any) (int, bool) {
 			enc := pl(p).users.model.enc
-			return int(enc.enc), enc.naive.Load()
+			return int(enc.Encoding()), enc.Naive()
 		},
 		FlushJob: func(p any, ctx context.Context) { pl(p).flushJob(ctx) },
 		PurgeJob: func(p any, ctx context.Context) { pl(p).purgeJob(ctx) },
@@ -36,17 +34,13 @@ func init() {
 			}
 			return nil
 		},
-		JobsContext: func(p any) context.Context { return pl(p).sched.ctx },
-		Tracking:    func(p any) bool { return pl(p).tracker != nil },
-		StopTracker: func(p any) { pl(p).tracker.close() },
-		Closing:     func(p any) <-chan struct{} { return pl(p).closing.Done() },
-		Handle:      func(p any) (*gorm.DB, error) { return pl(p).ready() },
-		WriteTarget: func(p any, ctx context.Context) error { _, err := pl(p).writeTarget(ctx); return err },
-		SetMaxParams: func(p any, n int) {
-			d := *pl(p).dialect
-			d.maxParams = n
-			pl(p).dialect = &d
-		},
+		JobsContext:    func(p any) context.Context { return pl(p).sched.ctx },
+		Tracking:       func(p any) bool { return pl(p).tracker != nil },
+		StopTracker:    func(p any) { pl(p).tracker.close() },
+		Closing:        func(p any) <-chan struct{} { return pl(p).closing.Done() },
+		Handle:         func(p any) (*gorm.DB, error) { return pl(p).ready() },
+		WriteTarget:    func(p any, ctx context.Context) error { _, err := pl(p).writeTarget(ctx); return err },
+		SetMaxParams:   func(p any, n int) { pl(p).dialect = pl(p).dialect.WithMaxParams(n) },
 		TracksActive:   func(p any) bool { return pl(p).sessions.active != nil },
 		SchedulesPurge: func(p any) bool { return pl(p).schedulesPurge() },
 		Buffer: func(p any) buffer.Buffer {
@@ -56,20 +50,5 @@ func init() {
 			return nil
 		},
 		PluginsOn: func(db *gorm.DB) int { return len(pluginsOn(db)) },
-		MaxBatch:  func(d string) int { return dialects[d].maxBatch() },
-		Retryable: func(d string, err error) bool { return dialects[d].retryable(err) },
-		IDCodec: func(pk *schema.Field) (func(any) (string, error), func(string) (any, error), error) {
-			c, err := newIDCodec(pk)
-			return c.normalize, c.parse, err
-		},
-		FieldEncoding: func(f *schema.Field, configured int) (int, string, error) {
-			enc, how, err := fieldEncoding(f, Encoding(configured))
-			return int(enc), how, err
-		},
-		ScanTime: func(v any) (time.Time, bool, error) {
-			var c columnTime
-			err := c.Scan(v)
-			return c.Time, c.Valid, err
-		},
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/maypok86/otter/v2"
 	"golang.org/x/time/rate"
 )
@@ -23,7 +24,7 @@ const MaxClockSkew = buffer.MaxClockSkew
 type tracker struct {
 	buf      buffer.Buffer
 	throttle time.Duration
-	ids      idCodec
+	ids      idcodec.Codec
 	now      func() time.Time
 	ticks    func() int64                  // nanoseconds on the clock of the local cache's deadlines
 	cache    *otter.Cache[cacheKey, int64] // value: deadline in ticks()
@@ -35,7 +36,7 @@ type tracker struct {
 // newTracker builds the request path. With realClock (Config.Now unset) the
 // local cache's deadlines run on the monotonic clock alone, one vDSO read
 // where time.Now makes two: it is most of the cost of a cached Touch.
-func newTracker(cfg Config, buf buffer.Buffer, realClock bool, ids idCodec, log *slog.Logger, stats *counters) (*tracker, error) {
+func newTracker(cfg settings, buf buffer.Buffer, realClock bool, ids idcodec.Codec, log *slog.Logger, stats *counters) (*tracker, error) {
 	t := &tracker{
 		buf:      buf,
 		throttle: cfg.Throttle,
@@ -102,8 +103,8 @@ func quickKey(id any) (cacheKey, bool) {
 		return cacheKey{n: uint64(v), isNum: true}, v > 0
 	case uint32:
 		return cacheKey{n: uint64(v), isNum: true}, true
-	case float64: // JSON-decoded claims: whole numbers only, as fromFloat takes them
-		return cacheKey{n: uint64(v), isNum: true, isFloat: true}, v >= 1 && v <= maxExactFloat && v == math.Trunc(v)
+	case float64: // JSON-decoded claims: whole numbers only, as the id codec takes them
+		return cacheKey{n: uint64(v), isNum: true, isFloat: true}, v >= 1 && v <= idcodec.MaxExactFloat && v == math.Trunc(v)
 	}
 	return cacheKey{}, false
 }
@@ -175,7 +176,7 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 		return false, nil
 	}
 	qk, quick := quickKey(userID)
-	uid, err := t.ids.normalize(userID)
+	uid, err := t.ids.Normalize(userID)
 	if err != nil {
 		p.stats.invalid.Add(1)
 		return false, err

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/lastseen/lastseen/internal/clip"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // A comparison that cannot be made is never "stale". Where a column may hold
-// values the forward-only guard cannot compare (dialect.uncomparable:
+// values the forward-only guard cannot compare (Dialect.Uncomparable:
 // SQLite, where an INTEGER column can hold text and a DATETIME column an
 // integer), the guard's key is NULL for them, so the row is neither written
 // nor older. After a batch that left rows unwritten, the flush asks for
@@ -17,23 +18,17 @@ import (
 // their entries are not Stale but Uncomparable, go back to pending like a
 // refused entry, and the flush returns ErrUncomparable naming the column,
 // the encoding and the first id. Initialize refuses a declared column type
-// that does not fit the field (coltype_check.go); this catches the values.
+// that does not fit the field (checkColumnTypes); this catches the values.
 
 // findUncomparable returns the batch's ids (as their canonical text, the
 // entries' fields) whose row holds a value the guard cannot compare; nil
 // when the dialect's columns cannot hold one.
-func (p *Plugin) findUncomparable(db *gorm.DB, t *writeTarget, ids []any) ([]string, error) {
-	if !p.dialect.uncomparable {
+func (p *Plugin) findUncomparable(db *gorm.DB, t *dialect.Target, ids []any) ([]string, error) {
+	q := p.dialect.Uncomparable(db, t, ids)
+	if q == nil {
 		return nil, nil
 	}
 	codec := p.users.ids
-	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
-	q := db.Table("?", clause.Table{Name: t.table}).Select("?", pk).
-		Where(clause.IN{Column: pk, Values: ids}).
-		Where("? IS NOT NULL AND ? IS NULL", col, p.dialect.keyOf(t.codec.enc, col))
-	if !t.intKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
-		q = q.Where(p.dialect.exactIn(pk, ids))
-	}
 	rows, err := q.Rows()
 	if err != nil {
 		return nil, err
@@ -41,11 +36,11 @@ func (p *Plugin) findUncomparable(db *gorm.DB, t *writeTarget, ids []any) ([]str
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
-		id := reflect.New(codec.typ)
+		id := reflect.New(codec.Type)
 		if err := rows.Scan(id.Interface()); err != nil {
 			return nil, err
 		}
-		if uid, err := codec.normalize(id.Elem().Interface()); err == nil {
+		if uid, err := codec.Normalize(id.Elem().Interface()); err == nil {
 			out = append(out, uid)
 		}
 	}
@@ -57,11 +52,11 @@ func (p *Plugin) findUncomparable(db *gorm.DB, t *writeTarget, ids []any) ([]str
 func (p *Plugin) uncomparableError(field string) error {
 	m := p.users.model
 	what := "an integer"
-	if !m.enc.integer() {
+	if !m.enc.Integer() {
 		what = "a timestamp SQLite's julianday reads"
 	}
 	return fmt.Errorf("%w: %s.%s of id %s is not %s (Field encoding %v); the entry stays pending",
-		ErrUncomparable, m.table, m.time.DBName, truncate(field), what, m.enc.enc)
+		ErrUncomparable, m.table, m.time.DBName, clip.Text(field), what, m.enc.Encoding())
 }
 
 // takeUncomparable moves the entries of batch whose fields are in

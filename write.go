@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // batchResult counts one written batch.
@@ -25,7 +25,7 @@ type refusal struct {
 
 // writeBatch writes one batch, sorted by primary key. It retries deadlocks and serialization
 // failures up to MaxRetries times. When the batch fails with an error the
-// server reported (one with a kind, dialect.errorKind), probeBatch decides
+// server reported (one with a kind, Dialect.ErrorKind), probeBatch decides
 // whether no row can have caused it (systemic: the batch stays in Redis and
 // ErrSystemic is returned) or rows were refused on their own. When the
 // error has no kind and the database is reachable, it tries the whole batch
@@ -44,11 +44,11 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	// A deadlock or serialization failure that outlasted MaxRetries is
 	// contention, not a refusal: the batch stays for the next flush.
 	// An OnBatch failure is never split either (ErrOnBatch).
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) || p.dialect.retryable(err) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) || p.dialect.Retryable(err) {
 		return batchResult{}, nil, err
 	}
-	if kind := p.dialect.errorKind(err); kind != "" { // the server answered
-		if p.dialect.exhausted(kind) {
+	if kind := p.dialect.ErrorKind(err); kind != "" { // the server answered
+		if p.dialect.Exhausted(kind) {
 			return batchResult{}, nil, p.exhaustedError(kind, len(batch), err)
 		}
 		return p.probeBatch(ctx, batch, err, kind)
@@ -85,10 +85,10 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 		return br, nil, nil
 	}
 	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) ||
-		(p.dialect.errorKind(err) == "" && !p.databaseUp(ctx)) {
+		(p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx)) {
 		return batchResult{}, nil, err
 	}
-	if kind := p.dialect.errorKind(err); p.dialect.exhausted(kind) {
+	if kind := p.dialect.ErrorKind(err); p.dialect.Exhausted(kind) {
 		return batchResult{}, nil, p.exhaustedError(kind, len(batch), err)
 	}
 	if len(batch) == 1 {
@@ -134,7 +134,7 @@ func (p *Plugin) databaseUp(ctx context.Context) bool {
 func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchResult, err error) {
 	attempt := 0
 	retryable := func(err error) bool {
-		if !p.dialect.retryable(err) {
+		if !p.dialect.Retryable(err) {
 			return false
 		}
 		attempt++
@@ -184,15 +184,15 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 // writeStatement runs the batch's statement (withHook) on db, bounded by
 // StatementTimeout (check names a timeout), and splits the rows it did not
 // write into Unknown and Stale with a count bounded the same way.
-func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *writeTarget, batch []entry, ids []any, ts []time.Time, check func(error) error) (batchResult, error) {
+func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *dialect.Target, batch []entry, ids []any, ts []time.Time, check func(error) error) (batchResult, error) {
 	n := len(batch)
-	if p.cfg.WriteMode == Upsert {
+	if p.cfg.WriteMode == upsert {
 		br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
 		return br, check(err)
 	}
 	br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) {
-		tx = tx.Exec("?", p.dialect.update(t, ids, ts))
-		return batchResult{written: int(tx.RowsAffected), batches: 1}, tx.Error
+		written, err := p.dialect.Update(tx, t, ids, ts)
+		return batchResult{written: written, batches: 1}, err
 	})
 	if err != nil {
 		return batchResult{}, check(err)
@@ -200,7 +200,7 @@ func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *writeTarget
 	if br.written < n {
 		cctx, cancel, _ := p.statement(ctx)
 		defer cancel()
-		existing, err := p.countExisting(p.db.WithContext(cctx), t, ids)
+		existing, err := p.dialect.Count(p.db.WithContext(cctx), t, ids)
 		if err != nil {
 			// The write committed; only the split of the rest is unknown.
 			br.stale = n - br.written
@@ -212,47 +212,13 @@ func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *writeTarget
 	return br, nil
 }
 
-func (p *Plugin) countExisting(db *gorm.DB, t *writeTarget, ids []any) (int, error) {
-	var existing int64
-	if p.dialect.count != nil {
-		err := db.Raw("?", p.dialect.count(t, ids)).Scan(&existing).Error
-		return int(existing), err
+// upsert writes the batch with the dialect's upsert (Flush.Upsert).
+func (p *Plugin) upsert(db *gorm.DB, t *dialect.Target, ids []any, ts []time.Time) (batchResult, error) {
+	written, err := p.dialect.Upsert(db, t, ids, ts)
+	if err != nil {
+		return batchResult{}, err
 	}
-	pk := clause.Column{Name: t.pk}
-	q := db.Table("?", clause.Table{Name: t.table}).Where(clause.IN{Column: pk, Values: ids})
-	if t.exactKey && p.dialect.exactIn != nil { // only rows whose id is exactly one of ids
-		q = q.Where(p.dialect.exactIn(pk, ids))
-	}
-	err := q.Count(&existing).Error
-	return int(existing), err
-}
-
-func (p *Plugin) upsert(db *gorm.DB, t *writeTarget, ids []any, ts []time.Time) (batchResult, error) {
-	n := len(ids)
-	existing := 0
-	if p.dialect.upsertDoubleCounts {
-		var err error
-		if existing, err = p.countExisting(db, t, ids); err != nil {
-			return batchResult{}, err
-		}
-	}
-	rows := make([]map[string]any, n)
-	for i := range ids {
-		rows[i] = map[string]any{t.pk: ids[i], t.col: t.codec.value(ts[i])}
-	}
-	table := clause.Table{Name: t.table}
-	tx := db.Table("?", table).Clauses(clause.Insert{Table: table}, p.dialect.onConflict(t)).Create(&rows)
-	if tx.Error != nil {
-		return batchResult{}, tx.Error
-	}
-	affected := int(tx.RowsAffected)
-	written := affected
-	if p.dialect.upsertDoubleCounts {
-		// MySQL: 1 per inserted row, 2 per updated row, 0 per unchanged row.
-		inserted := n - existing
-		written = inserted + (affected-inserted)/2
-	}
-	return batchResult{written: written, stale: n - written, batches: 1}, nil
+	return batchResult{written: written, stale: len(ids) - written, batches: 1}, nil
 }
 
 // ping runs SELECT 1 as a query (GORM's row callbacks, not Exec's), so that

@@ -27,7 +27,7 @@ func (p *Plugin) writeBacklog(ctx context.Context, h buffer.Backlog) (FlushResul
 	now := p.now()
 	all := make([]entry, 0, len(m))
 	for uid, ts := range m {
-		id, err := p.users.ids.parse(uid)
+		id, err := p.users.ids.Parse(uid)
 		at, ok := buffer.ParseMicros(strconv.FormatInt(ts, 10), now)
 		if err != nil || !ok {
 			continue // never true for what Touch put there; dropped like an unreadable entry

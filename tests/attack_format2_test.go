@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,11 +13,12 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
 // Attacks on buffer format 2 (bucketed pending, in-flight and marker
-// hashes, markers.go, internal/keys): inputs and faults chosen to break the
+// hashes, internal/buffer/redisbuf, internal/keys): inputs and faults chosen to break the
 // layout. Each test states what it attacks; they all assert exact values.
 
 // idsAt returns n integer ids from from on whose decimal text keys.Locate
@@ -82,8 +82,8 @@ func TestAttackHashtableBucketsDrain(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.Shards = 1024
-	cfg.BatchSize = 7
+	cfg.Buffer.Shards = 1024
+	cfg.Flush.BatchSize = 7
 	cfg.Throttle = time.Minute
 	p, db := h.plugin(cfg)
 
@@ -180,7 +180,7 @@ func TestAttackGarbageMarkers(t *testing.T) {
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Throttle = time.Minute
-		cfg.LocalCacheSize = -1
+		cfg.Buffer.LocalCacheSize = -1
 		p, _ := h.plugin(cfg)
 		h.clock.Add(30 * time.Second) // 30s into the generation
 		g := h.clock.Now().UnixMilli() / time.Minute.Milliseconds()
@@ -197,8 +197,8 @@ func TestAttackGarbageMarkers(t *testing.T) {
 		}
 		for i, c := range cases {
 			uid := strconv.Itoa(i + 1)
-			n, b := keys.Locate(uid, p.Config().Shards)
-			k := keys.ForShard(h.prefix, n, p.Config().Shards)
+			n, b := keys.Locate(uid, p.Config().Buffer.Shards)
+			k := keys.ForShard(h.prefix, n, p.Config().Buffer.Shards)
 			must(t, h.r.Client.HSet(ctx, k.Markers(b, c.gen*time.Minute.Milliseconds()), uid, c.value).Err())
 			ok, err := p.Touch(ctx, i+1)
 			must(t, err)
@@ -213,7 +213,7 @@ func TestAttackGarbageMarkers(t *testing.T) {
 }
 
 // TestAttackClockSkew: two instances share a prefix, one clock ahead of the
-// other. Markers live on the plugin's clock (markers.go): a window opened
+// other. Markers live on the plugin's clock (redisbuf): a window opened
 // on one instance ends, for the other, at the same reading of its own
 // clock, so with a skew d shorter than the window the user is throttled on
 // both and the other records again d earlier (ahead) or later (behind)
@@ -234,7 +234,7 @@ func TestAttackClockSkew(t *testing.T) {
 			h.clock.Set(mustTime("2026-03-01T09:30:45Z").Add(time.Duration(i) * 10 * time.Minute))
 			other := testenv.NewClock(h.clock.Now().Add(skew))
 			bcfg := cfg
-			bcfg.Now = other.Now
+			bcfg.Test.Now = other.Now
 			b, _ := h.plugin(bcfg)
 			advance := func(d time.Duration) { h.clock.Add(d); other.Add(d) }
 			touch := func(p *lastseen.Plugin, name string, want bool) {
@@ -431,8 +431,8 @@ func TestAttackLongIDsOneShard(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
-		cfg.BatchSize = 3
+		cfg.Buffer.Shards = 1
+		cfg.Flush.BatchSize = 3
 		cfg.Throttle = time.Minute
 		cfg.Model = &longKeyUser{}
 		must(t, h.db.AutoMigrate(&longKeyUser{}))
@@ -508,7 +508,7 @@ func TestAttackPausedRedisReads(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.TouchTimeout = 20 * time.Millisecond
+	cfg.Buffer.TouchTimeout = 20 * time.Millisecond
 	cfg.Throttle = time.Minute
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 20)

@@ -3,11 +3,11 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -27,8 +27,8 @@ func TestFlushWritesBatchesInKeyOrder(t *testing.T) {
 		must(t, h.db.Create(&users).Error)
 		var batches [][]any
 		cfg := h.config()
-		cfg.Shards, cfg.BatchSize = 1, 8
-		cfg.OnBatch = func(_ *gorm.DB, b []lastseen.Seen) error {
+		cfg.Buffer.Shards, cfg.Flush.BatchSize = 1, 8
+		cfg.Flush.OnBatch = func(_ *gorm.DB, b []lastseen.Seen) error {
 			ids := make([]any, len(b))
 			for i, s := range b {
 				ids[i] = s.ID
@@ -76,7 +76,7 @@ func TestFlushReadsEveryPageOfALargeHash(t *testing.T) {
 	}
 	must(t, h.db.CreateInBatches(&users, 500).Error)
 	cfg := h.config()
-	cfg.Shards, cfg.BatchSize = 1, 100
+	cfg.Buffer.Shards, cfg.Flush.BatchSize = 1, 100
 	p, _ := h.plugin(cfg)
 	at := h.clock.Now().Add(-time.Minute)
 	for id := uint64(1); id <= 1200; id++ {

@@ -2,13 +2,13 @@ package tests
 
 import (
 	"context"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"os"
 	"runtime/metrics"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 

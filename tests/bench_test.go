@@ -38,8 +38,8 @@ func benchPlugin(b *testing.B, r testenv.RedisKind, localCache int) *lastseen.Pl
 	b.Helper()
 	h := newHarness(b, testenv.SQLite(), r)
 	cfg := h.config()
-	cfg.Now = nil // time.Now
-	cfg.LocalCacheSize = localCache
+	cfg.Test.Now = nil // time.Now
+	cfg.Buffer.LocalCacheSize = localCache
 	p, db := h.plugin(cfg)
 	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
 		b.Fatal(err)

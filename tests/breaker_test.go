@@ -3,11 +3,11 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -23,7 +23,7 @@ func TestBreakerIgnoresCallerEndedContexts(t *testing.T) {
 		t.Run(r.Name, func(t *testing.T) {
 			h := newHarness(t, testenv.SQLite(), r)
 			cfg := h.config()
-			cfg.WriteMode = lastseen.Upsert // every id gets a row
+			cfg.Flush.Upsert = true // every id gets a row
 			p, db := h.plugin(cfg)
 			must(t, db.AutoMigrate(&lastseen.User{}))
 			canceled, cancel := context.WithCancel(context.Background())
@@ -70,8 +70,8 @@ func TestBreakerIgnoresCallerDeadlineDuringCall(t *testing.T) {
 	px := startFaultProxy(t, rs.Addr())
 	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, px.Addr())))
 	cfg := h.config()
-	cfg.TouchTimeout = time.Second
-	cfg.BreakerCooldown = time.Hour
+	cfg.Buffer.TouchTimeout = time.Second
+	testenv.Seam(&cfg).BreakerCooldown = time.Hour
 	p, _ := h.plugin(cfg)
 	at := mustTime("2026-03-01T09:20:00Z")
 	ok, err := p.TouchAt(context.Background(), 1, at) // loads the script
@@ -112,9 +112,9 @@ func TestBreakerHalfOpenLetsBurstThrough(t *testing.T) {
 	px := startFaultProxy(t, rs.Addr())
 	h := newHarness(t, testenv.SQLite(), clientKind(newPrivateClient(t, px.Addr())))
 	cfg := h.config()
-	cfg.TouchTimeout = 50 * time.Millisecond
-	cfg.BreakerCooldown = 100 * time.Millisecond
-	cfg.LocalCacheSize = -1
+	cfg.Buffer.TouchTimeout = 50 * time.Millisecond
+	testenv.Seam(&cfg).BreakerCooldown = 100 * time.Millisecond
+	cfg.Buffer.LocalCacheSize = -1
 	p, _ := h.plugin(cfg)
 	at := mustTime("2026-03-01T09:20:00Z")
 	ok, err := p.TouchAt(context.Background(), 1, at) // loads the script

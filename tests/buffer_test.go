@@ -18,7 +18,7 @@ func TestSampleBuffer(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 2
+		cfg.Buffer.Shards = 2
 		p, _ := h.plugin(cfg)
 
 		s, err := p.SampleBuffer(ctx, 16)
@@ -73,7 +73,7 @@ func TestBreakerState(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.BreakerCooldown = time.Hour
+	testenv.Seam(&cfg).BreakerCooldown = time.Hour
 	equal(t, "before db.Use", lastseen.New(cfg).Breaker(), lastseen.BreakerClosed)
 	p, _ := h.plugin(cfg)
 	equal(t, "after db.Use", p.Breaker(), lastseen.BreakerClosed)

@@ -3,10 +3,11 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
+
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestTouchErrorSaysKeptOrDropped: when Redis does not take a touch, its
@@ -17,8 +18,8 @@ func TestTouchErrorSaysKeptOrDropped(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.TouchTimeout = time.Second
-	cfg.BacklogSize = 1
+	cfg.Buffer.TouchTimeout = time.Second
+	testenv.Seam(&cfg).BacklogSize = 1
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 2)
 	h.r.Mini.Close()
@@ -50,7 +51,7 @@ func TestCloseWritesBacklogWhileRedisDown(t *testing.T) {
 			h := newHarness(t, d, testenv.Miniredis())
 			ctx := context.Background()
 			cfg := h.config()
-			cfg.TouchTimeout = time.Second
+			cfg.Buffer.TouchTimeout = time.Second
 			p, db := h.plugin(cfg)
 			seedUsers(t, db, 3)
 			h.r.Mini.Close()

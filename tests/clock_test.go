@@ -22,7 +22,7 @@ func TestOneClockFromGormNowFunc(t *testing.T) {
 		db := h.openDB()
 		db.Config.NowFunc = func() time.Time { return fixed }
 		cfg := purgeConfig(h, 10)
-		cfg.Now = nil
+		cfg.Test.Now = nil
 		p := usePlugin(t, db, cfg)
 
 		var scoped []string

@@ -55,10 +55,10 @@ func TestCloseDuringLoad(t *testing.T) {
 		db := h.openDB()
 		must(t, db.AutoMigrate(&lastseen.User{}))
 		cfg := h.config()
-		cfg.WriteMode = lastseen.Upsert // every id gets a row
-		cfg.DisableScheduler = false
-		cfg.FlushSchedule = "@every 1s"
-		cfg.BatchSize = 100
+		cfg.Flush.Upsert = true                            // every id gets a row
+		cfg.Flush.Schedule, cfg.Sessions.Schedule = "", "" // the scheduler on
+		cfg.Flush.Schedule = "@every 1s"
+		cfg.Flush.BatchSize = 100
 		snapshot := goleak.IgnoreCurrent()
 		p := lastseen.New(cfg)
 		must(t, db.Use(p))
@@ -144,8 +144,8 @@ func TestCloseReturnsWithinContext(t *testing.T) {
 	must(t, db.AutoMigrate(&lastseen.User{}))
 	must(t, db.Create(&lastseen.User{ID: 7}).Error)
 	cfg := h.config()
-	cfg.DisableScheduler = false
-	cfg.FlushSchedule = "@every 1s"
+	cfg.Flush.Schedule, cfg.Sessions.Schedule = "", "" // the scheduler on
+	cfg.Flush.Schedule = "@every 1s"
 	snapshot := goleak.IgnoreCurrent()
 	p := lastseen.New(cfg)
 	stuck, release := make(chan struct{}), make(chan struct{})
@@ -247,7 +247,7 @@ func TestCloseWaitsForAppFlush(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.Shards, cfg.BatchSize = 1, 10
+	cfg.Buffer.Shards, cfg.Flush.BatchSize = 1, 10
 	p, db := h.plugin(cfg)
 	must(t, db.AutoMigrate(&lastseen.User{}))
 	for id := 1; id <= 30; id++ {
@@ -348,8 +348,8 @@ func TestCloseWaitsForScheduledFlush(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.DisableScheduler = false
-	cfg.FlushSchedule = "@every 1s" // robfig's shortest interval
+	cfg.Flush.Schedule, cfg.Sessions.Schedule = "", "" // the scheduler on
+	cfg.Flush.Schedule = "@every 1s"                   // robfig's shortest interval
 
 	// The callback goes in before the plugin starts its cron: GORM's
 	// callback registration must not race with a running flush.

@@ -191,7 +191,7 @@ func TestClusterFullCycle(t *testing.T) {
 			rec.errs = nil
 			h.clock.Set(mustTime("2026-03-01T10:00:00Z"))
 			cfg := h.config()
-			cfg.BatchSize = 2
+			cfg.Flush.BatchSize = 2
 			cfg.Throttle = time.Minute
 			p, db := h.plugin(cfg)
 			other, _ := h.plugin(cfg)

@@ -46,7 +46,7 @@ func TestIDsCompareExactly(t *testing.T) {
 		stmts := logStatements(db)
 		cfg := h.config()
 		cfg.Model = &Account{}
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		p := usePlugin(t, db, cfg)
 		for _, id := range []string{"résumé", "pad ", "bob", "Bob"} {
 			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T10:00:00Z"))

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"github.com/lastseen/lastseen"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/timecol"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm/schema"
 )
 
@@ -47,12 +49,12 @@ func TestColumnTypesSessions(t *testing.T) {
 		name  string
 		model any
 		table string
-		enc   lastseen.Encoding
+		enc   timecol.Encoding
 		value func(time.Time) any
 	}{
-		{"epoch ms", &msSession{}, "ms_sessions", lastseen.EncodingAuto, func(at time.Time) any { return at.UnixMilli() }},
-		{"epoch seconds", &secSession{}, "sec_sessions", lastseen.EncodingUnixSeconds, func(at time.Time) any { return at.Unix() }},
-		{"CustomTime", &customSession{}, "custom_sessions", lastseen.EncodingAuto, func(at time.Time) any { return at.UnixMilli() }},
+		{"epoch ms", &msSession{}, "ms_sessions", timecol.Auto, func(at time.Time) any { return at.UnixMilli() }},
+		{"epoch seconds", &secSession{}, "sec_sessions", timecol.UnixSeconds, func(at time.Time) any { return at.Unix() }},
+		{"CustomTime", &customSession{}, "custom_sessions", timecol.Auto, func(at time.Time) any { return at.UnixMilli() }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -68,8 +70,8 @@ func TestColumnTypesSessions(t *testing.T) {
 					{"id": "d", "expires_at": v("10:00:00"), "last_active": v("09:00:01")},
 				}).Error)
 				cfg := h.config()
-				cfg.SessionModel, cfg.SessionEncoding = tc.model, tc.enc
-				cfg.IdleTimeout, cfg.ActiveField = 30*time.Minute, "LastActive"
+				cfg.Sessions.Model, testenv.Seam(&cfg).SessionEncoding = tc.model, int(tc.enc)
+				cfg.Sessions.IdleTimeout, cfg.Sessions.ActiveField = 30*time.Minute, "LastActive"
 				h.clock.Set(now)
 				p, db := h.plugin(cfg)
 				db.Config.NowFunc = func() time.Time { return now }
@@ -114,11 +116,11 @@ func TestFieldEncodingRules(t *testing.T) {
 		"Tagged":  "unix (configured)",
 		"Nanos":   "GORM's autoUpdateTime:nano is not supported: " + wantIntUnit,
 		"BadTag":  `tag lastseen:"hours", want "time", "unix" or "unixmilli"`,
-		"Micro":   "its Value() returns int64 1000000000123456 for 2001-09-09T01:46:40.123456789Z, neither a time, Unix seconds (1000000000) nor milliseconds (1000000000123): set the Config encoding",
+		"Micro":   "its Value() returns int64 1000000000123456 for 2001-09-09T01:46:40.123456789Z, neither a time, Unix seconds (1000000000) nor milliseconds (1000000000123): tag the field `lastseen:\"time\"`, `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`",
 		"Small":   "cannot hold encoding unix; " + wantTimeField,
 		"Decimal": wantTimeField,
 	} {
-		enc, how, err := fieldEncoding(s.LookUpField(field), lastseen.EncodingAuto)
+		enc, how, err := fieldEncoding(s.LookUpField(field), timecol.Auto)
 		got := enc.String() + " (" + how + ")"
 		if err != nil {
 			got = err.Error()

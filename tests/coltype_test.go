@@ -6,12 +6,14 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/timecol"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -72,18 +74,18 @@ type columnKind struct {
 	table   string
 	col     string
 	cfg     func(c *lastseen.Config)
-	enc     lastseen.Encoding // what the column stores
-	inWhole bool              // the column holds whole seconds
+	enc     timecol.Encoding // what the column stores
+	inWhole bool             // the column holds whole seconds
 }
 
 func columnKinds() []columnKind {
 	none := func(*lastseen.Config) {}
 	return []columnKind{
-		{"epoch ms", &msUser{}, "ms_users", "seen", none, lastseen.EncodingUnixMillis, false},
-		{"epoch seconds", &secUser{}, "sec_users", "seen", func(c *lastseen.Config) { c.FieldEncoding = lastseen.EncodingUnixSeconds }, lastseen.EncodingUnixSeconds, true},
-		{"sql.NullTime", &nullTimeUser{}, "nulltime_users", "seen", none, lastseen.EncodingTime, false},
-		{"named time type", &stampUser{}, "stamp_users", "seen", none, lastseen.EncodingTime, false},
-		{"CustomTime over integer ms", &customUser{}, "custom_users", "last_logged_in_at", none, lastseen.EncodingUnixMillis, false},
+		{"epoch ms", &msUser{}, "ms_users", "seen", none, timecol.UnixMillis, false},
+		{"epoch seconds", &secUser{}, "sec_users", "seen", func(c *lastseen.Config) { testenv.Seam(c).FieldEncoding = int(timecol.UnixSeconds) }, timecol.UnixSeconds, true},
+		{"sql.NullTime", &nullTimeUser{}, "nulltime_users", "seen", none, timecol.Time, false},
+		{"named time type", &stampUser{}, "stamp_users", "seen", none, timecol.Time, false},
+		{"CustomTime over integer ms", &customUser{}, "custom_users", "last_logged_in_at", none, timecol.UnixMillis, false},
 	}
 }
 
@@ -91,9 +93,9 @@ func columnKinds() []columnKind {
 // timestamp, the instant in RFC 3339 (UTC).
 func (k columnKind) stored(at time.Time) string {
 	switch k.enc {
-	case lastseen.EncodingUnixMillis:
+	case timecol.UnixMillis:
 		return strconv.FormatInt(at.UnixMilli(), 10)
-	case lastseen.EncodingUnixSeconds:
+	case timecol.UnixSeconds:
 		return strconv.FormatInt(at.Unix(), 10)
 	}
 	return at.UTC().Format(time.RFC3339Nano)
@@ -102,9 +104,9 @@ func (k columnKind) stored(at time.Time) string {
 // seedValue is at as a bound value for the kind's column.
 func (k columnKind) seedValue(at time.Time) any {
 	switch k.enc {
-	case lastseen.EncodingUnixMillis:
+	case timecol.UnixMillis:
 		return at.UnixMilli()
-	case lastseen.EncodingUnixSeconds:
+	case timecol.UnixSeconds:
 		return at.Unix()
 	}
 	return at.UTC()
@@ -113,7 +115,7 @@ func (k columnKind) seedValue(at time.Time) any {
 // read returns the kind's column of row id as stored(), "" for NULL.
 func (k columnKind) read(t testing.TB, db *gorm.DB, id int64) string {
 	t.Helper()
-	if k.enc == lastseen.EncodingTime {
+	if k.enc == timecol.Time {
 		return lastSeenColumn(t, db, k.table, "id", k.col, id)
 	}
 	var rows []struct{ V *int64 }
@@ -133,17 +135,17 @@ func (k columnKind) read(t testing.TB, db *gorm.DB, id int64) string {
 func TestColumnTypesFlushForwardOnly(t *testing.T) {
 	for _, k := range columnKinds() {
 		t.Run(k.name, func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, lastseen.Update) })
+			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, false) })
 		})
 	}
 	for _, k := range columnKinds()[:2] { // Unix time in Upsert mode: the unknown id is inserted
 		t.Run(k.name+"/upsert", func(t *testing.T) {
-			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, lastseen.Upsert) })
+			forEachDialect(t, func(t *testing.T, h *harness) { checkColumnKind(t, h, k, true) })
 		})
 	}
 }
 
-func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.WriteMode) {
+func checkColumnKind(t *testing.T, h *harness, k columnKind, upsert bool) {
 	ctx := context.Background()
 	must(t, h.db.AutoMigrate(k.model))
 	t1, t3 := mustTime("2026-03-01T09:00:00.250Z"), mustTime("2026-03-01T09:10:00.250Z")
@@ -155,7 +157,7 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.Write
 	cfg := h.config()
 	cfg.Model, cfg.Field = k.model, k.col
 	k.cfg(&cfg)
-	cfg.WriteMode = mode
+	cfg.Flush.Upsert = upsert
 	p, db := h.plugin(cfg)
 	equal(t, "encoding", usersEncoding(p), k.enc)
 
@@ -169,7 +171,7 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.Write
 	must(t, err)
 	got := fmt.Sprintf("written %d stale %d unknown %d uncomparable %d", res.Written, res.Stale, res.Unknown, res.Uncomparable)
 	want := "written 2 stale 1 unknown 1 uncomparable 0"
-	if mode == lastseen.Upsert {
+	if upsert {
 		want = "written 3 stale 1 unknown 0 uncomparable 0"
 		equal(t, "row 4 (inserted)", k.read(t, db, 4), k.stored(mustTime("2026-03-01T09:29:00Z")))
 	}
@@ -192,7 +194,7 @@ func checkColumnKind(t *testing.T, h *harness, k columnKind, mode lastseen.Write
 	if k.inWhole {
 		want = "[2]"
 	}
-	if mode == lastseen.Upsert {
+	if upsert {
 		want = strings.TrimSuffix(want, "]") + " 4]"
 	}
 	equal(t, "SeenWithin(9m59.5s)", fmt.Sprint(ids), want)
@@ -215,7 +217,7 @@ func TestColumnTypeMismatchRefused(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		must(t, h.db.AutoMigrate(&customUser{}))
 		cfg := h.config()
-		cfg.Model, cfg.Field, cfg.FieldEncoding = &customUser{}, "LastLoggedInAt", lastseen.EncodingTime
+		cfg.Model, cfg.Field, testenv.Seam(&cfg).FieldEncoding = &customUser{}, "LastLoggedInAt", int(timecol.Time)
 		err := h.openDB().Use(lastseen.New(cfg))
 		if !errors.Is(err, lastseen.ErrInvalidConfig) {
 			t.Fatalf("db.Use = %v, want ErrInvalidConfig", err)

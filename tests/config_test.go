@@ -10,6 +10,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
@@ -89,9 +90,9 @@ type (
 // (coltype.go).
 const (
 	wantTimeField = "want time.Time, *time.Time, sql.NullTime, a named type over time.Time, a driver.Valuer over a time, " +
-		"or an int64 of Unix seconds or milliseconds (Config encoding or a `lastseen` tag)"
-	wantIntUnit = "an integer needs its unit: set the Config encoding (EncodingUnixSeconds or EncodingUnixMillis) " +
-		"or tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"
+		"or an int64 of Unix seconds or milliseconds (a `lastseen` tag)"
+	wantIntUnit = "an integer needs its unit: " +
+		"tag it `lastseen:\"unix\"` or `lastseen:\"unixmilli\"`"
 )
 
 func TestConfigMistakes(t *testing.T) {
@@ -113,55 +114,58 @@ func TestConfigMistakes(t *testing.T) {
 				"Config.Redis is a nil *redis.Client: give a client, or leave Config.Redis unset for the in-process buffer"},
 			{"typed-nil Redis cluster client", func(c *lastseen.Config) { c.Redis = (*redis.ClusterClient)(nil) },
 				"Config.Redis is a nil *redis.ClusterClient: give a client, or leave Config.Redis unset for the in-process buffer"},
-			{"Prefix with a brace", func(c *lastseen.Config) { c.Prefix = "app{1}" },
-				`Prefix "app{1}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
-			{"Prefix with a closing brace", func(c *lastseen.Config) { c.Prefix = "app}" },
-				`Prefix "app}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
-			{"negative Shards", func(c *lastseen.Config) { c.Shards = -1 }, "Shards is -1, want 1 to 1024"},
-			{"too many Shards", func(c *lastseen.Config) { c.Shards = 1025 }, "Shards is 1025, want 1 to 1024"},
+			{"Prefix with a brace", func(c *lastseen.Config) { c.Buffer.Prefix = "app{1}" },
+				`Buffer.Prefix "app{1}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
+			{"Prefix with a closing brace", func(c *lastseen.Config) { c.Buffer.Prefix = "app}" },
+				`Buffer.Prefix "app}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
+			{"negative Shards", func(c *lastseen.Config) { c.Buffer.Shards = -1 }, "Buffer.Shards is -1, want 1 to 1024"},
+			{"too many Shards", func(c *lastseen.Config) { c.Buffer.Shards = 1025 }, "Buffer.Shards is 1025, want 1 to 1024"},
 			{"Throttle under 1ms", func(c *lastseen.Config) { c.Throttle = 999 * time.Microsecond }, "Throttle is 999µs, want at least 1ms"},
 			{"negative Throttle", func(c *lastseen.Config) { c.Throttle = -time.Minute }, "Throttle is -1m0s, want at least 1ms"},
-			{"negative TouchTimeout", func(c *lastseen.Config) { c.TouchTimeout = -time.Millisecond }, "TouchTimeout is -1ms, want at least 1ms"},
-			{"TouchTimeout of 1ns", func(c *lastseen.Config) { c.TouchTimeout = 1 }, "TouchTimeout is 1ns, want at least 1ms"},
-			{"FlushSchedule without a spec", func(c *lastseen.Config) { c.FlushSchedule = " ; " }, `FlushSchedule " ; " has no cron spec`},
-			{"FlushSchedule every 0s", func(c *lastseen.Config) { c.FlushSchedule = "@every 0s" }, `FlushSchedule "@every 0s": the interval must be at least 1s`},
-			{"PurgeSchedule every -1m", func(c *lastseen.Config) { c.PurgeSchedule = "@every 1h;@every -1m" }, `PurgeSchedule "@every -1m": the interval must be at least 1s`},
-			{"negative BacklogSize", func(c *lastseen.Config) { c.BacklogSize = -1 }, "BacklogSize is -1, want a positive number"},
-			{"negative BreakerCooldown", func(c *lastseen.Config) { c.BreakerCooldown = -time.Second }, "BreakerCooldown is -1s, want a positive duration"},
-			{"negative BatchSize", func(c *lastseen.Config) { c.BatchSize = -1 }, fmt.Sprintf("BatchSize is -1, want 1 to %d", lim.batch)},
-			{"BatchSize one over the limit", func(c *lastseen.Config) { c.BatchSize = lim.batch + 1 },
-				fmt.Sprintf("BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
+			{"negative TouchTimeout", func(c *lastseen.Config) { c.Buffer.TouchTimeout = -time.Millisecond }, "Buffer.TouchTimeout is -1ms, want at least 1ms"},
+			{"TouchTimeout of 1ns", func(c *lastseen.Config) { c.Buffer.TouchTimeout = 1 }, "Buffer.TouchTimeout is 1ns, want at least 1ms"},
+			{"FlushSchedule without a spec", func(c *lastseen.Config) { c.Flush.Schedule = " ; " }, `Flush.Schedule " ; " has no cron spec`},
+			{"FlushSchedule every 0s", func(c *lastseen.Config) { c.Flush.Schedule = "@every 0s" }, `Flush.Schedule "@every 0s": the interval must be at least 1s`},
+			{"PurgeSchedule every -1m", func(c *lastseen.Config) { c.Sessions.Schedule = "@every 1h;@every -1m" }, `Sessions.Schedule "@every -1m": the interval must be at least 1s`},
+			{"negative BacklogSize", func(c *lastseen.Config) { testenv.Seam(c).BacklogSize = -1 }, "BacklogSize is -1, want a positive number"},
+			{"negative BreakerCooldown", func(c *lastseen.Config) { testenv.Seam(c).BreakerCooldown = -time.Second }, "BreakerCooldown is -1s, want a positive duration"},
+			{"negative BatchSize", func(c *lastseen.Config) { c.Flush.BatchSize = -1 }, fmt.Sprintf("Flush.BatchSize is -1, want 1 to %d", lim.batch)},
+			{"BatchSize one over the limit", func(c *lastseen.Config) { c.Flush.BatchSize = lim.batch + 1 },
+				fmt.Sprintf("Flush.BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
 					lim.batch+1, dialect, lim.batch, lim.params)},
-			{"huge BatchSize", func(c *lastseen.Config) { c.BatchSize = 1_000_000 },
-				fmt.Sprintf("BatchSize 1000000 exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
+			{"huge BatchSize", func(c *lastseen.Config) { c.Flush.BatchSize = 1_000_000 },
+				fmt.Sprintf("Flush.BatchSize 1000000 exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
 					dialect, lim.batch, lim.params)},
-			{"negative FlushConcurrency", func(c *lastseen.Config) { c.FlushConcurrency = -1 }, "FlushConcurrency is -1, want 1 to Shards (16)"},
-			{"FlushConcurrency over Shards", func(c *lastseen.Config) { c.Shards, c.FlushConcurrency = 2, 3 }, "FlushConcurrency is 3, want 1 to Shards (2)"},
-			{"WriteMode out of range", func(c *lastseen.Config) { c.WriteMode = 7 }, "WriteMode WriteMode(7) is not Update or Upsert"},
-			{"LockTTL under 10ms", func(c *lastseen.Config) { c.LockTTL = 5 * time.Millisecond }, "LockTTL is 5ms, want at least 10ms"},
-			{"negative PurgeBatchSize", func(c *lastseen.Config) { c.PurgeBatchSize = -1 },
-				fmt.Sprintf("PurgeBatchSize is -1, want 1 to %d", lim.params-1)},
-			{"PurgeBatchSize over the limit", func(c *lastseen.Config) { c.PurgeBatchSize = lim.params },
-				fmt.Sprintf("PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
+			{"negative FlushConcurrency", func(c *lastseen.Config) { c.Flush.Concurrency = -1 }, "Flush.Concurrency is -1, want 1 to Buffer.Shards (16)"},
+			{"FlushConcurrency over Shards", func(c *lastseen.Config) { c.Buffer.Shards, c.Flush.Concurrency = 2, 3 }, "Flush.Concurrency is 3, want 1 to Buffer.Shards (2)"},
+			{"LockTTL under 10ms", func(c *lastseen.Config) { testenv.Seam(c).LockTTL = 5 * time.Millisecond }, "LockTTL is 5ms, want at least 10ms"},
+			{"negative PurgeBatchSize", func(c *lastseen.Config) { c.Sessions.BatchSize = -1 },
+				fmt.Sprintf("Sessions.BatchSize is -1, want 1 to %d", lim.params-1)},
+			{"PurgeBatchSize over the limit", func(c *lastseen.Config) { c.Sessions.BatchSize = lim.params },
+				fmt.Sprintf("Sessions.BatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
 					lim.params, dialect, lim.params-1, lim.params)},
-			{"negative PurgeBatchTimeout", func(c *lastseen.Config) { c.PurgeBatchTimeout = -time.Second }, "PurgeBatchTimeout is -1s, want a positive duration"},
-			{"negative StatementTimeout", func(c *lastseen.Config) { c.StatementTimeout = -time.Second }, "StatementTimeout is -1s, want a positive duration"},
-			{"LockTTL not longer than StatementTimeout", func(c *lastseen.Config) { c.LockTTL, c.StatementTimeout = 10*time.Second, 10*time.Second },
+			{"negative PurgeBatchTimeout", func(c *lastseen.Config) { testenv.Seam(c).PurgeBatchTimeout = -time.Second }, "PurgeBatchTimeout is -1s, want a positive duration"},
+			{"negative StatementTimeout", func(c *lastseen.Config) { testenv.Seam(c).StatementTimeout = -time.Second }, "StatementTimeout is -1s, want a positive duration"},
+			{"LockTTL not longer than StatementTimeout", func(c *lastseen.Config) {
+				testenv.Seam(c).LockTTL, testenv.Seam(c).StatementTimeout = 10*time.Second, 10*time.Second
+			},
 				"LockTTL 10s cannot cover one flush statement: it must be longer than StatementTimeout (10s)"},
-			{"LockTTL under the default StatementTimeout", func(c *lastseen.Config) { c.StatementTimeout = time.Minute },
+			{"LockTTL under the default StatementTimeout", func(c *lastseen.Config) { testenv.Seam(c).StatementTimeout = time.Minute },
 				"LockTTL 30s cannot cover one flush statement: it must be longer than StatementTimeout (1m0s)"},
-			{"LockTTL not longer than PurgeBatchTimeout", func(c *lastseen.Config) { c.LockTTL, c.PurgeBatchTimeout = 5*time.Second, 6*time.Second },
+			{"LockTTL not longer than PurgeBatchTimeout", func(c *lastseen.Config) {
+				testenv.Seam(c).LockTTL, testenv.Seam(c).PurgeBatchTimeout = 5*time.Second, 6*time.Second
+			},
 				"LockTTL 5s cannot cover one purge batch: it must be longer than PurgeBatchTimeout (6s)"},
-			{"negative FlushTimeout", func(c *lastseen.Config) { c.FlushTimeout = -time.Second }, "FlushTimeout is -1s, want a positive duration"},
-			{"negative PurgeTimeout", func(c *lastseen.Config) { c.PurgeTimeout = -time.Second }, "PurgeTimeout is -1s, want a positive duration"},
-			{"FlushSchedule not a cron spec", func(c *lastseen.Config) { c.FlushSchedule = "every minute" },
-				`FlushSchedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
-			{"FlushSchedule second spec bad", func(c *lastseen.Config) { c.FlushSchedule = "@every 1m; 61 * * * *" },
-				`FlushSchedule "61 * * * *": end of range (61) above maximum (59): 61`},
-			{"FlushSchedule bad descriptor", func(c *lastseen.Config) { c.FlushSchedule = "@every soon" },
-				`FlushSchedule "@every soon": failed to parse duration @every soon: time: invalid duration "soon"`},
-			{"PurgeSchedule six fields", func(c *lastseen.Config) { c.PurgeSchedule = "0 0 3 * * *" },
-				`PurgeSchedule "0 0 3 * * *": expected exactly 5 fields, found 6: [0 0 3 * * *]`},
+			{"negative FlushTimeout", func(c *lastseen.Config) { c.Flush.Timeout = -time.Second }, "Flush.Timeout is -1s, want a positive duration"},
+			{"negative PurgeTimeout", func(c *lastseen.Config) { testenv.Seam(c).PurgeTimeout = -time.Second }, "PurgeTimeout is -1s, want a positive duration"},
+			{"FlushSchedule not a cron spec", func(c *lastseen.Config) { c.Flush.Schedule = "every minute" },
+				`Flush.Schedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
+			{"FlushSchedule second spec bad", func(c *lastseen.Config) { c.Flush.Schedule = "@every 1m; 61 * * * *" },
+				`Flush.Schedule "61 * * * *": end of range (61) above maximum (59): 61`},
+			{"FlushSchedule bad descriptor", func(c *lastseen.Config) { c.Flush.Schedule = "@every soon" },
+				`Flush.Schedule "@every soon": failed to parse duration @every soon: time: invalid duration "soon"`},
+			{"PurgeSchedule six fields", func(c *lastseen.Config) { c.Sessions.Schedule = "0 0 3 * * *" },
+				`Sessions.Schedule "0 0 3 * * *": expected exactly 5 fields, found 6: [0 0 3 * * *]`},
 			{"Model not a struct", func(c *lastseen.Config) { c.Model = 42 }, "Model int: unsupported data type: 42"},
 			{"composite primary key", func(c *lastseen.Config) { c.Model = &cfgCompositeUser{} },
 				"Model cfgCompositeUser has 2 primary key fields [TenantID UserID], want exactly one"},
@@ -177,12 +181,12 @@ func TestConfigMistakes(t *testing.T) {
 				`Field "LastSeenAt": cfgIntUser.LastSeenAt is a int64: ` + wantIntUnit},
 			{"Field the primary key", func(c *lastseen.Config) { c.Field = "id" },
 				`Field "id": User.ID is a uint64: ` + wantIntUnit},
-			{"composite session key", func(c *lastseen.Config) { c.SessionModel = &cfgCompositeSession{} },
-				"SessionModel cfgCompositeSession has 2 primary key fields [Token UserID], want exactly one"},
-			{"unknown ExpiresField", func(c *lastseen.Config) { c.ExpiresField = "Expiry" },
-				`ExpiresField "Expiry": Session has no such field or column`},
-			{"ExpiresField a string", func(c *lastseen.Config) { c.SessionModel = &cfgStringExpirySession{} },
-				`ExpiresField "ExpiresAt": cfgStringExpirySession.ExpiresAt is a string: ` + wantTimeField},
+			{"composite session key", func(c *lastseen.Config) { c.Sessions.Model = &cfgCompositeSession{} },
+				"Sessions.Model cfgCompositeSession has 2 primary key fields [Token UserID], want exactly one"},
+			{"unknown ExpiresField", func(c *lastseen.Config) { c.Sessions.ExpiresField = "Expiry" },
+				`Sessions.ExpiresField "Expiry": Session has no such field or column`},
+			{"ExpiresField a string", func(c *lastseen.Config) { c.Sessions.Model = &cfgStringExpirySession{} },
+				`Sessions.ExpiresField "ExpiresAt": cfgStringExpirySession.ExpiresAt is a string: ` + wantTimeField},
 		}
 		for _, tc := range cases {
 			t.Run(dialect+"/"+tc.name, func(t *testing.T) {
@@ -219,13 +223,12 @@ func TestConfigLimitsAccepted(t *testing.T) {
 	for dialect, batch := range map[string]int{"sqlite": 16383, "postgres": 32767, "mysql": 32767} {
 		t.Run(dialect, func(t *testing.T) {
 			for _, cfg := range []lastseen.Config{
-				{Redis: rdb, DisableScheduler: true},
-				{Redis: rdb, DisableScheduler: true, Shards: 1}, // the default FlushConcurrency follows
-				{Redis: rdb, DisableScheduler: true, BatchSize: batch, Shards: 1024, Throttle: time.Millisecond,
-					LockTTL: 10 * time.Millisecond, FlushSchedule: "@every 1m; 0 3 * * *"},
+				{Redis: rdb, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}},
+				{Redis: rdb, Buffer: lastseen.BufferConfig{Shards: 1}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}}, // the default FlushConcurrency follows
+				{Redis: rdb, Throttle: time.Millisecond, Buffer: lastseen.BufferConfig{Shards: 1024}, Flush: lastseen.FlushConfig{BatchSize: batch, Schedule: "@every 1m; 0 3 * * *"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Seam: &testseam.Seam{LockTTL: 10 * time.Millisecond}}},
 			} {
 				cfg.Logger = testenv.Discard
-				cfg.Prefix = "limits"
+				cfg.Buffer.Prefix = "limits"
 				p := lastseen.New(cfg)
 				must(t, dialectOnly(t, dialect).Use(p))
 				internals().StopTracker(p)
@@ -246,7 +249,7 @@ func TestConfigRedisUnreachableAtStart(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	var logs testenv.Logs
 	db := dialectOnly(t, "sqlite")
-	p := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	must(t, db.Use(p))
 	t.Cleanup(func() { internals().StopTracker(p) })
 	equal(t, "start-up warnings", logs.Count(`level=WARN msg="lastseen: redis unreachable at start; touches are kept in memory until it is back"`), 1)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -24,6 +23,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/internal/testseam"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -222,8 +223,8 @@ func childPlugin(t *testing.T, spec *childSpec, cfg lastseen.Config) *lastseen.P
 	} else {
 		cfg.Redis = redis.NewClient(&redis.Options{Addr: spec.Redis})
 	}
-	cfg.Prefix = spec.Prefix
-	cfg.DisableScheduler = true
+	cfg.Buffer.Prefix = spec.Prefix
+	cfg.Flush.Schedule, cfg.Sessions.Schedule = "off", "off"
 	cfg.Logger = testenv.Discard
 	p := lastseen.New(cfg)
 	must(t, db.Use(p))
@@ -248,8 +249,7 @@ var crashPoints = []string{"after-swap", "after-commit", "between-batches", "bef
 // is frozen at its first hook, so nothing of it is committed.
 func runCrashChild(t *testing.T, spec *childSpec) {
 	now := mustTime(spec.Now)
-	p := childPlugin(t, spec, lastseen.Config{Shards: crashShards, BatchSize: crashBatch, Throttle: time.Minute,
-		Now: func() time.Time { return now }})
+	p := childPlugin(t, spec, lastseen.Config{Throttle: time.Minute, Buffer: lastseen.BufferConfig{Shards: crashShards}, Flush: lastseen.FlushConfig{BatchSize: crashBatch}, Test: lastseen.TestConfig{Now: func() time.Time { return now }}})
 	var mu sync.Mutex
 	crashShard := -1
 	stop := func(point string, shard int) {
@@ -319,7 +319,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 	ctx := context.Background()
 	h.clock.Set(mustTime("2026-03-01T10:00:00Z"))
 	cfg := h.config()
-	cfg.Shards, cfg.BatchSize, cfg.Throttle = crashShards, crashBatch, time.Minute
+	cfg.Buffer.Shards, cfg.Flush.BatchSize, cfg.Throttle = crashShards, crashBatch, time.Minute
 	p, db := h.plugin(cfg)
 	must(t, db.AutoMigrate(&lastseen.User{}))
 	want := seedFaultUsers(t, db, crashUsers)
@@ -328,7 +328,7 @@ func crashAt(t *testing.T, h *harness, point string) {
 		initial[id] = v
 	}
 	touchFaultUsers(t, p, crashUsers, "2026-03-01T10:00:00Z", want)
-	shardOf := func(id int) int { return keys.ShardOf(strconv.Itoa(id), cfg.Shards) }
+	shardOf := func(id int) int { return keys.ShardOf(strconv.Itoa(id), cfg.Buffer.Shards) }
 
 	spec := childTarget(t, h)
 	spec.Role, spec.Point, spec.Now = "crash", point, h.clock.Now().Format(time.RFC3339Nano)
@@ -427,8 +427,8 @@ func crashAt(t *testing.T, h *harness, point string) {
 	p2, _ := h.plugin(cfg)
 	ttl, err := h.r.Client.PTTL(ctx, shard.Lock).Result()
 	must(t, err)
-	if ttl <= 0 || ttl > lastseen.DefaultLockTTL {
-		t.Fatalf("the dead flusher's lock has PTTL %v, want 0 < PTTL <= %v", ttl, lastseen.DefaultLockTTL)
+	if ttl <= 0 || ttl > 30*time.Second {
+		t.Fatalf("the dead flusher's lock has PTTL %v, want 0 < PTTL <= %v", ttl, 30*time.Second)
 	}
 	var locks []string
 	for _, k := range allShardKeys(p) {
@@ -466,8 +466,7 @@ const (
 // Any error other than ErrLocked fails it.
 func runInstanceChild(t *testing.T, spec *childSpec) {
 	ctx := context.Background()
-	p := childPlugin(t, spec, lastseen.Config{Throttle: 20 * time.Millisecond, BatchSize: 50, PurgeBatchSize: 100,
-		PurgePause: -1, TouchTimeout: 2 * time.Second})
+	p := childPlugin(t, spec, lastseen.Config{Throttle: 20 * time.Millisecond, Buffer: lastseen.BufferConfig{TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{BatchSize: 50}, Sessions: lastseen.SessionConfig{BatchSize: 100}, Test: lastseen.TestConfig{Seam: &testseam.Seam{PurgePause: -1}}})
 	f, err := os.Create(spec.Log)
 	must(t, err)
 	w := bufio.NewWriter(f)

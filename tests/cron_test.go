@@ -17,9 +17,9 @@ import (
 func TestInitializeSchedulesJobs(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := h.config()
-	cfg.DisableScheduler = false
-	cfg.FlushSchedule = "@every 1m; */5 * * * *"
-	cfg.PurgeSchedule = "@every 1h;0 3 * * *;"
+	cfg.Flush.Schedule, cfg.Sessions.Schedule = "", "" // the scheduler on
+	cfg.Flush.Schedule = "@every 1m; */5 * * * *"
+	cfg.Sessions.Schedule = "@every 1h;0 3 * * *;"
 	p, _ := h.plugin(cfg)
 	var got []cron.Schedule
 	for _, e := range internals().Scheduler(p).Entries() {
@@ -45,16 +45,15 @@ func TestInitializeSchedulesJobs(t *testing.T) {
 	must(t, p.Close(context.Background()))
 	equal(t, "jobs' context after Close", internals().JobsContext(p).Err(), context.Canceled)
 
-	off := h.config() // DisableScheduler: no cron at all
+	off := h.config() // both schedules "off": no cron at all
 	q, _ := h.plugin(off)
-	equal(t, "scheduler with DisableScheduler", (internals().Scheduler(q) == nil), true)
+	equal(t, "scheduler with both schedules off", (internals().Scheduler(q) == nil), true)
 
-	noPurge := h.config() // DisablePurge: the flush entries only
-	noPurge.DisableScheduler = false
-	noPurge.DisablePurge = true
-	noPurge.FlushSchedule = "@every 1m; */5 * * * *"
+	noPurge := h.config() // Sessions.Disabled: the flush entries only
+	noPurge.Sessions.Disabled = true
+	noPurge.Flush.Schedule = "@every 1m; */5 * * * *"
 	r, _ := h.plugin(noPurge)
-	equal(t, "entries with DisablePurge", len(internals().Scheduler(r).Entries()), 2)
+	equal(t, "entries with sessions disabled", len(internals().Scheduler(r).Entries()), 2)
 }
 
 // TestInitializeRejectsBadSchedules: a spec that does not parse fails
@@ -65,12 +64,12 @@ func TestInitializeRejectsBadSchedules(t *testing.T) {
 		flush, purge string
 		want         string
 	}{
-		{"@every 1m;every minute", "", `lastseen: invalid config: FlushSchedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
-		{"", "61 * * * *", `lastseen: invalid config: PurgeSchedule "61 * * * *": end of range (61) above maximum (59): 61`},
+		{"@every 1m;every minute", "", `lastseen: invalid config: Flush.Schedule "every minute": expected exactly 5 fields, found 2: [every minute]`},
+		{"", "61 * * * *", `lastseen: invalid config: Sessions.Schedule "61 * * * *": end of range (61) above maximum (59): 61`},
 	} {
 		cfg := h.config()
-		cfg.DisableScheduler = false
-		cfg.FlushSchedule, cfg.PurgeSchedule = c.flush, c.purge
+		cfg.Flush.Schedule, cfg.Sessions.Schedule = "", "" // the scheduler on
+		cfg.Flush.Schedule, cfg.Sessions.Schedule = c.flush, c.purge
 		err := h.openDB().Use(lastseen.New(cfg))
 		equal(t, "error", fmt.Sprint(err), c.want)
 		equal(t, "errors.Is ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)

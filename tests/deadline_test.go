@@ -3,14 +3,14 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -70,16 +70,16 @@ func TestEveryCallBoundedDuringBlackhole(t *testing.T) {
 			var logs testenv.Logs
 			cfg := h.config()
 			cfg.Logger = testenv.TextLogger(&logs)
-			cfg.TouchTimeout = 100 * time.Millisecond
-			cfg.DisableScheduler = false
-			cfg.FlushSchedule, cfg.PurgeSchedule = "@every 1h", "@every 1h" // run by hand below
-			cfg.FlushTimeout, cfg.PurgeTimeout = 300*time.Millisecond, 300*time.Millisecond
+			cfg.Buffer.TouchTimeout = 100 * time.Millisecond
+			cfg.Flush.Schedule, cfg.Sessions.Schedule = "", ""                   // the scheduler on
+			cfg.Flush.Schedule, cfg.Sessions.Schedule = "@every 1h", "@every 1h" // run by hand below
+			cfg.Flush.Timeout, testenv.Seam(&cfg).PurgeTimeout = 300*time.Millisecond, 300*time.Millisecond
 			p, db := h.plugin(cfg)
 			must(t, db.AutoMigrate(&lastseen.Session{}))
 			want := seedFaultUsers(t, db, 5)
 			buf(p).SetTouchTimeout(time.Second) // the first touch loads the script
 			touchFaultUsers(t, p, 3, "2026-03-01T09:10:00Z", map[int]string{})
-			buf(p).SetTouchTimeout(cfg.TouchTimeout)
+			buf(p).SetTouchTimeout(cfg.Buffer.TouchTimeout)
 			must(t, db.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-03-01T08:00:00Z")}).Error)
 
 			px.SetDrop(true)
@@ -103,7 +103,7 @@ func TestEveryCallBoundedDuringBlackhole(t *testing.T) {
 				}
 			}
 			// Touch: TouchTimeout bounds it; the caller's context has no deadline.
-			err := bounded("Touch", cfg.TouchTimeout, func(context.Context) error {
+			err := bounded("Touch", cfg.Buffer.TouchTimeout, func(context.Context) error {
 				_, err := p.Touch(context.Background(), 4)
 				return err
 			})
@@ -115,7 +115,7 @@ func TestEveryCallBoundedDuringBlackhole(t *testing.T) {
 			}))
 			// LastSeen: 5×TouchTimeout for Redis, then the column.
 			var at time.Time
-			must(t, bounded("LastSeen", 5*cfg.TouchTimeout, func(context.Context) (err error) {
+			must(t, bounded("LastSeen", 5*cfg.Buffer.TouchTimeout, func(context.Context) (err error) {
 				at, _, err = p.LastSeen(context.Background(), 2)
 				return err
 			}))
@@ -132,14 +132,14 @@ func TestEveryCallBoundedDuringBlackhole(t *testing.T) {
 				_, err := p.PurgeExpiredSessions(ctx)
 				return err
 			}))
-			bounded("scheduled flush", cfg.FlushTimeout, func(context.Context) error {
+			bounded("scheduled flush", cfg.Flush.Timeout, func(context.Context) error {
 				internals().RunScheduled(p, false)
 				return nil
 			})
 			equal(t, "scheduled flush failures logged", logs.Count(`msg="lastseen: flush failed"`), 1)
 			equal(t, "the scheduled flush ended by its deadline",
 				strings.Contains(logLine(&logs, `msg="lastseen: flush failed"`), "context deadline exceeded"), true)
-			bounded("scheduled purge", cfg.PurgeTimeout, func(context.Context) error {
+			bounded("scheduled purge", testenv.Seam(&cfg).PurgeTimeout, func(context.Context) error {
 				internals().RunScheduled(p, true)
 				return nil
 			})

@@ -132,7 +132,7 @@ type shortUsernameUser struct {
 // buffer's manifest names one table.
 func withModel(c lastseen.Config, m any) lastseen.Config {
 	c.Model = m
-	c.Prefix = fmt.Sprintf("%s:%T", c.Prefix, m)
+	c.Buffer.Prefix = fmt.Sprintf("%s:%T", c.Buffer.Prefix, m)
 	return c
 }
 
@@ -150,10 +150,10 @@ func TestMaxIDLength(t *testing.T) {
 
 		p, _ := h.plugin(withModel(h.config(), &usernameUser{}))
 		_, err := p.Touch(ctx, long)
-		equal(t, "default limit", fmt.Sprint(err), "lastseen: invalid user id: string of 139 bytes (at most 128, Config.MaxIDLength)")
+		equal(t, "default limit", fmt.Sprint(err), "lastseen: invalid user id: string of 139 bytes (at most 128)")
 
 		cfg := withModel(h.config(), &usernameUser{})
-		cfg.MaxIDLength = 160
+		testenv.Seam(&cfg).MaxIDLength = 160
 		p, db := h.plugin(cfg)
 		must(t, db.Create(&usernameUser{Handle: long}).Error)
 		recorded, err := p.Touch(ctx, long)
@@ -170,7 +170,7 @@ func TestMaxIDLength(t *testing.T) {
 		}
 		p, _ = h.plugin(withModel(h.config(), &shortUsernameUser{}))
 		_, err = p.Touch(ctx, fmt.Sprintf("%0129d", 1))
-		equal(t, "size:64 key, default, 129 bytes", fmt.Sprint(err), "lastseen: invalid user id: string of 129 bytes (at most "+limit+", Config.MaxIDLength)")
+		equal(t, "size:64 key, default, 129 bytes", fmt.Sprint(err), "lastseen: invalid user id: string of 129 bytes (at most "+limit+")")
 		_, err = p.Touch(ctx, fmt.Sprintf("%064d", 1))
 		equal(t, "size:64 key, 64 bytes", err, nil)
 
@@ -184,7 +184,7 @@ func TestMaxIDLength(t *testing.T) {
 			{&usernameUser{}, 4097, "lastseen: invalid config: MaxIDLength is 4097, want 1 to 4096 bytes"},
 		} {
 			cfg := withModel(h.config(), c.model)
-			cfg.MaxIDLength = c.n
+			testenv.Seam(&cfg).MaxIDLength = c.n
 			equal(t, fmt.Sprint("MaxIDLength ", c.n), fmt.Sprint(h.openDB().Use(lastseen.New(cfg))), c.want)
 		}
 	})

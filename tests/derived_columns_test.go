@@ -80,12 +80,12 @@ func slidingSetup(t *testing.T, h *harness, extra ...slidingClient) (clients, ap
 
 	seen = new([]string)
 	cc := h.config()
-	cc.Prefix, cc.Shards, cc.FlushConcurrency = h.prefix+":clients", 1, 1
-	cc.Model, cc.Field, cc.OnBatch = &slidingClient{}, "LastUsed", slideExpiry(seen)
-	cc.DisablePurge = true
+	cc.Buffer.Prefix, cc.Buffer.Shards, cc.Flush.Concurrency = h.prefix+":clients", 1, 1
+	cc.Model, cc.Field, cc.Flush.OnBatch = &slidingClient{}, "LastUsed", slideExpiry(seen)
+	cc.Sessions.Disabled = true
 	ac := h.config()
-	ac.Prefix, ac.Shards, ac.FlushConcurrency = h.prefix+":apps", 1, 1
-	ac.Model, ac.Field, ac.DisablePurge = &trackedApp{}, "last_used", true
+	ac.Buffer.Prefix, ac.Buffer.Shards, ac.Flush.Concurrency = h.prefix+":apps", 1, 1
+	ac.Model, ac.Field, ac.Sessions.Disabled = &trackedApp{}, "last_used", true
 	clients, apps = lastseen.New(cc), lastseen.New(ac)
 	must(t, db.Use(clients))
 	must(t, db.Use(apps)) // the second model registers on the same handle

@@ -23,9 +23,9 @@ func TestFlushFullDiskKeepsEverything(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.Shards = 1
-	cfg.BatchSize = 100
-	cfg.MaxRefusals = 1 // the first refusal of an entry would drop it
+	cfg.Buffer.Shards = 1
+	cfg.Flush.BatchSize = 100
+	testenv.Seam(&cfg).MaxRefusals = 1 // the first refusal of an entry would drop it
 	db := h.openDB()
 	stmts := logStatements(db) // before db.Use: the plugin's handle shares this logger
 	p := usePlugin(t, db, cfg)

@@ -3,12 +3,12 @@ package tests
 import (
 	"context"
 	"errors"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -31,9 +31,9 @@ func TestBacklogDropsCountedDuringBlackhole(t *testing.T) {
 	var logs testenv.Logs
 	cfg := h.config()
 	cfg.Logger = testenv.TextLogger(&logs)
-	cfg.TouchTimeout = 100 * time.Millisecond
-	cfg.BreakerCooldown = time.Hour
-	cfg.BacklogSize = 100
+	cfg.Buffer.TouchTimeout = 100 * time.Millisecond
+	testenv.Seam(&cfg).BreakerCooldown = time.Hour
+	testenv.Seam(&cfg).BacklogSize = 100
 	p, _ := h.plugin(cfg)
 	client, _, _ := buf(p).Client()
 	waitForRedis(t, client)

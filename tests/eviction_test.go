@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -176,12 +176,12 @@ func TestRequireNoEviction(t *testing.T) {
 		var logs testenv.Logs
 		h, _ := evictingRedis(t, "allkeys-lru")
 		cfg := evictionConfig(h, &logs)
-		cfg.RequireNoEviction = true
+		cfg.Buffer.RequireNoEviction = true
 		p := lastseen.New(cfg)
 		err := h.openDB().Use(p)
 		equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
 		equal(t, "error", fmt.Sprint(err), `lastseen: invalid config: Redis maxmemory-policy is "allkeys-lru", which can evict the buffer, `+
-			`and RequireNoEviction is set: run CONFIG SET maxmemory-policy noeviction on the Redis (on every master of a cluster), `+
+			`and Buffer.RequireNoEviction is set: run CONFIG SET maxmemory-policy noeviction on the Redis (on every master of a cluster), `+
 			`or give lastseen a Redis of its own`)
 		equal(t, "tracker started", !internals().Tracking(p), true)
 		equal(t, "buffer keys written", strings.Join(h.keys(), " "), "")
@@ -190,7 +190,7 @@ func TestRequireNoEviction(t *testing.T) {
 		var logs testenv.Logs
 		h, _ := evictingRedis(t, "noeviction")
 		cfg := evictionConfig(h, &logs)
-		cfg.RequireNoEviction = true
+		cfg.Buffer.RequireNoEviction = true
 		p, _ := h.plugin(cfg)
 		st, err := p.Status(context.Background())
 		must(t, err)
@@ -201,7 +201,7 @@ func TestRequireNoEviction(t *testing.T) {
 		var logs testenv.Logs
 		h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 		cfg := evictionConfig(h, &logs)
-		cfg.RequireNoEviction = true
+		cfg.Buffer.RequireNoEviction = true
 		p, _ := h.plugin(cfg)
 		st, err := p.Status(context.Background())
 		must(t, err)

@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -85,15 +89,8 @@ func Example_severalModels() {
 	db.Create(&Account{ID: 1})
 	db.Create(&APIToken{ID: 7, ExpiresAt: now.Add(time.Hour)})
 
-	accounts := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:accounts", Model: &Account{}, // Field: "LastSeenAt"
-		DisablePurge: true, DisableScheduler: true, Now: clock, Logger: quiet,
-	})
-	tokens := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:tokens", Model: &APIToken{}, Field: "LastUsedAt",
-		OnBatch:      slideTokenExpiry,
-		DisablePurge: true, DisableScheduler: true, Now: clock, Logger: quiet,
-	})
+	accounts := lastseen.New(lastseen.Config{Redis: rdb, Model: &Account{}, Logger: quiet, Buffer: lastseen.BufferConfig{Prefix: "app:accounts"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: clock}})
+	tokens := lastseen.New(lastseen.Config{Redis: rdb, Model: &APIToken{}, Field: "LastUsedAt", Logger: quiet, Buffer: lastseen.BufferConfig{Prefix: "app:tokens"}, Flush: lastseen.FlushConfig{OnBatch: slideTokenExpiry, Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: clock}})
 	if err := db.Use(accounts); err != nil {
 		log.Fatal(err)
 	}
@@ -153,12 +150,7 @@ func Example_slidingSession() {
 		{ID: "old", UserID: 4, ExpiresAt: now.Add(-time.Minute), LastActiveAt: at(now.Add(-time.Minute))},
 	})
 
-	sessions := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:sessions",
-		Model: &lastseen.Session{}, Field: "LastActiveAt", // track the sessions' activity
-		IdleTimeout:      30 * time.Minute, // SessionModel: &lastseen.Session{}, ActiveField: "LastActiveAt"
-		DisableScheduler: true, Now: clock, Logger: slog.New(slog.DiscardHandler),
-	})
+	sessions := lastseen.New(lastseen.Config{Redis: rdb, Model: &lastseen.Session{}, Field: "LastActiveAt", Logger: slog.New(slog.DiscardHandler), Buffer: lastseen.BufferConfig{Prefix: "app:sessions"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{IdleTimeout: 30 * time.Minute, Schedule: "off"}, Test: lastseen.TestConfig{Now: clock}})
 	if err := db.Use(sessions); err != nil {
 		log.Fatal(err)
 	}
@@ -193,10 +185,7 @@ func Example_status() {
 	defer done()
 	now := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	db.AutoMigrate(&lastseen.User{})
-	presence := lastseen.New(lastseen.Config{
-		Redis: rdb, Prefix: "app:presence", Shards: 2, DisablePurge: true, DisableScheduler: true,
-		Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler),
-	})
+	presence := lastseen.New(lastseen.Config{Redis: rdb, Logger: slog.New(slog.DiscardHandler), Buffer: lastseen.BufferConfig{Prefix: "app:presence", Shards: 2}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: func() time.Time { return now }}})
 	if err := db.Use(presence); err != nil {
 		log.Fatal(err)
 	}
@@ -217,4 +206,38 @@ func Example_status() {
 	// Output:
 	// pending 3 in flight 0 oldest 2m0s
 	// after a flush: pending 0 in flight 0
+}
+
+// The README's quick start, as it appears there: SQLite through
+// github.com/glebarez/sqlite (the pure-Go driver the demo uses), no Redis,
+// the middleware in front of the app's handlers, Close at shutdown. It
+// serves on :8080 until SIGINT or SIGTERM, so it has no Output: go test
+// compiles it and go vet checks it.
+func Example_quickStart() {
+	db, err := gorm.Open(sqlite.Open("app.db"), &gorm.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}) // your migrations
+	db.FirstOrCreate(&lastseen.User{ID: 1})               // a user to try: curl -H 'X-User: 1' localhost:8080
+	presence := lastseen.New(lastseen.Config{})           // no Redis: buffered in this process
+	if err := db.Use(presence); err != nil {
+		log.Fatal(err)
+	}
+	userID := func(r *http.Request) (any, bool) { // stands for your auth: the signed-in user's id
+		id, err := strconv.ParseUint(r.Header.Get("X-User"), 10, 64)
+		return id, err == nil
+	}
+	mux := http.NewServeMux() // your handlers
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	srv := &http.Server{Addr: ":8080", Handler: presence.Middleware(userID)(mux)}
+	go srv.ListenAndServe()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done() // shutdown: stop serving, then write what is still buffered
+	srv.Shutdown(context.Background())
+	if err := presence.Close(context.Background()); err != nil {
+		log.Print(err)
+	}
 }

@@ -328,9 +328,9 @@ type requestRig struct {
 func newRequestRig(t *testing.T, rdb *redis.Client) *requestRig {
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
-	cfg.TouchTimeout = requestBudget
-	cfg.BreakerCooldown = breakerCooldown
-	cfg.BacklogSize = 10 * requestsPerPhase
+	cfg.Buffer.TouchTimeout = requestBudget
+	testenv.Seam(&cfg).BreakerCooldown = breakerCooldown
+	testenv.Seam(&cfg).BacklogSize = 10 * requestsPerPhase
 	p, db := h.plugin(cfg)
 	must(t, db.AutoMigrate(&lastseen.User{}))
 	rig := &requestRig{t: t, p: p, cmds: countCommands(rdb)}
@@ -484,8 +484,8 @@ func TestBacklogReplayedAfterOutage(t *testing.T) {
 			h := newHarness(t, d, clientKind(rdb))
 			ctx := context.Background()
 			cfg := h.config()
-			cfg.TouchTimeout = requestBudget
-			cfg.BacklogSize = 50
+			cfg.Buffer.TouchTimeout = requestBudget
+			testenv.Seam(&cfg).BacklogSize = 50
 			cfg.Throttle = time.Minute
 			p, db := h.plugin(cfg)
 			want := seedFaultUsers(t, db, 60)
@@ -597,8 +597,8 @@ func proxiedDB(t *testing.T, h *harness) (*gorm.DB, *faultproxy.Proxy) {
 // make four batches in a known order of events.
 func faultFlushConfig(h *harness) lastseen.Config {
 	cfg := h.config()
-	cfg.Shards = 1
-	cfg.BatchSize = 3
+	cfg.Buffer.Shards = 1
+	cfg.Flush.BatchSize = 3
 	cfg.Throttle = time.Minute
 	return cfg
 }
@@ -932,7 +932,7 @@ func TestRedisScriptCacheFlushed(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := faultFlushConfig(h)
-	cfg.TouchTimeout = requestBudget
+	cfg.Buffer.TouchTimeout = requestBudget
 	p, db := h.plugin(cfg)
 	want := seedFaultUsers(t, db, 4)
 	touchFaultUsers(t, p, 2, "2026-03-01T10:00:00Z", want)
@@ -965,8 +965,8 @@ func TestRedisLostItsData(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	ctx := context.Background()
 	cfg := faultFlushConfig(h)
-	cfg.TouchTimeout = requestBudget
-	cfg.BatchSize = 2
+	cfg.Buffer.TouchTimeout = requestBudget
+	cfg.Flush.BatchSize = 2
 	h.clock.Set(mustTime("2026-03-01T10:00:00Z"))
 	p, db := h.plugin(cfg)
 	want := seedFaultUsers(t, db, 8)
@@ -1015,10 +1015,10 @@ func TestRedisLostItsData(t *testing.T) {
 	res, err = p.Flush(ctx)
 	setHooks(p, nil)
 	if !isLockLost(err) {
-		t.Fatalf("flush across FLUSHALL: %v, want errLockLost", err)
+		t.Fatalf("flush across FLUSHALL: %v, want buffer.ErrLockLost", err)
 	}
-	if res.Written < cfg.BatchSize || res.Written > 6 {
-		t.Errorf("written across FLUSHALL = %d, want the first batch (%d) up to all 6", res.Written, cfg.BatchSize)
+	if res.Written < cfg.Flush.BatchSize || res.Written > 6 {
+		t.Errorf("written across FLUSHALL = %d, want the first batch (%d) up to all 6", res.Written, cfg.Flush.BatchSize)
 	}
 	committed := 0
 	for id := 1; id <= 6; id++ {

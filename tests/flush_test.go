@@ -14,6 +14,8 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -80,8 +82,8 @@ func TestFlushConcurrentTouchesLoseNothing(t *testing.T) {
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Throttle = time.Millisecond // markers expire all the time: many recorded touches per user
-		cfg.LocalCacheSize = -1
-		cfg.BatchSize = 37
+		cfg.Buffer.LocalCacheSize = -1
+		cfg.Flush.BatchSize = 37
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, users)
 		base := mustTime("2026-03-01T09:00:00Z")
@@ -269,8 +271,8 @@ func TestFlushFailureMidShard(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
-		cfg.BatchSize = 5
+		cfg.Buffer.Shards = 1
+		cfg.Flush.BatchSize = 5
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, 20)
 		var updates atomic.Int64
@@ -332,7 +334,7 @@ func TestFlushTwoInstancesConcurrently(t *testing.T) {
 		const users = 300
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.BatchSize = 7
+		cfg.Flush.BatchSize = 7
 		a, db := h.plugin(cfg)
 		b, _ := h.plugin(cfg)
 		seedUsers(t, db, users)
@@ -382,8 +384,8 @@ func TestFlushPagesWithHScan(t *testing.T) {
 		h.needRedis(t, "counts HSCAN commands")
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
-		cfg.BatchSize = 10
+		cfg.Buffer.Shards = 1
+		cfg.Flush.BatchSize = 10
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, 95)
 		for id := 1; id <= 95; id++ {
@@ -440,7 +442,7 @@ func TestFlushUpdateMode(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		cfg.Model = &mailUser{}
 		p, db := h.plugin(cfg)
 		must(t, db.Migrator().CreateTable(&mailUser{}))
@@ -482,9 +484,9 @@ func TestFlushUpsertMode(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		cfg.Throttle = time.Minute
-		cfg.WriteMode = lastseen.Upsert
+		cfg.Flush.Upsert = true
 		p, db := h.plugin(cfg)
 		must(t, db.AutoMigrate(&lastseen.User{}))
 		must(t, db.Create(&[]lastseen.User{
@@ -542,7 +544,7 @@ func TestFlushRejectsGarbage(t *testing.T) {
 		h.needRedis(t, "writes garbage into the Redis hashes")
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, 6)
 		for _, id := range []int{1, 3} {
@@ -589,13 +591,13 @@ func TestFlushBatchSizeLimit(t *testing.T) {
 			size int
 			want string
 		}{
-			{limit + 1, fmt.Sprintf("lastseen: invalid config: BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
+			{limit + 1, fmt.Sprintf("lastseen: invalid config: Flush.BatchSize %d exceeds the %s limit of %d users per statement (%d bind parameters, 2 per user)",
 				limit+1, h.dialect, limit, params)},
-			{-1, fmt.Sprintf("lastseen: invalid config: BatchSize is -1, want 1 to %d", limit)},
+			{-1, fmt.Sprintf("lastseen: invalid config: Flush.BatchSize is -1, want 1 to %d", limit)},
 			{limit, ""},
 		} {
 			cfg := h.config()
-			cfg.BatchSize = c.size
+			cfg.Flush.BatchSize = c.size
 			p := lastseen.New(cfg)
 			err := h.openDB().Use(p)
 			if c.want == "" {
@@ -624,20 +626,20 @@ func seedPending(t testing.TB, h *harness, p *lastseen.Plugin, ids []int, at tim
 // take exactly 3 statements, in both write modes.
 func TestFlushStatementsPerBatch(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
-		for _, mode := range []lastseen.WriteMode{lastseen.Update, lastseen.Upsert} {
-			t.Run(mode.String(), func(t *testing.T) {
+		for _, mode := range []bool{false, true} {
+			t.Run(map[bool]string{false: "update", true: "upsert"}[mode], func(t *testing.T) {
 				ctx := context.Background()
 				cfg := h.config()
-				cfg.Shards = 1
-				cfg.BatchSize = 1000
-				cfg.WriteMode = mode
+				cfg.Buffer.Shards = 1
+				cfg.Flush.BatchSize = 1000
+				cfg.Flush.Upsert = mode
 				p, db := h.plugin(cfg)
 				must(t, db.Migrator().DropTable(&lastseen.User{}))
 				ids := make([]int, 2500)
 				for i := range ids {
 					ids[i] = i + 1
 				}
-				if mode == lastseen.Update {
+				if !mode {
 					seedUsers(t, db, 2500)
 				} else {
 					must(t, db.AutoMigrate(&lastseen.User{}))
@@ -666,24 +668,24 @@ func TestFlushLargestBatch(t *testing.T) {
 		t.Skip("-short: writes 16383 to 32767 rows per dialect")
 	}
 	forEachDialect(t, func(t *testing.T, h *harness) {
-		modes := []lastseen.WriteMode{lastseen.Update, lastseen.Upsert}
+		modes := []bool{false, true}
 		if h.dialect == "sqlite" {
 			modes = modes[:1]
 		}
 		for _, mode := range modes {
-			t.Run(mode.String(), func(t *testing.T) {
+			t.Run(map[bool]string{false: "update", true: "upsert"}[mode], func(t *testing.T) {
 				ctx := context.Background()
 				cfg := h.config()
-				cfg.Shards = 1
-				cfg.BatchSize = internals().MaxBatch(h.dialect)
-				cfg.WriteMode = mode
+				cfg.Buffer.Shards = 1
+				cfg.Flush.BatchSize = dialect.Lookup(h.dialect).MaxBatch()
+				cfg.Flush.Upsert = mode
 				p, db := h.plugin(cfg)
 				must(t, db.Migrator().DropTable(&lastseen.User{}))
-				ids := make([]int, cfg.BatchSize)
+				ids := make([]int, cfg.Flush.BatchSize)
 				for i := range ids {
 					ids[i] = i + 1
 				}
-				if mode == lastseen.Update {
+				if !mode {
 					seedUsers(t, db, len(ids))
 				} else {
 					must(t, db.AutoMigrate(&lastseen.User{}))
@@ -706,7 +708,7 @@ func TestFlushKeyOutOfRange(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, 1)
 		_, err := p.Touch(ctx, "9223372036854775808")
@@ -757,8 +759,8 @@ func TestFlushRetriesDeadlocks(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
-		cfg.MaxRetries = 2
+		cfg.Buffer.Shards = 1
+		testenv.Seam(&cfg).MaxRetries = 2
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, 1)
 		var attempts, failFirst atomic.Int64

@@ -40,6 +40,10 @@ type fuzzCodec struct {
 	max uint64
 }
 
+// defaultMaxIDLength is the longest id Touch takes for a key column
+// without a declared length.
+const defaultMaxIDLength = 128
+
 func fuzzCodecs(t testing.TB) []fuzzCodec {
 	t.Helper()
 	codec := func(m any) idCodec {
@@ -75,8 +79,8 @@ func checkNormalized(t *testing.T, c fuzzCodec, input any, id string, err error)
 		}
 		return false
 	}
-	if id == "" || len(id) > lastseen.DefaultMaxIDLength {
-		t.Fatalf("%s: normalize(%#v) = %q: length %d, want 1 to %d", c.name, input, id, len(id), lastseen.DefaultMaxIDLength)
+	if id == "" || len(id) > defaultMaxIDLength {
+		t.Fatalf("%s: normalize(%#v) = %q: length %d, want 1 to %d", c.name, input, id, len(id), defaultMaxIDLength)
 	}
 	again, err := c.codec.normalize(id)
 	if err != nil || again != id {
@@ -110,22 +114,22 @@ func FuzzUserID(f *testing.F) {
 			_, perr := c.codec.parse(s) // never panics, whatever the text
 			switch c.name {
 			case "string":
-				want := s != "" && len(s) <= lastseen.DefaultMaxIDLength
+				want := s != "" && len(s) <= defaultMaxIDLength
 				if ok != want || (ok && id != s) {
 					t.Fatalf("string: normalize(%q) = %q, %v; want it accepted as is: %v", s, id, err, want)
 				}
 			case "uuid":
 				parsed, uerr := uuid.Parse(s)
-				want := s != "" && len(s) <= lastseen.DefaultMaxIDLength && uerr == nil
+				want := s != "" && len(s) <= defaultMaxIDLength && uerr == nil
 				if ok != want || (ok && id != parsed.String()) {
 					t.Fatalf("uuid: normalize(%q) = %q, %v; want %v (%q)", s, id, err, want, parsed.String())
 				}
 			default: // integers: decimal text, surrounding spaces allowed, in range, not zero
 				v, serr := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-				want := serr == nil && v != 0 && v >= c.min && (v < 0 || uint64(v) <= c.max) && len(s) <= lastseen.DefaultMaxIDLength
+				want := serr == nil && v != 0 && v >= c.min && (v < 0 || uint64(v) <= c.max) && len(s) <= defaultMaxIDLength
 				if c.min == 0 { // unsigned: ParseUint, which also takes values above MaxInt64, and a "+" as ParseInt does
 					uv, uerr := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(s), "+"), 10, 64)
-					want = uerr == nil && uv != 0 && uv <= c.max && len(s) <= lastseen.DefaultMaxIDLength
+					want = uerr == nil && uv != 0 && uv <= c.max && len(s) <= defaultMaxIDLength
 				}
 				if ok != want {
 					t.Fatalf("%s: normalize(%q) accepted=%v (%q, %v), want %v", c.name, s, ok, id, err, want)
@@ -165,16 +169,16 @@ type stringer string
 func (s stringer) String() string { return string(s) }
 
 // TestHandWrittenPendingValues: entries written into a pending hash by
-// hand or by another version are read by the flush with parseMicros and
-// the user-id codec: readable ones are written, the rest are dropped and
-// counted (Rejected) and leave Redis; a touch is never blocked by a stored
+// hand or by another version are read by the flush with buffer.ParseMicros
+// and the user-id codec: readable ones are written, the rest are dropped
+// and counted (Rejected) and leave Redis; a touch is never blocked by a stored
 // value the flush would refuse, such as one from the far future.
 func TestHandWrittenPendingValues(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		h.clock.Set(mustTime("2026-03-01T10:00:00Z"))
 		cfg := h.config()
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		cfg.Throttle = time.Minute
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 12)

@@ -33,7 +33,7 @@ func equal[T comparable](t testing.TB, what string, got, want T) {
 var servers = testenv.Servers{PostgresDriver: postgres.Open, MySQLDriver: mysql.Open}
 
 // memoryKind is no Redis at all: Config.Redis stays nil and the plugin
-// buffers in process (memoryBuffer). The harness shows that buffer's state
+// buffers in process (memory.Buffer). The harness shows that buffer's state
 // under the Redis key names (keys, pendingKeys), so that tests written
 // against Redis check the same state; tests about Redis itself skip it
 // (needRedis).
@@ -109,14 +109,7 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, h *harness)) {
 // config returns a test Config: this harness's Redis, prefix and clock, no
 // scheduler, logs discarded.
 func (h *harness) config() lastseen.Config {
-	return lastseen.Config{
-		Redis:            h.r.Client,
-		Prefix:           h.prefix,
-		Now:              h.clock.Now,
-		DisableScheduler: true,
-		Logger:           testenv.Discard,
-		TouchTimeout:     2 * time.Second,
-	}
+	return lastseen.Config{Redis: h.r.Client, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Prefix: h.prefix, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: h.clock.Now}}
 }
 
 // plugin registers a plugin with cfg on a new handle to the harness's

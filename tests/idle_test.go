@@ -48,10 +48,10 @@ func idleSetup(t *testing.T, h *harness) (sessions, users *lastseen.Plugin, db *
 	must(t, db.AutoMigrate(&lastseen.Session{}, &lastseen.User{}))
 	must(t, db.Create(idleSessions()).Error)
 	uc := h.config()
-	uc.Prefix = h.prefix + ":users"
+	uc.Buffer.Prefix = h.prefix + ":users"
 	sc := h.config()
-	sc.Prefix = h.prefix + ":sessions"
-	sc.Model, sc.Field, sc.IdleTimeout = &lastseen.Session{}, "LastActiveAt", 30*time.Minute
+	sc.Buffer.Prefix = h.prefix + ":sessions"
+	sc.Model, sc.Field, sc.Sessions.IdleTimeout = &lastseen.Session{}, "LastActiveAt", 30*time.Minute
 	users, sessions = lastseen.New(uc), lastseen.New(sc)
 	must(t, db.Use(users))
 	must(t, db.Use(sessions))
@@ -142,21 +142,21 @@ func TestIdleConfig(t *testing.T) {
 		set  func(*lastseen.Config)
 		want string
 	}{
-		{"negative", func(c *lastseen.Config) { c.IdleTimeout = -time.Second },
-			"lastseen: invalid config: IdleTimeout is -1s, want 0 (off) or a positive duration"},
-		{"no such field", func(c *lastseen.Config) { c.IdleTimeout, c.ActiveField = time.Hour, "Touched" },
-			`lastseen: invalid config: ActiveField "Touched": Session has no such field or column`},
-		{"not a time", func(c *lastseen.Config) { c.IdleTimeout, c.ActiveField = time.Hour, "UserID" },
-			`lastseen: invalid config: ActiveField "UserID": Session.UserID is a uint64: ` + wantIntUnit},
-		{"batch over the limit", func(c *lastseen.Config) { c.IdleTimeout, c.PurgeBatchSize = time.Hour, 32764 },
-			"lastseen: invalid config: PurgeBatchSize 32764 exceeds the sqlite limit of 32763 sessions per delete with IdleTimeout (32766 bind parameters, 1 per session and 3 for the cutoffs)"},
+		{"negative", func(c *lastseen.Config) { c.Sessions.IdleTimeout = -time.Second },
+			"lastseen: invalid config: Sessions.IdleTimeout is -1s, want 0 (off) or a positive duration"},
+		{"no such field", func(c *lastseen.Config) { c.Sessions.IdleTimeout, c.Sessions.ActiveField = time.Hour, "Touched" },
+			`lastseen: invalid config: Sessions.ActiveField "Touched": Session has no such field or column`},
+		{"not a time", func(c *lastseen.Config) { c.Sessions.IdleTimeout, c.Sessions.ActiveField = time.Hour, "UserID" },
+			`lastseen: invalid config: Sessions.ActiveField "UserID": Session.UserID is a uint64: ` + wantIntUnit},
+		{"batch over the limit", func(c *lastseen.Config) { c.Sessions.IdleTimeout, c.Sessions.BatchSize = time.Hour, 32764 },
+			"lastseen: invalid config: Sessions.BatchSize 32764 exceeds the sqlite limit of 32763 sessions per delete with Sessions.IdleTimeout (32766 bind parameters, 1 per session and 3 for the cutoffs)"},
 	} {
 		cfg := h.config()
 		c.set(&cfg)
 		equal(t, c.name, fmt.Sprint(h.openDB().Use(lastseen.New(cfg))), c.want)
 	}
 	cfg := h.config()
-	cfg.ActiveField = "Touched" // read only with IdleTimeout
+	cfg.Sessions.ActiveField = "Touched" // read only with IdleTimeout
 	p, _ := h.plugin(cfg)
 	equal(t, "ActiveField ignored without IdleTimeout", !internals().TracksActive(p), true)
 }

@@ -11,8 +11,10 @@ import (
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/buffer/memory"
 	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
+	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/internal/testhooks"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"gorm.io/gorm"
@@ -20,8 +22,9 @@ import (
 )
 
 // The library's internals these tests reach go through internal/testhooks
-// (registered by the lastseen package) and the exported names of the
-// internal/buffer packages: the short names below keep the tests readable.
+// (registered by the lastseen package), or, for the buffers, the id codec,
+// the time column codec and the dialects, their internal packages' exported
+// names: the short names below keep the tests readable.
 
 type flushHooks = testhooks.FlushHooks
 
@@ -119,7 +122,7 @@ func (t testBuffer) PutBacklog(ctx context.Context, uid string, at time.Time) er
 		b.ReturnBacklog(map[string]int64{uid: buffer.Micros(at)})
 	case *memory.Buffer:
 		cfg := t.p.Config()
-		_, _, err := b.Touch(ctx, uid, at, cfg.Now(), cfg.Throttle)
+		_, _, err := b.Touch(ctx, uid, at, cfg.Test.Now(), cfg.Throttle)
 		return err
 	}
 	return nil
@@ -215,35 +218,35 @@ func purgeJob(p *lastseen.Plugin, ctx context.Context) { internals().PurgeJob(p,
 
 // shardKeys returns the Redis keys of p's shard n.
 func shardKeys(p *lastseen.Plugin, n int) keys.Shard {
-	return keys.ForShard(p.Config().Prefix, n, p.Config().Shards)
+	return keys.ForShard(p.Config().Buffer.Prefix, n, p.Config().Buffer.Shards)
 }
 
 // shardOf returns the Redis keys of uid's shard in p.
 func shardOf(p *lastseen.Plugin, uid string) keys.Shard {
-	return shardKeys(p, keys.ShardOf(uid, p.Config().Shards))
+	return shardKeys(p, keys.ShardOf(uid, p.Config().Buffer.Shards))
 }
 
 // pendingKey returns the key of the pending hash that holds uid in p.
 func pendingKey(p *lastseen.Plugin, uid string) string {
-	n, b := keys.Locate(uid, p.Config().Shards)
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return shardKeys(p, n).Pending(b)
 }
 
 // bucketOf returns uid's bucket in its shard in p (keys.Locate).
 func bucketOf(p *lastseen.Plugin, uid string) int {
-	_, b := keys.Locate(uid, p.Config().Shards)
+	_, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return b
 }
 
 // inflightKey returns the key of the in-flight hash that holds uid in p.
 func inflightKey(p *lastseen.Plugin, uid string) string {
-	n, b := keys.Locate(uid, p.Config().Shards)
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return shardKeys(p, n).InFlight(b)
 }
 
 // allShardKeys returns the Redis keys of every shard of p, in shard order.
 func allShardKeys(p *lastseen.Plugin) []keys.Shard {
-	out := make([]keys.Shard, p.Config().Shards)
+	out := make([]keys.Shard, p.Config().Buffer.Shards)
 	for n := range out {
 		out[n] = shardKeys(p, n)
 	}
@@ -272,27 +275,18 @@ type idCodec struct {
 }
 
 func newIDCodec(pk *schema.Field) (idCodec, error) {
-	n, p, err := internals().IDCodec(pk)
-	return idCodec{normalize: n, parse: p}, err
+	c, err := idcodec.New(pk)
+	return idCodec{normalize: c.Normalize, parse: c.Parse}, err
 }
 
 // columnTime scans a time column as the library reads it on every dialect
 // (SQLite may return text).
-type columnTime struct {
-	Time  time.Time
-	Valid bool
-}
-
-// Scan implements sql.Scanner.
-func (c *columnTime) Scan(v any) (err error) {
-	c.Time, c.Valid, err = internals().ScanTime(v)
-	return err
-}
+type columnTime = timecol.NullTime
 
 // usersEncoding is the Encoding the plugin chose for its tracked column.
-func usersEncoding(p *lastseen.Plugin) lastseen.Encoding {
+func usersEncoding(p *lastseen.Plugin) timecol.Encoding {
 	enc, _ := internals().UsersColumn(p)
-	return lastseen.Encoding(enc)
+	return timecol.Encoding(enc)
 }
 
 // usersNaive reports a tracked column without time zone.
@@ -303,23 +297,20 @@ func usersNaive(p *lastseen.Plugin) bool {
 
 // fieldEncoding is the Encoding the plugin reads field f with, given the
 // configured one, and how it decided.
-func fieldEncoding(f *schema.Field, configured lastseen.Encoding) (lastseen.Encoding, string, error) {
-	enc, how, err := internals().FieldEncoding(f, int(configured))
-	return lastseen.Encoding(enc), how, err
-}
+var fieldEncoding = timecol.FieldEncoding
 
 // generation returns the throttle-marker generation of p at its clock's
-// now: Unix ms / Throttle in ms (markers.go).
+// now: Unix ms / Throttle in ms (see internal/buffer/redisbuf).
 func generation(p *lastseen.Plugin) int64 {
 	cfg := p.Config()
-	return cfg.Now().UnixMilli() / max(cfg.Throttle.Milliseconds(), 1)
+	return cfg.Test.Now().UnixMilli() / max(cfg.Throttle.Milliseconds(), 1)
 }
 
 // markersKey returns the key of the marker hash of generation g that holds
 // uid's throttle marker in p: the hash is named by the generation's start,
 // g × Throttle in Unix ms.
 func markersKey(p *lastseen.Plugin, uid string, g int64) string {
-	n, b := keys.Locate(uid, p.Config().Shards)
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
 	return shardKeys(p, n).Markers(b, g*max(p.Config().Throttle.Milliseconds(), 1))
 }
 

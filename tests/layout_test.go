@@ -3,13 +3,13 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,7 +27,7 @@ func TestLayoutHashesStayListpack(t *testing.T) {
 	ctx := context.Background()
 	const users = 2000
 	cfg := h.config()
-	cfg.Shards = 16
+	cfg.Buffer.Shards = 16
 	cfg.Throttle = time.Minute
 	p, _ := h.plugin(cfg)
 

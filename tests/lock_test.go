@@ -73,8 +73,8 @@ func TestSlowBatchKeepsItsLock(t *testing.T) {
 			t.Run(d.Name+"/"+r.Name, func(t *testing.T) {
 				h := newHarness(t, d, r)
 				cfg := h.config()
-				cfg.Shards, cfg.BatchSize = 1, 5
-				cfg.LockTTL, cfg.StatementTimeout = lockTTL, lockTTL/2
+				cfg.Buffer.Shards, cfg.Flush.BatchSize = 1, 5
+				testenv.Seam(&cfg).LockTTL, testenv.Seam(&cfg).StatementTimeout = lockTTL, lockTTL/2
 				p, db := h.plugin(cfg)
 				want := seedFaultUsers(t, db, 10)
 				touchFaultUsers(t, p, 10, "2026-03-01T09:20:00Z", want)
@@ -112,8 +112,8 @@ func TestSlowPurgeKeepsItsLock(t *testing.T) {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.RedisServer())
 			cfg := h.config()
-			cfg.LockTTL, cfg.PurgeBatchTimeout = lockTTL, lockTTL/2
-			cfg.PurgeBatchSize, cfg.PurgePause = 2, slowBatch
+			testenv.Seam(&cfg).LockTTL, testenv.Seam(&cfg).PurgeBatchTimeout = lockTTL, lockTTL/2
+			cfg.Sessions.BatchSize, testenv.Seam(&cfg).PurgePause = 2, slowBatch
 			p, db := h.plugin(cfg)
 			var rows []lastseen.Session
 			for i := 1; i <= 6; i++ {
@@ -126,9 +126,9 @@ func TestSlowPurgeKeepsItsLock(t *testing.T) {
 			must(t, err)
 			equal(t, "deleted", res.Deleted, 6)
 			equal(t, "batches", res.Batches, 3)
-			t.Logf("refreshes of the purge lock: %d", refreshes.get(keys.PurgeLock(p.Config().Prefix)))
-			if refreshes.get(keys.PurgeLock(p.Config().Prefix)) < 2 {
-				t.Errorf("purge lock refreshed %d times, want at least 2", refreshes.get(keys.PurgeLock(p.Config().Prefix)))
+			t.Logf("refreshes of the purge lock: %d", refreshes.get(keys.PurgeLock(p.Config().Buffer.Prefix)))
+			if refreshes.get(keys.PurgeLock(p.Config().Buffer.Prefix)) < 2 {
+				t.Errorf("purge lock refreshed %d times, want at least 2", refreshes.get(keys.PurgeLock(p.Config().Buffer.Prefix)))
 			}
 		})
 	}
@@ -144,7 +144,7 @@ func TestLostLockStopsForwardOnly(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		h.needRedis(t, "another instance takes the Redis lock; the in-process lock is never lost")
 		cfg := h.config()
-		cfg.Shards, cfg.BatchSize = 1, 5
+		cfg.Buffer.Shards, cfg.Flush.BatchSize = 1, 5
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 10)
 		touchFaultUsers(t, p, 10, "2026-03-01T09:20:00Z", want)
@@ -157,7 +157,7 @@ func TestLostLockStopsForwardOnly(t *testing.T) {
 		}})
 		res, err := p.Flush(ctx)
 		if !isLockLost(err) {
-			t.Fatalf("flush that lost its lock: %v, want errLockLost", err)
+			t.Fatalf("flush that lost its lock: %v, want buffer.ErrLockLost", err)
 		}
 		equal(t, "written before the lock was lost", res.Written, 5)
 		equal(t, "batches", res.Batches, 1)

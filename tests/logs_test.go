@@ -17,7 +17,7 @@ func TestFlushJobLogLines(t *testing.T) {
 	ctx := context.Background()
 	var out testenv.Logs
 	cfg := h.config()
-	cfg.Shards = 2
+	cfg.Buffer.Shards = 2
 	cfg.Logger = testenv.JSONLogger(&out)
 	must(t, h.db.AutoMigrate(&lastseen.User{}, &lastseen.Session{})) // tables made after db.Use would be one warning each
 	p, db := h.plugin(cfg)

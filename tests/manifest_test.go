@@ -6,14 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
 
@@ -56,20 +56,20 @@ func TestManifestShardsDisagree(t *testing.T) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 1000)
 		cfg := h.config()
-		cfg.Shards = 8
+		cfg.Buffer.Shards = 8
 		a, db := h.plugin(cfg)
 		for id := 1; id <= 1000; id++ {
 			_, err := a.TouchAt(ctx, id, mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second))
 			must(t, err)
 		}
 
-		cfg.Shards = 16
+		cfg.Buffer.Shards = 16
 		err := tryUse(t, h.openDB(), cfg)
 		equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
-		equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created with Shards 8, `+
-			`this instance has Shards 16: set Shards: 8, or flush the buffer empty with Shards 8 and delete the key %s:manifest`, h.prefix, h.prefix))
+		equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created with Buffer.Shards 8, `+
+			`this instance has Buffer.Shards 16: set Buffer.Shards: 8, or flush the buffer empty with Buffer.Shards 8 and delete the key %s:manifest`, h.prefix, h.prefix))
 
-		cfg.Shards = 8 // the way out: the same Shards
+		cfg.Buffer.Shards = 8 // the way out: the same Shards
 		_ = tryUse(t, h.openDB(), cfg)
 		res, err := a.Flush(ctx)
 		must(t, err)
@@ -92,7 +92,7 @@ func TestManifestShardsDisagree(t *testing.T) {
 func TestManifestTargetDisagrees(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		_ = tryUse(t, h.openDB(), h.config()) // creates the manifest: users.last_seen_at, integer key
-		way := fmt.Sprintf(`: set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+		way := fmt.Sprintf(`: set another Buffer.Prefix (or leave Buffer.Prefix empty to derive one from the database and table), `+
 			`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix)
 		for _, c := range []struct {
 			name  string
@@ -132,7 +132,7 @@ func TestManifestDialectDisagrees(t *testing.T) {
 			pg := servers.Postgres().New(t).Open(t)
 			err := tryUse(t, pg, h.config())
 			equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for dialect "sqlite", `+
-				`this instance has dialect "postgres": set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+				`this instance has dialect "postgres": set another Buffer.Prefix (or leave Buffer.Prefix empty to derive one from the database and table), `+
 				`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix, h.prefix))
 		})
 	}
@@ -151,7 +151,7 @@ func TestManifestFormatDisagrees(t *testing.T) {
 		equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
 		equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was written by a lastseen `+
 			`version of buffer format 1, this version writes format 2: flush it empty with the version that wrote it (lastseen flush), `+
-			`delete the key %s:manifest, then start this version; or set another Prefix`, h.prefix, h.prefix))
+			`delete the key %s:manifest, then start this version; or set another Buffer.Prefix`, h.prefix, h.prefix))
 		equal(t, "redis keys", strings.Join(h.keys(), " "), ":manifest")
 	})
 }
@@ -165,19 +165,19 @@ func TestManifestCheckedByFirstFlush(t *testing.T) {
 	seedUsers(t, h.db, 10)
 	srv.kill()
 	cfg := h.config()
-	cfg.Shards = 16
+	cfg.Buffer.Shards = 16
 	late := lastseen.New(cfg)
 	must(t, h.openDB().Use(late)) // Redis unreachable: logged, not an error
 	t.Cleanup(func() { late.Close(context.Background()) })
 	srv.restart()
 	waitForRedis(t, h.r.Client)
 
-	cfg.Shards = 8
+	cfg.Buffer.Shards = 8
 	_ = tryUse(t, h.openDB(), cfg) // creates the manifest with Shards 8
 	_, err := late.Flush(context.Background())
 	equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
-	equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created with Shards 8, `+
-		`this instance has Shards 16: set Shards: 8, or flush the buffer empty with Shards 8 and delete the key %s:manifest`, h.prefix, h.prefix))
+	equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created with Buffer.Shards 8, `+
+		`this instance has Buffer.Shards 16: set Buffer.Shards: 8, or flush the buffer empty with Buffer.Shards 8 and delete the key %s:manifest`, h.prefix, h.prefix))
 	equal(t, "flush errors", late.Stats().FlushErrors, 1)
 }
 
@@ -205,9 +205,9 @@ func TestDefaultPrefixPerTarget(t *testing.T) {
 			a := &apps[i]
 			seedUsers(t, a.db, 3)
 			cfg := h.config()
-			cfg.Prefix = ""
+			cfg.Buffer.Prefix = ""
 			a.p = usePlugin(t, a.open(), cfg)
-			prefix := a.p.Config().Prefix
+			prefix := a.p.Config().Buffer.Prefix
 			if !h.memory() {
 				t.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), h.r.Client, prefix+":*") })
 			}
@@ -232,9 +232,9 @@ func TestDefaultPrefixPerTarget(t *testing.T) {
 			}
 		}
 		cfg := h.config()
-		cfg.Prefix = ""
+		cfg.Buffer.Prefix = ""
 		again := usePlugin(t, h.openDB(), cfg)
-		equal(t, "prefix after a restart", again.Config().Prefix, apps[0].p.Config().Prefix)
+		equal(t, "prefix after a restart", again.Config().Buffer.Prefix, apps[0].p.Config().Buffer.Prefix)
 	})
 }
 
@@ -244,23 +244,23 @@ func TestDefaultPrefixPerTarget(t *testing.T) {
 func TestDefaultPrefixSQLiteFile(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := h.config()
-	cfg.Prefix = ""
+	cfg.Buffer.Prefix = ""
 	p := usePlugin(t, h.openDB(), cfg)
 	var file string
 	must(t, h.db.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file).Error)
 	equal(t, "absolute path", filepath.IsAbs(file), true)
 	sum := sha256.Sum256([]byte("sqlite\x00sqlite\x00" + file + "\x00users\x00last_seen_at"))
-	equal(t, "prefix, by hand", p.Config().Prefix, "lastseen:users:"+hex.EncodeToString(sum[:4]))
+	equal(t, "prefix, by hand", p.Config().Buffer.Prefix, "lastseen:users:"+hex.EncodeToString(sum[:4]))
 
 	// Another file with the same explicit Prefix: refused, the database named.
 	other := testenv.SQLite().New(t).Open(t)
-	cfg.Prefix = h.prefix
+	cfg.Buffer.Prefix = h.prefix
 	_ = tryUse(t, h.openDB(), cfg)
 	err := tryUse(t, other, cfg)
 	var otherFile string
 	must(t, other.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&otherFile).Error)
 	equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for database %q, `+
-		`this instance has database %q: set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+		`this instance has database %q: set another Buffer.Prefix (or leave Buffer.Prefix empty to derive one from the database and table), `+
 		`or flush the buffer empty with the old setting and delete the key %s:manifest`, h.prefix, file, otherFile, h.prefix))
 }
 
@@ -285,7 +285,7 @@ func TestManifestRecreatedAfterDataLoss(t *testing.T) {
 	ctx := context.Background()
 	seedUsers(t, h.db, 2)
 	cfg := h.config()
-	cfg.Shards = 8
+	cfg.Buffer.Shards = 8
 	var logs testenv.Logs
 	cfg.Logger = testenv.TextLogger(&logs)
 	a, db := h.plugin(cfg)
@@ -300,7 +300,7 @@ func TestManifestRecreatedAfterDataLoss(t *testing.T) {
 	equal(t, "manifest's shards after the flush", h.r.Client.HGet(ctx, h.prefix+":manifest", "shards").Val(), "8")
 
 	other := cfg
-	other.Shards = 16
+	other.Buffer.Shards = 16
 	other.Logger = testenv.Discard
 	err = tryUse(t, h.openDB(), other)
 	equal(t, "another Shards refused", errors.Is(err, lastseen.ErrInvalidConfig), true)

@@ -40,7 +40,7 @@ func TestMemoryThrottleOncePerWindow(t *testing.T) {
 	forEachMemory(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.LocalCacheSize = -1
+		cfg.Buffer.LocalCacheSize = -1
 		p, _ := h.plugin(cfg)
 		touch := func(what string, want bool) {
 			t.Helper()
@@ -123,7 +123,7 @@ func TestMemoryRefusedRowRequeued(t *testing.T) {
 	forEachMemory(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.BatchSize = 8
+		cfg.Flush.BatchSize = 8
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 60)
 		allow := refuseUser(t, db, h.dialect, 7)
@@ -178,7 +178,7 @@ func TestMemoryFlushSkipsLockedShard(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), memoryKind())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.Shards = 1
+	cfg.Buffer.Shards = 1
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 3)
 	for id := 1; id <= 3; id++ {
@@ -204,7 +204,7 @@ func TestMemoryReadsAndStatus(t *testing.T) {
 	forEachMemory(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, 3)
 		must(t, db.Model(&lastseen.User{}).Where("id IN ?", []int{1, 3}).Update("last_seen_at", mustTime("2026-03-01T09:00:00Z")).Error)
@@ -257,7 +257,7 @@ func TestMemorySeveralModels(t *testing.T) {
 		must(t, db.Create(&lastseen.User{ID: 7}).Error)
 		must(t, db.Create(&lastseen.Session{ID: "7", UserID: 7, ExpiresAt: mustTime("2026-03-02T00:00:00Z")}).Error)
 		uc := h.config()
-		uc.Prefix = ""
+		uc.Buffer.Prefix = ""
 		sc := uc
 		sc.Model, sc.Field = &lastseen.Session{}, "LastActiveAt"
 		users, sessions := lastseen.New(uc), lastseen.New(sc)
@@ -266,8 +266,8 @@ func TestMemorySeveralModels(t *testing.T) {
 		t.Cleanup(func() { users.Close(ctx); sessions.Close(ctx) })
 		// Each derives its own prefix from its table (the manifest's
 		// namespace); in process they are only names.
-		equal(t, "users prefix", strings.HasPrefix(users.Config().Prefix, "lastseen:users:"), true)
-		equal(t, "sessions prefix", strings.HasPrefix(sessions.Config().Prefix, "lastseen:sessions:"), true)
+		equal(t, "users prefix", strings.HasPrefix(users.Config().Buffer.Prefix, "lastseen:users:"), true)
+		equal(t, "sessions prefix", strings.HasPrefix(sessions.Config().Buffer.Prefix, "lastseen:sessions:"), true)
 
 		_, err := users.TouchAt(ctx, 7, mustTime("2026-03-01T09:10:00Z"))
 		must(t, err)
@@ -292,7 +292,7 @@ func TestMemoryPresenceCounts(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), memoryKind())
 	ctx, count := context.Background(), counted(t)
 	cfg := h.config()
-	cfg.Shards = 2
+	cfg.Buffer.Shards = 2
 	p, _ := h.plugin(cfg)
 	touchRange(t, p, 1, 3, h.clock.Now())
 	h.clock.Add(3 * time.Minute)
@@ -314,7 +314,7 @@ func TestMemoryMarkersSwept(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), memoryKind())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.Shards = 1
+	cfg.Buffer.Shards = 1
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 10)
 	touchRange(t, p, 1, 10, h.clock.Now())

@@ -88,7 +88,7 @@ func TestMiddlewareRedisDown(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.TouchTimeout = 200 * time.Millisecond
+	cfg.Buffer.TouchTimeout = 200 * time.Millisecond
 	p, db := h.plugin(cfg)
 	seedUsers(t, db, 7)
 	calls := 0

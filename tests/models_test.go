@@ -213,11 +213,11 @@ func TestAppModels(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				ctx := context.Background()
 				cfg := h.config()
-				cfg.Prefix = fmt.Sprintf("%s:m%d", h.prefix, i) // markers of one case do not throttle the next
+				cfg.Buffer.Prefix = fmt.Sprintf("%s:m%d", h.prefix, i) // markers of one case do not throttle the next
 				cfg.Model = c.model
 				cfg.Field = c.field
 				cfg.Throttle = time.Minute
-				cfg.Shards = 1
+				cfg.Buffer.Shards = 1
 				p, db := h.plugin(cfg)
 				if ddl := c.ddl[h.dialect]; ddl != "" {
 					must(t, db.Exec(ddl).Error)
@@ -328,11 +328,10 @@ func TestInitializeValidation(t *testing.T) {
 	}{
 		{"typed nil redis", func(c *lastseen.Config) { c.Redis = (*redis.Client)(nil) },
 			"lastseen: invalid config: Config.Redis is a nil *redis.Client: give a client, or leave Config.Redis unset for the in-process buffer"},
-		{"prefix with a hash tag", func(c *lastseen.Config) { c.Prefix = "app{1}" },
-			`lastseen: invalid config: Prefix "app{1}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
-		{"too many shards", func(c *lastseen.Config) { c.Shards = 1025 }, "lastseen: invalid config: Shards is 1025, want 1 to 1024"},
+		{"prefix with a hash tag", func(c *lastseen.Config) { c.Buffer.Prefix = "app{1}" },
+			`lastseen: invalid config: Buffer.Prefix "app{1}" must not contain '{' or '}' (they are Redis Cluster hash tags)`},
+		{"too many shards", func(c *lastseen.Config) { c.Buffer.Shards = 1025 }, "lastseen: invalid config: Buffer.Shards is 1025, want 1 to 1024"},
 		{"throttle under 1ms", func(c *lastseen.Config) { c.Throttle = 500 * time.Microsecond }, "lastseen: invalid config: Throttle is 500µs, want at least 1ms"},
-		{"write mode", func(c *lastseen.Config) { c.WriteMode = 7 }, "lastseen: invalid config: WriteMode WriteMode(7) is not Update or Upsert"},
 		{"model not a struct", func(c *lastseen.Config) { c.Model = 42 }, "lastseen: invalid config: Model int: unsupported data type: 42"},
 		{"composite key", func(c *lastseen.Config) { c.Model = &compositeUser{} },
 			"lastseen: invalid config: Model compositeUser has 2 primary key fields [TenantID UserID], want exactly one"},
@@ -366,7 +365,7 @@ func TestInitializeValidation(t *testing.T) {
 	}{{&lastseen.User{}, "LastSeenAt"}, {&lastseen.User{}, "last_seen_at"}, {&appAccount{}, "seen"}, {&intPKUser{}, "LastSeenAt"}} {
 		cfg := h.config()
 		cfg.Model, cfg.Field = c.model, c.field
-		cfg.Prefix = fmt.Sprintf("%s:%T", h.prefix, c.model) // a buffer per table: the manifest names it
+		cfg.Buffer.Prefix = fmt.Sprintf("%s:%T", h.prefix, c.model) // a buffer per table: the manifest names it
 		p := lastseen.New(cfg)
 		must(t, h.openDB().Use(p))
 		must(t, p.Close(context.Background()))
@@ -378,20 +377,17 @@ func TestNewDefaults(t *testing.T) {
 	p := lastseen.New(lastseen.Config{})
 	c := p.Config()
 	equal(t, "Name", p.Name(), "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
-	equal(t, "Prefix", c.Prefix, "") // derived at Initialize (TestDefaultPrefixPerTarget)
-	equal(t, "Shards", c.Shards, 16)
+	equal(t, "Prefix", c.Buffer.Prefix, "") // derived at Initialize (TestDefaultPrefixPerTarget)
+	equal(t, "Shards", c.Buffer.Shards, 16)
 	equal(t, "Throttle", c.Throttle, 5*time.Minute)
-	equal(t, "BatchSize", c.BatchSize, 1000)
-	equal(t, "WriteMode", c.WriteMode, lastseen.Update)
+	equal(t, "BatchSize", c.Flush.BatchSize, 1000)
+	equal(t, "Upsert", c.Flush.Upsert, false)
 	equal(t, "Model", fmt.Sprintf("%T", c.Model), "*lastseen.User")
 	equal(t, "Field", c.Field, "LastSeenAt")
-	equal(t, "FlushSchedule", c.FlushSchedule, "@every 1m")
-	equal(t, "DisableScheduler", c.DisableScheduler, false)
+	equal(t, "FlushSchedule", c.Flush.Schedule, "@every 1m")
+	equal(t, "PurgeSchedule", c.Sessions.Schedule, "@every 1h")
 	equal(t, "Logger set", c.Logger != nil, true)
-	equal(t, "Now set", c.Now != nil, true)
-	equal(t, "update", lastseen.Update.String(), "update")
-	equal(t, "upsert", lastseen.Upsert.String(), "upsert")
-	equal(t, "unknown mode", lastseen.WriteMode(7).String(), "WriteMode(7)")
+	equal(t, "Now set", c.Test.Now != nil, true)
 }
 
 // TestNotInitialized: before db.Use every method says so, and Close is a

@@ -29,7 +29,7 @@ func TestSeveralModelsRegister(t *testing.T) {
 	db := h.openDB()
 	cfg := func(prefix string, model any, field string) lastseen.Config {
 		c := h.config()
-		c.Prefix, c.Model, c.Field = h.prefix+":"+prefix, model, field
+		c.Buffer.Prefix, c.Model, c.Field = h.prefix+":"+prefix, model, field
 		return c
 	}
 	users := lastseen.New(cfg("users", &lastseen.User{}, ""))
@@ -50,7 +50,7 @@ func TestSeveralModelsRegister(t *testing.T) {
 	sharing := lastseen.New(cfg("devices", &lastseen.Session{}, "ExpiresAt"))
 	err := db.Use(sharing)
 	equal(t, "same Prefix, another model", fmt.Sprint(err),
-		`lastseen: invalid config: Prefix "`+h.prefix+`:devices" is already the buffer of lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing on this *gorm.DB: give each tracked model its own Prefix`)
+		`lastseen: invalid config: Buffer.Prefix "`+h.prefix+`:devices" is already the buffer of lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing on this *gorm.DB: give each tracked model its own Buffer.Prefix`)
 	equal(t, "is ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
 }
 
@@ -64,9 +64,9 @@ func TestScopesResolveOwnModel(t *testing.T) {
 		db := h.openDB()
 		must(t, db.AutoMigrate(&appAccount{}, &trackedDevice{}, &lastseen.User{}))
 		ac := h.config()
-		ac.Prefix, ac.Model, ac.Field = h.prefix+":accounts", &appAccount{}, "Seen"
+		ac.Buffer.Prefix, ac.Model, ac.Field = h.prefix+":accounts", &appAccount{}, "Seen"
 		dc := h.config()
-		dc.Prefix, dc.Model, dc.Field = h.prefix+":devices", &trackedDevice{}, "LastPing"
+		dc.Buffer.Prefix, dc.Model, dc.Field = h.prefix+":devices", &trackedDevice{}, "LastPing"
 		accounts, devices := lastseen.New(ac), lastseen.New(dc)
 		must(t, db.Use(accounts))
 		must(t, db.Use(devices))
@@ -105,12 +105,14 @@ func TestScopesResolveOwnModel(t *testing.T) {
 
 // TestScheduledPurgeOnePluginPerSessionTable: of several plugins with the
 // same session table, the scheduled purge runs in the one that tracks the
-// sessions, else in the least Name; DisablePurge takes a plugin out.
+// sessions, else in the least Name; Sessions.Disabled and a Sessions.Schedule
+// of "off" take a plugin out.
 func TestScheduledPurgeOnePluginPerSessionTable(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := func(prefix string, model any, field string, disable bool) lastseen.Config {
 		c := h.config()
-		c.Prefix, c.Model, c.Field, c.DisablePurge = h.prefix+":"+prefix, model, field, disable
+		c.Buffer.Prefix, c.Model, c.Field, c.Sessions.Disabled = h.prefix+":"+prefix, model, field, disable
+		c.Sessions.Schedule = "" // scheduled (the default), the scheduler's flush stays off
 		return c
 	}
 	register := func(cs ...lastseen.Config) []*lastseen.Plugin {
@@ -134,9 +136,13 @@ func TestScheduledPurgeOnePluginPerSessionTable(t *testing.T) {
 	ps := register(cfg("u", &lastseen.User{}, "", false), cfg("s", &lastseen.Session{}, "LastActiveAt", false), cfg("d", &trackedDevice{}, "LastPing", false))
 	equal(t, "users, sessions, devices", schedules(ps), "false true false ")
 	ps = register(cfg("u", &lastseen.User{}, "", false), cfg("s", &lastseen.Session{}, "LastActiveAt", true), cfg("d", &trackedDevice{}, "LastPing", false))
-	equal(t, "sessions with DisablePurge: least Name (User < trackedDevice)", schedules(ps), "true false false ")
+	equal(t, "sessions with Sessions.Disabled: least Name (User < trackedDevice)", schedules(ps), "true false false ")
 	ps = register(cfg("d", &trackedDevice{}, "LastPing", false), cfg("u", &lastseen.User{}, "", true))
-	equal(t, "users with DisablePurge", schedules(ps), "true false ")
+	equal(t, "users with Sessions.Disabled", schedules(ps), "true false ")
 	ps = register(cfg("u", &lastseen.User{}, "", false))
 	equal(t, "one plugin", schedules(ps), "true ")
+	off := cfg("s", &lastseen.Session{}, "LastActiveAt", false)
+	off.Sessions.Schedule = "off"
+	ps = register(off, cfg("u", &lastseen.User{}, "", false))
+	equal(t, "sessions with Sessions.Schedule off: the users plugin purges", schedules(ps), "false true ")
 }

@@ -3,13 +3,13 @@ package tests
 import (
 	"context"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"strings"
 	"testing"
 	"time"
 	_ "time/tzdata" // Europe/Berlin on machines without a zoneinfo database
 
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 	mysqldriver "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 )
@@ -64,7 +64,7 @@ func TestNaiveColumnLocation(t *testing.T) {
 		must(t, h.db.Exec("INSERT INTO naive_users (id, seen) VALUES (1, ?), (2, NULL), (3, ?)", seed("09:00:00"), seed("09:10:00")).Error)
 		must(t, h.db.Exec("INSERT INTO naive_sessions (id, expires_at) VALUES ('a', ?), ('b', ?)", seed("09:29:59"), seed("09:30:01")).Error)
 		cfg := h.config()
-		cfg.Model, cfg.Field, cfg.SessionModel, cfg.ColumnLocation = &berlinUser{}, "Seen", &berlinSession{}, berlin
+		cfg.Model, cfg.Field, cfg.Sessions.Model, cfg.Flush.ColumnLocation = &berlinUser{}, "Seen", &berlinSession{}, berlin
 		p, db := h.plugin(cfg)
 		equal(t, "naive", usersNaive(p), h.dialect != "sqlite")
 

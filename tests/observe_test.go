@@ -88,7 +88,7 @@ func TestObserverSeesFlushAndPurge(t *testing.T) {
 		var mu sync.Mutex
 		var lines []string
 		cfg := purgeConfig(h, 2)
-		cfg.Shards, cfg.FlushConcurrency = 2, 1
+		cfg.Buffer.Shards, cfg.Flush.Concurrency = 2, 1
 		p, db := h.plugin(cfg)
 		p.AddObserver(nil) // ignored
 		p.AddObserver(recorder{"a", &mu, &lines})
@@ -158,7 +158,7 @@ func TestObserverSeesFlushAndPurge(t *testing.T) {
 // the plugin is initialized, and only the prefix before.
 func TestTarget(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
-		before := lastseen.New(lastseen.Config{Redis: h.r.Client, Prefix: "pfx"})
+		before := lastseen.New(lastseen.Config{Redis: h.r.Client, Buffer: lastseen.BufferConfig{Prefix: "pfx"}})
 		got, err := before.Target()
 		equal(t, "before db.Use: error", err, lastseen.ErrNotInitialized)
 		equal(t, "before db.Use", got, lastseen.Target{Prefix: "pfx"})

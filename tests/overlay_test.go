@@ -61,7 +61,7 @@ func TestOverlayLoadsBufferedValues(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Overlay = true
+		cfg.Presence.Overlay = true
 		p, db := h.plugin(cfg)
 		want := overlayUsers(t, p, db)
 
@@ -111,7 +111,7 @@ func TestOverlayLoadsBufferedValues(t *testing.T) {
 func TestOverlayNonPointerTimeAndStringKey(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		cfg := h.config()
-		cfg.Overlay, cfg.Model, cfg.Field = true, &overlayDevice{}, "SeenAt"
+		cfg.Presence.Overlay, cfg.Model, cfg.Field = true, &overlayDevice{}, "SeenAt"
 		p, db := h.plugin(cfg)
 		must(t, db.AutoMigrate(&overlayDevice{}))
 		must(t, db.Create(&[]overlayDevice{{ID: "a", SeenAt: mustTime("2026-03-01T09:00:00Z")}, {ID: "b", SeenAt: mustTime("2026-03-01T09:00:00Z")}}).Error)
@@ -131,7 +131,7 @@ func TestOverlayWithRedisDown(t *testing.T) {
 	rdb := newPrivateClient(t, srv.Addr())
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
-	cfg.Overlay, cfg.TouchTimeout = true, 50*time.Millisecond
+	cfg.Presence.Overlay, cfg.Buffer.TouchTimeout = true, 50*time.Millisecond
 	p, db := h.plugin(cfg)
 	want := overlayUsers(t, p, db)
 	srv.kill()
@@ -156,7 +156,7 @@ func TestOverlayWithRedisBlackholed(t *testing.T) {
 	rdb := newPrivateClient(t, px.Addr())
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
-	cfg.Overlay, cfg.TouchTimeout = true, requestBudget
+	cfg.Presence.Overlay, cfg.Buffer.TouchTimeout = true, requestBudget
 	p, db := h.plugin(cfg)
 	want := overlayUsers(t, p, db)
 	px.SetDrop(true)

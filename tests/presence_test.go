@@ -45,8 +45,8 @@ func TestOnlineCountsWindowsOpened(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx, count := context.Background(), counted(t)
 		cfg := h.config()
-		cfg.LocalCacheSize = -1 // every touch reaches the script
-		p, _ := h.plugin(cfg)   // Throttle 5m, OnlineWindow 1h
+		cfg.Buffer.LocalCacheSize = -1 // every touch reaches the script
+		p, _ := h.plugin(cfg)          // Throttle 5m, OnlineWindow 1h
 		touchRange(t, p, 1, 100, h.clock.Now())
 		equal(t, "online 5m at 09:30", count(p.Online(ctx, 5*time.Minute)), int64(100))
 		h.clock.Add(3 * time.Minute) // 09:33
@@ -88,7 +88,7 @@ func TestActiveUsersByUTCDay(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx, count := context.Background(), counted(t)
 		cfg := h.config()
-		cfg.ActiveUsersRetention = 2*24*time.Hour + 5*time.Hour // whole days: 2
+		cfg.Presence.ActiveUsersRetention = 2*24*time.Hour + 5*time.Hour // whole days: 2
 		p, _ := h.plugin(cfg)
 		h.clock.Set(mustTime("2026-03-01T23:58:00Z"))
 		touchRange(t, p, 1, 100, h.clock.Now())
@@ -126,7 +126,7 @@ func TestPresenceKeysExpire(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx, count := context.Background(), counted(t)
 	cfg := h.config()
-	cfg.Shards = 1
+	cfg.Buffer.Shards = 1
 	p, _ := h.plugin(cfg) // now 09:30:00, OnlineWindow 1h, retention 35 days
 	touchRange(t, p, 1, 1, mustTime("2026-03-01T09:29:30Z"))
 	online, active := h.prefix+":{0}:online:29539289", h.prefix+":{0}:active:2026-03-01"
@@ -154,8 +154,8 @@ func TestPresenceCountsOff(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
-		cfg.OnlineWindow, cfg.ActiveUsersRetention = -1, -1
+		cfg.Buffer.Shards = 1
+		cfg.Presence.OnlineWindow, cfg.Presence.ActiveUsersRetention = -1, -1
 		p, _ := h.plugin(cfg)
 		loadTouchScript(t, h)
 		rec := recordCommands(h.r.Client)
@@ -179,7 +179,7 @@ func TestPresenceCountsOff(t *testing.T) {
 		}
 
 		on := h.config()
-		on.Shards = 1
+		on.Buffer.Shards = 1
 		q, _ := h.plugin(on)
 		rec.reset()
 		touchRange(t, q, 2, 2, h.clock.Now())
@@ -195,13 +195,13 @@ func TestPresenceCountsOff(t *testing.T) {
 func TestOnlineWindowConfig(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	cfg := h.config()
-	cfg.OnlineWindow = time.Minute
+	cfg.Presence.OnlineWindow = time.Minute
 	if err := h.openDB().Use(lastseen.New(cfg)); !errors.Is(err, lastseen.ErrInvalidConfig) || !strings.Contains(err.Error(), "OnlineWindow is 1m0s") {
 		t.Errorf("OnlineWindow 1m with Throttle 5m: %v, want ErrInvalidConfig naming OnlineWindow", err)
 	}
-	equal(t, "default", lastseen.New(h.config()).Config().OnlineWindow, time.Hour)
+	equal(t, "default", lastseen.New(h.config()).Config().Presence.OnlineWindow, time.Hour)
 	long := h.config()
 	long.Throttle = 2 * time.Hour
-	equal(t, "default with Throttle 2h", lastseen.New(long).Config().OnlineWindow, 2*time.Hour)
-	equal(t, "default retention", lastseen.New(h.config()).Config().ActiveUsersRetention, 35*24*time.Hour)
+	equal(t, "default with Throttle 2h", lastseen.New(long).Config().Presence.OnlineWindow, 2*time.Hour)
+	equal(t, "default retention", lastseen.New(h.config()).Config().Presence.ActiveUsersRetention, 35*24*time.Hour)
 }

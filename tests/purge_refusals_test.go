@@ -100,7 +100,7 @@ func TestPurgeSystemicRefusalStops(t *testing.T) {
 				db, allow := kind.setup(t, h, "sessions")
 				stmts := logStatements(db)
 				cfg := purgeConfig(h, 10)
-				cfg.Prefix = randomName("ls")
+				cfg.Buffer.Prefix = randomName("ls")
 				p := usePlugin(t, db, cfg)
 
 				res, err := p.PurgeExpiredSessions(ctx)

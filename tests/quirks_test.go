@@ -25,12 +25,12 @@ func (spacedUser) TableName() string { return "User Accounts" }
 // Accounts).
 func TestQuotedTableName(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
-		for _, mode := range []lastseen.WriteMode{lastseen.Update, lastseen.Upsert} {
-			t.Run(mode.String(), func(t *testing.T) {
+		for _, mode := range []bool{false, true} {
+			t.Run(map[bool]string{false: "update", true: "upsert"}[mode], func(t *testing.T) {
 				ctx := context.Background()
 				h.prefix = randomName("ls")
 				cfg := h.config()
-				cfg.Model, cfg.Field, cfg.WriteMode = &spacedUser{}, "LastSeen", mode
+				cfg.Model, cfg.Field, cfg.Flush.Upsert = &spacedUser{}, "LastSeen", mode
 				p, db := h.plugin(cfg)
 				must(t, db.Migrator().DropTable(&spacedUser{}))
 				must(t, db.Migrator().CreateTable(&spacedUser{}))
@@ -41,7 +41,7 @@ func TestQuotedTableName(t *testing.T) {
 				}
 				res, err := p.Flush(ctx)
 				must(t, err)
-				if mode == lastseen.Update {
+				if !mode {
 					equal(t, "written", res.Written, 1)
 					equal(t, "unknown", res.Unknown, 1)
 					equal(t, "stale", res.Stale, 0)
@@ -155,7 +155,7 @@ func TestLastSeenWhileRedisDown(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
-	cfg.TouchTimeout = 50 * time.Millisecond
+	cfg.Buffer.TouchTimeout = 50 * time.Millisecond
 	p, db := h.plugin(cfg)
 	must(t, db.AutoMigrate(&lastseen.User{}))
 	must(t, db.Create(&lastseen.User{ID: 5, LastSeenAt: ptr(mustTime("2026-03-01T08:00:00Z"))}).Error)

@@ -225,7 +225,7 @@ func TestLastSeenManyWithRedisDown(t *testing.T) {
 	rdb := newPrivateClient(t, srv.Addr())
 	h := newHarness(t, testenv.SQLite(), clientKind(rdb))
 	cfg := h.config()
-	cfg.TouchTimeout = 50 * time.Millisecond
+	cfg.Buffer.TouchTimeout = 50 * time.Millisecond
 	p, db := h.plugin(cfg)
 	ctx := context.Background()
 	must(t, db.AutoMigrate(&lastseen.User{}))

@@ -47,7 +47,7 @@ func TestRefusedEntryDroppedAfterMaxRefusals(t *testing.T) {
 		allow9 := refuseUser(t, h.db, h.dialect, 9)
 		logs := &purgeLog{}
 		cfg := faultFlushConfig(h)
-		cfg.MaxRefusals = 3
+		testenv.Seam(&cfg).MaxRefusals = 3
 		cfg.Logger = logs.logger()
 		p, _ := h.plugin(cfg)
 		want := map[int]string{}

@@ -24,12 +24,12 @@ func (bareSession) TableName() string { return "sessions" }
 
 const (
 	usersMissing    = "table users does not exist: create it (AutoMigrate) or fix Config.Model (*lastseen.User); touches stay buffered until it exists"
-	sessionsMissing = "table sessions does not exist: create it, or set Config.DisablePurge for an app without a sessions table (Config.SessionModel *lastseen.Session)"
+	sessionsMissing = "table sessions does not exist: create it, or set Config.Sessions.Disabled for an app without a sessions table (Config.Sessions.Model *lastseen.Session)"
 )
 
 // TestSchemaColumnMissingFailsInitialize: a table that exists without the
 // configured column fails db.Use with ErrInvalidConfig naming the Config
-// field; the sessions table is not checked with DisablePurge.
+// field; the sessions table is not checked with Sessions.Disabled.
 func TestSchemaColumnMissingFailsInitialize(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		must(t, h.db.AutoMigrate(&bareUser{}))
@@ -40,10 +40,10 @@ func TestSchemaColumnMissingFailsInitialize(t *testing.T) {
 		must(t, h.db.Migrator().DropTable("users"))
 		must(t, h.db.AutoMigrate(&lastseen.User{}, &bareSession{}))
 		err = h.openDB().Use(lastseen.New(h.config()))
-		equal(t, "sessions without expires_at", fmt.Sprint(err), `lastseen: invalid config: Config.ExpiresField "ExpiresAt": table sessions has no column expires_at`)
+		equal(t, "sessions without expires_at", fmt.Sprint(err), `lastseen: invalid config: Config.Sessions.ExpiresField "ExpiresAt": table sessions has no column expires_at`)
 
 		cfg := h.config()
-		cfg.DisablePurge = true
+		cfg.Sessions.Disabled = true
 		p := lastseen.New(cfg)
 		must(t, h.openDB().Use(p))
 		must(t, p.Close(context.Background()))
@@ -52,18 +52,18 @@ func TestSchemaColumnMissingFailsInitialize(t *testing.T) {
 
 // TestSchemaMissingTablesWarnAtInitialize: tables that do not exist yet
 // (an app that AutoMigrates after db.Use) are one warning each, not an
-// error; the sessions table is left out with DisablePurge.
+// error; the sessions table is left out with Sessions.Disabled.
 func TestSchemaMissingTablesWarnAtInitialize(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		for _, disablePurge := range []bool{false, true} {
 			var logs testenv.Logs
 			cfg := h.config()
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			cfg.DisablePurge = disablePurge
+			cfg.Sessions.Disabled = disablePurge
 			p := lastseen.New(cfg)
 			must(t, h.openDB().Use(p))
 			t.Cleanup(func() { p.Close(context.Background()) })
-			name := fmt.Sprint("DisablePurge ", disablePurge, ": ")
+			name := fmt.Sprint("Sessions.Disabled ", disablePurge, ": ")
 			equal(t, name+"users warnings", logs.Count(`level=WARN msg="lastseen: `+usersMissing+`"`), 1)
 			want := 1
 			if disablePurge {

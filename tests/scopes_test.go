@@ -247,7 +247,7 @@ func expiredTimeZonesChild(t *testing.T, zone string) {
 				ctx := context.Background()
 				h.clock.Set(cutoff)
 				cfg := purgeConfig(h, 2)
-				cfg.SessionModel = v.model
+				cfg.Sessions.Model = v.model
 				var p *lastseen.Plugin
 				var db *gorm.DB
 				if v.handle == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -30,8 +31,8 @@ import (
 // pause between batches.
 func purgeConfig(h *harness, batch int) lastseen.Config {
 	cfg := h.config()
-	cfg.PurgeBatchSize = batch
-	cfg.PurgePause = -1
+	cfg.Sessions.BatchSize = batch
+	testenv.Seam(&cfg).PurgePause = -1
 	return cfg
 }
 
@@ -115,7 +116,7 @@ func TestSoftDeletedExpiredSessions(t *testing.T) {
 		now := mustTime("2026-03-01T12:00:00Z")
 		h.clock.Set(now)
 		cfg := purgeConfig(h, 1000)
-		cfg.SessionModel = &AppSession{}
+		cfg.Sessions.Model = &AppSession{}
 		p, db := h.plugin(cfg)
 		db.Config.NowFunc = func() time.Time { return now.Local() }
 		must(t, db.AutoMigrate(&AppSession{}))
@@ -246,8 +247,8 @@ func TestPurgeModels(t *testing.T) {
 			forEachDialect(t, func(t *testing.T, h *harness) {
 				ctx := context.Background()
 				cfg := purgeConfig(h, 2)
-				cfg.SessionModel = m.model
-				cfg.ExpiresField = m.field
+				cfg.Sessions.Model = m.model
+				cfg.Sessions.ExpiresField = m.field
 				p, db := h.plugin(cfg)
 				db.Config.NowFunc = h.clock.Now
 				must(t, db.AutoMigrate(m.model))
@@ -451,7 +452,7 @@ func TestRetryableErrors(t *testing.T) {
 		{"sqlite", errors.New("sqlite: step: SQLITE_BUSY"), true},
 		{"sqlite", errors.New("constraint failed: UNIQUE constraint failed: sessions.id (1555)"), false},
 	} {
-		equal(t, fmt.Sprintf("%s retryable(%v)", c.dialect, c.err), internals().Retryable(c.dialect, c.err), c.want)
+		equal(t, fmt.Sprintf("%s retryable(%v)", c.dialect, c.err), dialect.Lookup(c.dialect).Retryable(c.err), c.want)
 	}
 }
 
@@ -462,7 +463,7 @@ func TestPurgeRetries(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := purgeConfig(h, 2)
-		cfg.MaxRetries = 3
+		testenv.Seam(&cfg).MaxRetries = 3
 		p, db := h.plugin(cfg)
 		deadlock := retryableError(h.dialect)
 		var (
@@ -571,7 +572,7 @@ func TestPurgeRetries(t *testing.T) {
 func TestPurgeNoRetry(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		cfg := purgeConfig(h, 2)
-		cfg.MaxRetries = -1
+		testenv.Seam(&cfg).MaxRetries = -1
 		p, db := h.plugin(cfg)
 		seedSessions(t, db, sess("a", "2026-03-01T09:00:00Z"))
 		deadlock := retryableError(h.dialect)
@@ -770,9 +771,9 @@ func TestPurgeScheduled(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		l := &purgeLog{}
 		cfg := purgeConfig(h, 1000)
-		cfg.DisableScheduler = false
-		cfg.FlushSchedule = "@every 1h"
-		cfg.PurgeSchedule = "@every 1h; 0 3 * * *"
+		cfg.Flush.Schedule, cfg.Sessions.Schedule = "", "" // the scheduler on
+		cfg.Flush.Schedule = "@every 1h"
+		cfg.Sessions.Schedule = "@every 1h; 0 3 * * *"
 		cfg.Logger = l.logger()
 		p, db := h.plugin(cfg)
 		seedSessions(t, db, sess("a", "2026-03-01T09:00:00Z"), sess("z", "2026-03-02T00:00:00Z"))
@@ -803,19 +804,19 @@ func TestPurgeConfigRefused(t *testing.T) {
 			set  func(*lastseen.Config)
 			want string
 		}{
-			{"composite primary key", func(c *lastseen.Config) { c.SessionModel = &compositeSession{} },
-				"lastseen: invalid config: SessionModel compositeSession has 2 primary key fields [Token UserID], want exactly one"},
-			{"missing expiry field", func(c *lastseen.Config) { c.ExpiresField = "Expiry" },
-				`lastseen: invalid config: ExpiresField "Expiry": Session has no such field or column`},
-			{"expiry not a time", func(c *lastseen.Config) { c.ExpiresField = "user_id" },
-				`lastseen: invalid config: ExpiresField "user_id": Session.UserID is a uint64: ` + wantIntUnit},
-			{"batch too large", func(c *lastseen.Config) { c.PurgeBatchSize = limit + 1 },
-				fmt.Sprintf("lastseen: invalid config: PurgeBatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
+			{"composite primary key", func(c *lastseen.Config) { c.Sessions.Model = &compositeSession{} },
+				"lastseen: invalid config: Sessions.Model compositeSession has 2 primary key fields [Token UserID], want exactly one"},
+			{"missing expiry field", func(c *lastseen.Config) { c.Sessions.ExpiresField = "Expiry" },
+				`lastseen: invalid config: Sessions.ExpiresField "Expiry": Session has no such field or column`},
+			{"expiry not a time", func(c *lastseen.Config) { c.Sessions.ExpiresField = "user_id" },
+				`lastseen: invalid config: Sessions.ExpiresField "user_id": Session.UserID is a uint64: ` + wantIntUnit},
+			{"batch too large", func(c *lastseen.Config) { c.Sessions.BatchSize = limit + 1 },
+				fmt.Sprintf("lastseen: invalid config: Sessions.BatchSize %d exceeds the %s limit of %d sessions per delete (%d bind parameters, 1 per session and 1 for the cutoff)",
 					limit+1, h.dialect, limit, limit+1)},
-			{"batch negative", func(c *lastseen.Config) { c.PurgeBatchSize = -1 },
-				fmt.Sprintf("lastseen: invalid config: PurgeBatchSize is -1, want 1 to %d", limit)},
-			{"bad schedule", func(c *lastseen.Config) { c.PurgeSchedule = "@every 1h;nightly" },
-				`lastseen: invalid config: PurgeSchedule "nightly": expected exactly 5 fields, found 1: [nightly]`},
+			{"batch negative", func(c *lastseen.Config) { c.Sessions.BatchSize = -1 },
+				fmt.Sprintf("lastseen: invalid config: Sessions.BatchSize is -1, want 1 to %d", limit)},
+			{"bad schedule", func(c *lastseen.Config) { c.Sessions.Schedule = "@every 1h;nightly" },
+				`lastseen: invalid config: Sessions.Schedule "nightly": expected exactly 5 fields, found 1: [nightly]`},
 		} {
 			cfg := h.config()
 			c.set(&cfg)
@@ -828,7 +829,7 @@ func TestPurgeConfigRefused(t *testing.T) {
 			equal(t, c.name+" wraps ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
 		}
 		cfg := h.config()
-		cfg.PurgeBatchSize = limit
+		cfg.Sessions.BatchSize = limit
 		p := lastseen.New(cfg)
 		must(t, h.openDB().Use(p))
 		must(t, p.Close(context.Background()))
@@ -962,7 +963,7 @@ func TestPurgeBatchTimeout(t *testing.T) {
 
 		// The first select waits for its context: only the timeout ends it.
 		cfg := purgeConfig(h, 2)
-		cfg.PurgeBatchTimeout = 200 * time.Millisecond
+		testenv.Seam(&cfg).PurgeBatchTimeout = 200 * time.Millisecond
 		p, db := h.plugin(cfg)
 		seedSessions(t, db, rows...)
 		var selects atomic.Int64
@@ -984,7 +985,7 @@ func TestPurgeBatchTimeout(t *testing.T) {
 
 		// The first delete waits for its context. The select before it is
 		// far inside the 1s the batch has.
-		cfg.PurgeBatchTimeout = time.Second
+		testenv.Seam(&cfg).PurgeBatchTimeout = time.Second
 		p, db = h.plugin(cfg)
 		var deletes atomic.Int64
 		beforeDelete(t, db, "test:hang", func(tx *gorm.DB) {

@@ -166,8 +166,8 @@ func TestFlushSystemicRefusalKeepsEverything(t *testing.T) {
 				stmts := logStatements(db)
 				logs := &purgeLog{}
 				cfg := h.config()
-				cfg.Prefix = randomName("ls")
-				cfg.Shards, cfg.FlushConcurrency, cfg.BatchSize = 4, 1, 5 // 40 users: 4 shards of 2+ batches
+				cfg.Buffer.Prefix = randomName("ls")
+				cfg.Buffer.Shards, cfg.Flush.Concurrency, cfg.Flush.BatchSize = 4, 1, 5 // 40 users: 4 shards of 2+ batches
 				cfg.Logger = logs.logger()
 				cfg.Throttle = time.Minute
 				p := usePlugin(t, db, cfg)
@@ -200,7 +200,7 @@ func TestFlushSystemicRefusalKeepsEverything(t *testing.T) {
 				equal(t, "written once writes are accepted", res.Written, 40)
 				equal(t, "drained", res.Drained, 40)
 				checkFaultColumns(t, h.db, "after", want)
-				equal(t, "redis buffers left", len(bufferKeys(t, h, cfg.Prefix)), 0)
+				equal(t, "redis buffers left", len(bufferKeys(t, h, cfg.Buffer.Prefix)), 0)
 			})
 		}
 	})
@@ -215,7 +215,7 @@ func TestFlushSystemicRefusalOneEntry(t *testing.T) {
 		db, allow := refusingKinds(h.dialect)[0].setup(t, h)
 		stmts := logStatements(db)
 		cfg := faultFlushConfig(h)
-		cfg.MaxRefusals = 1
+		testenv.Seam(&cfg).MaxRefusals = 1
 		p := usePlugin(t, db, cfg)
 		_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T10:00:00Z"))
 		must(t, err)

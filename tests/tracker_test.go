@@ -125,7 +125,7 @@ func TestTouchIsOneRoundTrip(t *testing.T) {
 		}
 
 		nc := cfg
-		nc.LocalCacheSize = -1
+		nc.Buffer.LocalCacheSize = -1
 		noCache, _ := h.plugin(nc)
 		rec.reset()
 		ok, err = noCache.TouchAt(ctx, 1, mustTime("2026-03-01T09:30:20Z"))
@@ -185,7 +185,7 @@ func TestTouchPendingNeverMovesBackwards(t *testing.T) {
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Throttle = time.Minute
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		p, _ := h.plugin(cfg)
 		pending := func(want string) {
 			t.Helper()
@@ -230,7 +230,7 @@ func TestTouchStoredForm(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 1
+		cfg.Buffer.Shards = 1
 		cfg.Throttle = 90 * time.Second
 		p, _ := h.plugin(cfg)
 		tokyo := time.FixedZone("JST", 9*3600)
@@ -248,7 +248,7 @@ func TestTouchStoredForm(t *testing.T) {
 		g := generation(p)
 		equal(t, "generation", g, int64(19692860))
 		marker := markersKey(p, "42", g)
-		equal(t, "marker hash: named by the generation's start, Unix ms", strings.TrimPrefix(marker, p.Config().Prefix),
+		equal(t, "marker hash: named by the generation's start, Unix ms", strings.TrimPrefix(marker, p.Config().Buffer.Prefix),
 			fmt.Sprintf(":{0}:seen:%d:1772357400000", bucketOf(p, "42")))
 		v, err := h.r.Client.HGet(ctx, marker, "42").Result()
 		must(t, err)
@@ -319,7 +319,7 @@ func TestTouchSpreadsOverShards(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
-		cfg.Shards = 4
+		cfg.Buffer.Shards = 4
 		p, _ := h.plugin(cfg)
 		for id := 1; id <= 1000; id++ {
 			ok, err := p.Touch(ctx, id)
@@ -452,7 +452,7 @@ func TestTouchUserIDs(t *testing.T) {
 		{&lastseen.User{}, nil, "lastseen: invalid user id: nil"},
 		{&lastseen.User{}, "", "lastseen: invalid user id: empty string"},
 		{&lastseen.User{}, handle(""), "lastseen: invalid user id: empty tests.handle"},
-		{&lastseen.User{}, long, "lastseen: invalid user id: string of 129 bytes (at most 128, Config.MaxIDLength)"},
+		{&lastseen.User{}, long, "lastseen: invalid user id: string of 129 bytes (at most 128)"},
 		{&lastseen.User{}, 0, "lastseen: invalid user id: int is zero, which GORM treats as no primary key"},
 		{&lastseen.User{}, uint8(0), "lastseen: invalid user id: uint8 is zero, which GORM treats as no primary key"},
 		{&lastseen.User{}, "0", "lastseen: invalid user id: string is zero, which GORM treats as no primary key"},
@@ -483,7 +483,7 @@ func TestTouchUserIDs(t *testing.T) {
 		{&stringUser{}, u, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
 		{&stringUser{}, "", "lastseen: invalid user id: empty string"},
 		{&stringUser{}, strings.Repeat("x", 128), strings.Repeat("x", 128)},
-		{&stringUser{}, strings.Repeat("x", 129), "lastseen: invalid user id: string of 129 bytes (at most 128, Config.MaxIDLength)"},
+		{&stringUser{}, strings.Repeat("x", 129), "lastseen: invalid user id: string of 129 bytes (at most 128)"},
 
 		{&uuidUser{}, u, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
 		{&uuidUser{}, &u, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
@@ -499,8 +499,8 @@ func TestTouchUserIDs(t *testing.T) {
 		if p == nil {
 			cfg := h.config()
 			cfg.Model = c.model
-			cfg.Prefix = h.prefix + ":" + name // a buffer per model: the manifest names the table
-			cfg.Shards = 1
+			cfg.Buffer.Prefix = h.prefix + ":" + name // a buffer per model: the manifest names the table
+			cfg.Buffer.Shards = 1
 			p, _ = h.plugin(cfg)
 			plugins[name] = p
 		}
@@ -550,7 +550,7 @@ func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 
 	cfg := h.config()
 	cfg.Model = &signedUser{}
-	cfg.Prefix = h.prefix + ":signed" // a buffer per table: the manifest names it
+	cfg.Buffer.Prefix = h.prefix + ":signed" // a buffer per table: the manifest names it
 	signed, _ := h.plugin(cfg)
 	ok, err := signed.Touch(ctx, int64(-1))
 	must(t, err)
@@ -625,7 +625,7 @@ func TestInitializeWithRedisDown(t *testing.T) {
 	var logs testenv.Logs
 	cfg := h.config()
 	cfg.Logger = testenv.TextLogger(&logs)
-	cfg.TouchTimeout = 200 * time.Millisecond
+	cfg.Buffer.TouchTimeout = 200 * time.Millisecond
 	h.r.Mini.Close()
 	p, db := h.plugin(cfg) // fails the test if Initialize returns an error
 	equal(t, "start-up warning", logs.Count("lastseen: redis unreachable at start"), 1)

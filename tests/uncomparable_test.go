@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lastseen/lastseen"
-	"github.com/lastseen/lastseen/tests/testenv"
 	"testing"
 	"time"
+
+	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/tests/testenv"
 )
 
 // TestUncomparableNeverStale: on SQLite, where a column holds values of any
@@ -46,7 +47,7 @@ func checkUncomparable(t *testing.T, h *harness, tc uncomparableCase) {
 	must(t, h.db.Exec(tc.ddl).Error)
 	must(t, h.db.Exec("INSERT INTO "+tc.table+" (id, seen) VALUES (1, "+tc.bad+"), (2, ?), (3, ?)", tc.newer, tc.older).Error)
 	cfg := h.config()
-	cfg.Model, cfg.Field, cfg.Shards = tc.model, "Seen", 1
+	cfg.Model, cfg.Field, cfg.Buffer.Shards = tc.model, "Seen", 1
 	p, db := h.plugin(cfg)
 	touch := mustTime("2026-03-01T09:20:00Z")
 	for _, id := range []int64{1, 2, 3} {

@@ -77,7 +77,7 @@ func TestFlagDefaultsComeFromTheLibrary(t *testing.T) {
 	equal(t, "prefix", f.Prefix, "") // derived by the library, as Config.Prefix left empty (TestOpsDerivedPrefix)
 	equal(t, "shards", f.Shards, lastseen.DefaultShards)
 	equal(t, "batch size", f.BatchSize, lastseen.DefaultBatchSize)
-	equal(t, "purge batch size", f.PurgeBatchSize, lastseen.DefaultPurgeBatchSize)
+	equal(t, "purge batch size", f.PurgeBatchSize, lastseen.DefaultBatchSize)
 	equal(t, "users table", f.UsersTable, "users")
 	equal(t, "user id column", f.UserIDColumn, "id")
 	equal(t, "user id type", f.UserIDType, "int")
@@ -89,7 +89,7 @@ func TestFlagDefaultsComeFromTheLibrary(t *testing.T) {
 	_, err = parser.Parse([]string{"bench", "--postgres", "x", "--redis", "y"})
 	must(t, err)
 	equal(t, "bench throttle", c.Bench.Throttle, lastseen.DefaultThrottle)
-	equal(t, "bench flush concurrency", c.Bench.FlushConcurrency, lastseen.DefaultFlushConcurrency)
+	equal(t, "bench flush concurrency", c.Bench.FlushConcurrency, 2)
 	_, err = parser.Parse([]string{"bench", "memory"}) // needs neither --postgres nor --redis
 	must(t, err)
 	equal(t, "bench memory users", c.Bench.MemoryUsers, 1_000_000)
@@ -161,11 +161,11 @@ func TestWrongIDTypeFailsDryRunAndPurge(t *testing.T) {
 	// library refuses a text key before the command checks the column.
 	_, errOut, code := runExit(t, now, append([]string{"flush", "--user-id-type", "string"}, base...)...)
 	equal(t, "flush: exit code", code, exitFailed)
-	derived := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: discard})
+	derived := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	must(t, app.Use(derived))
-	prefix := derived.Config().Prefix
+	prefix := derived.Config().Buffer.Prefix
 	equal(t, "flush: stderr", errOut, fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for key type "integer", `+
-		`this instance has key type "text": set another Prefix (or leave Prefix empty to derive one from the database and table), `+
+		`this instance has key type "text": set another Buffer.Prefix (or leave Buffer.Prefix empty to derive one from the database and table), `+
 		"or flush the buffer empty with the old setting and delete the key %s:manifest\n", prefix, prefix))
 	// On a fresh buffer the command's own check names the flag.
 	must(t, rdb.Del(context.Background(), keys.Manifest(prefix)).Err())
@@ -186,29 +186,28 @@ func TestWarnsWhenPrefixOrShardsMatchNoBuffer(t *testing.T) {
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&[]lastseen.User{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}}).Error)
 	clock := testenv.ClockAt("2026-03-01T09:30:00Z")
-	p := lastseen.New(lastseen.Config{Redis: rdb, Prefix: "app", Shards: 64, Now: clock.Now, DisableScheduler: true,
-		Logger: discard, TouchTimeout: 2 * time.Second})
+	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Buffer: lastseen.BufferConfig{Prefix: "app", Shards: 64, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: clock.Now}})
 	must(t, app.Use(p))
 	for id := range uint64(4) {
 		_, err := p.TouchAt(ctx, id+1, mustTime("2026-03-01T09:00:00Z"))
 		must(t, err)
 	}
 	base := append([]string{"--redis", mr.Addr()}, d.Flags()...)
-	derived := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: discard})
+	derived := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	must(t, d.Open(t).Use(derived)) // what the CLI derives without --prefix
 
 	for _, cmd := range []string{"status", "flush"} {
 		_, errOut, code := runExit(t, clock.Now, append([]string{cmd}, base...)...)
 		equal(t, cmd+" default prefix: exit code", code, exitOK)
 		equal(t, cmd+" default prefix: stderr", errOut,
-			fmt.Sprintf("lastseen: warning: no Redis key under prefix %q: set --prefix to the app's Config.Prefix\n", derived.Config().Prefix))
+			fmt.Sprintf("lastseen: warning: no Redis key under prefix %q: set --prefix to the app's Config.Prefix\n", derived.Config().Buffer.Prefix))
 	}
 	// The buffer "app" was created with Shards 64: --shards 16 is refused.
 	_, errOut, code := runExit(t, clock.Now, append([]string{"status", "--prefix", "app"}, base...)...)
 	equal(t, "status --shards 16: exit code", code, exitFailed)
 	equal(t, "status --shards 16: stderr", errOut,
-		`lastseen: invalid config: the buffer at prefix "app" was created with Shards 64, this instance has Shards 16: `+
-			"set Shards: 64, or flush the buffer empty with Shards 64 and delete the key app:manifest\n")
+		`lastseen: invalid config: the buffer at prefix "app" was created with Buffer.Shards 64, this instance has Buffer.Shards 16: `+
+			"set Buffer.Shards: 64, or flush the buffer empty with Buffer.Shards 64 and delete the key app:manifest\n")
 	_, errOut, code = runExit(t, clock.Now, append([]string{"flush", "--prefix", "app", "--shards", "64"}, base...)...)
 	equal(t, "flush --shards 64: exit code", code, exitOK)
 	equal(t, "flush --shards 64: stderr", errOut, "")

@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
-
 	"github.com/glebarez/sqlite"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"

@@ -140,20 +140,7 @@ func (r *demoRun) setupPlugin(context.Context) error {
 	if c.Verbose {
 		level = slog.LevelInfo
 	}
-	r.p = lastseen.New(lastseen.Config{
-		Redis:            r.rdb,
-		Prefix:           r.res.Prefix,
-		Throttle:         c.Throttle,
-		FlushSchedule:    "@every " + c.FlushEvery.String(),
-		DisableScheduler: c.Fast,
-		Model:            &demoUser{},
-		DisablePurge:     true, // the demo app keeps no sessions table
-		// Generous, so that a loaded machine does not push touches into
-		// the in-process backlog and the exact checks hold.
-		TouchTimeout: time.Second,
-		Logger:       slog.New(slog.NewTextHandler(c.errOut, &slog.HandlerOptions{Level: level})),
-		Now:          now,
-	})
+	r.p = lastseen.New(lastseen.Config{Redis: r.rdb, Throttle: c.Throttle, Model: &demoUser{}, Logger: slog.New(slog.NewTextHandler(c.errOut, &slog.HandlerOptions{Level: level})), Buffer: lastseen.BufferConfig{Prefix: r.res.Prefix, TouchTimeout: time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: now}})
 	if err := r.db.Use(r.p); err != nil {
 		return err
 	}

@@ -17,20 +17,21 @@ import (
 func flagVars() kong.Vars {
 	user := parseModel(&lastseen.User{})
 	session := parseModel(&lastseen.Session{})
+	def := lastseen.New(lastseen.Config{}).Config() // the library's defaults
 	return kong.Vars{
 		"default_shards":            strconv.Itoa(lastseen.DefaultShards),
 		"default_batch_size":        strconv.Itoa(lastseen.DefaultBatchSize),
-		"default_purge_batch_size":  strconv.Itoa(lastseen.DefaultPurgeBatchSize),
+		"default_purge_batch_size":  strconv.Itoa(def.Sessions.BatchSize),
 		"default_throttle":          lastseen.DefaultThrottle.String(),
-		"default_flush_concurrency": strconv.Itoa(lastseen.DefaultFlushConcurrency),
+		"default_flush_concurrency": strconv.Itoa(def.Flush.Concurrency),
 		"default_users_table":       user.Table,
 		"default_user_id_column":    user.PrioritizedPrimaryField.DBName,
 		"default_user_id_type":      idType(user.PrioritizedPrimaryField),
-		"default_last_seen_column":  user.LookUpField(lastseen.DefaultField).DBName,
+		"default_last_seen_column":  user.LookUpField(def.Field).DBName,
 		"default_sessions_table":    session.Table,
 		"default_session_id_column": session.PrioritizedPrimaryField.DBName,
 		"default_session_id_type":   idType(session.PrioritizedPrimaryField),
-		"default_expires_column":    session.LookUpField(lastseen.DefaultExpiresField).DBName,
+		"default_expires_column":    session.LookUpField(def.Sessions.ExpiresField).DBName,
 	}
 }
 

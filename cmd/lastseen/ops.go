@@ -33,7 +33,7 @@ type targetFlags struct {
 	UserIDColumn    string `default:"${default_user_id_column}" help:"Primary key column of the users table." group:"App"`
 	UserIDType      string `default:"${default_user_id_type}" enum:"int,string" help:"Kind of the user primary key: int (any integer type) or string (text, UUID)." group:"App"`
 	LastSeenColumn  string `default:"${default_last_seen_column}" help:"Last-seen column of the users table." group:"App"`
-	WriteMode       string `default:"update" enum:"update,upsert" help:"Write mode (the app's Config.WriteMode): update or upsert." group:"App"`
+	WriteMode       string `default:"update" enum:"update,upsert" help:"Write mode: upsert when the app sets Config.Flush.Upsert, else update." group:"App"`
 	BatchSize       int    `default:"${default_batch_size}" help:"Users per SQL statement in a flush." group:"App"`
 	SessionsTable   string `default:"${default_sessions_table}" help:"Sessions table." group:"App"`
 	SessionIDColumn string `default:"${default_session_id_column}" help:"Primary key column of the sessions table." group:"App"`
@@ -108,26 +108,14 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() ti
 		rdb.Close()
 		return nil, err
 	}
-	mode := lastseen.Update
-	if f.WriteMode == "upsert" {
-		mode = lastseen.Upsert
-	}
 	p := lastseen.New(lastseen.Config{
-		Redis:            rdb,
-		Prefix:           f.Prefix,
-		Shards:           f.Shards,
-		LocalCacheSize:   -1,
-		BatchSize:        f.BatchSize,
-		WriteMode:        mode,
-		Model:            f.userModel(),
-		SessionModel:     f.sessionModel(),
-		PurgeBatchSize:   f.PurgeBatchSize,
-		DisableScheduler: true,
-		// Errors only: the commands check the tables themselves and name
-		// the flag to fix (checkTable); the plugin's start-up warnings
-		// about the same tables would say it twice.
-		Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelError})),
-		Now:    now,
+		Redis:    rdb,
+		Model:    f.userModel(),
+		Logger:   slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelError})),
+		Buffer:   lastseen.BufferConfig{Prefix: f.Prefix, Shards: f.Shards, LocalCacheSize: -1},
+		Flush:    lastseen.FlushConfig{BatchSize: f.BatchSize, Upsert: f.WriteMode == "upsert", Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Model: f.sessionModel(), BatchSize: f.PurgeBatchSize, Schedule: "off"},
+		Test:     lastseen.TestConfig{Now: now},
 	})
 	e := &opsEnv{p: p, db: db, rdb: rdb, f: f, errOut: errOut}
 	if err := db.Use(p); err != nil {
@@ -139,7 +127,7 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() ti
 		e.close()
 		return nil, err
 	}
-	f.Prefix = p.Config().Prefix // derived by the library when --prefix was not given
+	f.Prefix = p.Config().Buffer.Prefix // derived by the library when --prefix was not given
 	return e, nil
 }
 

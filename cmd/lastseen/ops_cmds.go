@@ -137,7 +137,7 @@ func (c *purgeCmd) Run() error {
 	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	if c.DryRun {
-		cutoff := e.p.Config().Now().UTC()
+		cutoff := e.p.Config().Test.Now().UTC()
 		n, oldest, err := e.p.ExpiredSessions(ctx)
 		if err != nil {
 			return err

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +31,8 @@ func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d *testenv.DB, r *testenv
 	}
 }
 
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+// discard drops the plugin's logs in tests that do not read them.
+var discard = testenv.Discard
 
 // shardTable is the status command's table: 16 shards, the given ones with
 // their figures, every other one empty.
@@ -90,8 +89,7 @@ func TestOpsDefaultModels(t *testing.T) {
 			{ID: "s3", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:00Z")}, // expires now: expired
 			{ID: "s4", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:01Z")},
 		}).Error)
-		p := lastseen.New(lastseen.Config{Redis: r.Client, Prefix: prefix, Throttle: time.Minute, Now: clock.Now,
-			DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
+		p := lastseen.New(lastseen.Config{Redis: r.Client, Throttle: time.Minute, Logger: discard, Buffer: lastseen.BufferConfig{Prefix: prefix, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: clock.Now}})
 		must(t, app.Use(p))
 		for _, touch := range []struct {
 			id uint64
@@ -224,9 +222,7 @@ func TestOpsAppModels(t *testing.T) {
 		must(t, app.Delete(&sessions[1]).Error) // soft-deleted and expired
 		must(t, app.Delete(&sessions[3]).Error) // soft-deleted, live
 
-		p := lastseen.New(lastseen.Config{Redis: rdb, Now: clock.Now, DisableScheduler: true, Logger: discard,
-			Model: &account{}, Field: "SeenAt", SessionModel: &appSession{}, ExpiresField: "ValidUntil",
-			TouchTimeout: 2 * time.Second})
+		p := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Model: &account{}, Field: "SeenAt", Buffer: lastseen.BufferConfig{TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off", Model: &appSession{}, ExpiresField: "ValidUntil"}, Test: lastseen.TestConfig{Now: clock.Now}})
 		must(t, app.Use(p))
 		_, err := p.TouchAt(ctx, "6f1c0d9e-0000-4000-8000-000000000002", mustTime("2026-03-01T11:58:00Z"))
 		must(t, err)
@@ -300,7 +296,7 @@ func TestOpsErrors(t *testing.T) {
 		{append([]string{"purge", "--redis", mr.Addr()}, d.Flags()...),
 			`lastseen: table "sessions" not found (set --sessions-table)`},
 		{append([]string{"flush", "--redis", mr.Addr(), "--batch-size", "40000"}, d.Flags()...),
-			"lastseen: invalid config: BatchSize 40000 exceeds the sqlite limit"},
+			"lastseen: invalid config: Flush.BatchSize 40000 exceeds the sqlite limit"},
 	} {
 		_, err := runCLI(t, now, c.args...)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
@@ -324,9 +320,9 @@ func TestPurgeLocked(t *testing.T) {
 	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
-	p := lastseen.New(lastseen.Config{Redis: rdb, DisableScheduler: true, Logger: discard})
+	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	must(t, app.Use(p))
-	prefix := p.Config().Prefix
+	prefix := p.Config().Buffer.Prefix
 	equal(t, "derived prefix", strings.HasPrefix(prefix, "lastseen:users:"), true)
 	must(t, mr.Set(keys.PurgeLock(prefix), "held-by-another-instance"))
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
@@ -346,9 +342,9 @@ func TestOpsDerivedPrefix(t *testing.T) {
 		clock := testenv.ClockAt("2026-03-01T09:30:00Z")
 		app := d.Open(t)
 		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
-		p := lastseen.New(lastseen.Config{Redis: r.Client, Now: clock.Now, DisableScheduler: true, Logger: discard, TouchTimeout: 2 * time.Second})
+		p := lastseen.New(lastseen.Config{Redis: r.Client, Logger: discard, Buffer: lastseen.BufferConfig{TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: clock.Now}})
 		must(t, app.Use(p))
-		prefix := p.Config().Prefix
+		prefix := p.Config().Buffer.Prefix
 		t.Cleanup(func() { testenv.DeleteKeys(context.Background(), r.Client, keys.All(prefix)) })
 		equal(t, "derived prefix", strings.HasPrefix(prefix, "lastseen:users:"), true)
 		_, err := p.TouchAt(ctx, uint64(9), mustTime("2026-03-01T09:00:00Z")) // shard 4

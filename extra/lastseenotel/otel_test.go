@@ -10,6 +10,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
@@ -42,10 +43,7 @@ func newEnv(t *testing.T) *env {
 	db := testenv.SQLite().New(t).Open(t)
 	must(t, db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	c := testenv.NewClock(start)
-	p := testenv.Use(t, db, lastseen.Config{
-		Redis: rdb, Shards: 2, FlushConcurrency: 1, Now: c.Now, DisableScheduler: true,
-		TouchTimeout: 2 * time.Second, PurgePause: -1, PurgeBatchSize: 2, Logger: testenv.Discard,
-	})
+	p := testenv.Use(t, db, lastseen.Config{Redis: rdb, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Concurrency: 1, Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off", BatchSize: 2}, Test: lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}}})
 
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -210,7 +208,7 @@ lastseen.touches {touch} {lastseen.result=throttled} 0`)
 	}).Error)
 	_, err = e.p.PurgeExpiredSessions(ctx) // a, b in batch 1; c in batch 2
 	must(t, err)
-	lock, err := redislock.New(e.rdb).Obtain(ctx, e.p.Config().Prefix+":purge:lock", time.Minute, nil) // the derived prefix
+	lock, err := redislock.New(e.rdb).Obtain(ctx, e.p.Config().Buffer.Prefix+":purge:lock", time.Minute, nil) // the derived prefix
 	must(t, err)
 	if _, err := e.p.PurgeExpiredSessions(ctx); err != lastseen.ErrLocked {
 		t.Fatalf("purge under another's lock: %v, want ErrLocked", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -41,10 +42,7 @@ func newEnv(t *testing.T, userModel any) *env {
 	db := testenv.SQLite().New(t).Open(t)
 	must(t, db.AutoMigrate(userModel, &lastseen.Session{}))
 	c := testenv.NewClock(start)
-	p := testenv.Use(t, db, lastseen.Config{
-		Redis: r.Client, Shards: 2, Model: userModel, Now: c.Now, DisableScheduler: true,
-		TouchTimeout: 2 * time.Second, PurgePause: -1, Logger: testenv.Discard,
-	})
+	p := testenv.Use(t, db, lastseen.Config{Redis: r.Client, Model: userModel, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}}})
 	return &env{p: p, db: db, r: r, clock: c}
 }
 
@@ -98,7 +96,7 @@ func TestCollectorScrape(t *testing.T) {
 	}).Error)
 	_, err = e.p.PurgeExpiredSessions(ctx) // deletes a and b
 	must(t, err)
-	lock, err := redislock.New(e.r.Client).Obtain(ctx, e.p.Config().Prefix+":purge:lock", time.Minute, nil) // the derived prefix
+	lock, err := redislock.New(e.r.Client).Obtain(ctx, e.p.Config().Buffer.Prefix+":purge:lock", time.Minute, nil) // the derived prefix
 	must(t, err)
 	if _, err := e.p.PurgeExpiredSessions(ctx); err != lastseen.ErrLocked {
 		t.Fatalf("purge under another's lock: %v, want ErrLocked", err)

@@ -10,12 +10,10 @@ package testhooks
 
 import (
 	"context"
-	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
-	"gorm.io/gorm/schema"
 )
 
 // FlushHooks are called at fixed points of a flush, to stop a flusher
@@ -106,17 +104,6 @@ type Internals struct {
 	// Initialize.
 	Buffer    func(p any) buffer.Buffer
 	PluginsOn func(db *gorm.DB) int
-	MaxBatch  func(dialect string) int
-	Retryable func(dialect string, err error) bool
-	// IDCodec is the user-id codec of a primary key field: normalize turns
-	// an id into its stored text form, parse turns that text back into a
-	// value of the key's type.
-	IDCodec func(pk *schema.Field) (normalize func(any) (string, error), parse func(string) (any, error), err error)
-	// FieldEncoding is the Encoding the plugin reads a time field with,
-	// given the configured one, and how it decided.
-	FieldEncoding func(f *schema.Field, configured int) (enc int, how string, err error)
-	// ScanTime reads a time column's value as every dialect returns it.
-	ScanTime func(v any) (t time.Time, valid bool, err error)
 }
 
 var internals *Internals

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"gorm.io/gorm"
 )
 
@@ -18,4 +19,14 @@ func Use(t testing.TB, db *gorm.DB, cfg lastseen.Config) *lastseen.Plugin {
 	}
 	t.Cleanup(func() { p.Close(context.Background()) })
 	return p
+}
+
+// Seam returns cfg's test seam, creating it when cfg has none, so that a
+// test sets one of the library's fixed knobs (a short lock TTL, a low
+// refusal limit) with testenv.Seam(&cfg).LockTTL = d.
+func Seam(cfg *lastseen.Config) *testseam.Seam {
+	if cfg.Test.Seam == nil {
+		cfg.Test.Seam = &testseam.Seam{}
+	}
+	return cfg.Test.Seam
 }

@@ -108,7 +108,7 @@ func TestFillMatchesLibraryLayout(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Miniredis().Open(t).Client.(*redis.Client)
 	db := testenv.SQLite().New(t).Open(t)
-	p := testenv.Use(t, db, lastseen.Config{Redis: rdb, Prefix: "b", DisableScheduler: true, LocalCacheSize: -1})
+	p := testenv.Use(t, db, lastseen.Config{Redis: rdb, Buffer: lastseen.BufferConfig{Prefix: "b", LocalCacheSize: -1}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	base := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 	e := &env{plain: rdb}
 	testenv.Must(t, e.fillPending(ctx, "b", 3000, lastseen.DefaultShards, base, 1))
@@ -206,7 +206,7 @@ func TestTinyRun(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	var out bytes.Buffer
 	c := &Cmd{What: "all", Postgres: pg, Redis: addr, Users: 40, Requests: 400, Zipf: 1.1, Workers: 4, Seed: 1,
-		Throttle: lastseen.DefaultThrottle, FlushUsers: []int{2500}, FlushSchemas: []string{"plain", "indexed"}, FlushConcurrency: lastseen.DefaultFlushConcurrency,
+		Throttle: lastseen.DefaultThrottle, FlushUsers: []int{2500}, FlushSchemas: []string{"plain", "indexed"}, FlushConcurrency: 2,
 		ScaleUsers: []int{30, 60}, PurgeExpired: 1500, PurgeLive: 150, JSON: jsonPath, out: &out, log: io.Discard}
 	testenv.Must(t, c.run(context.Background()))
 

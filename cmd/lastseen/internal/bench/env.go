@@ -111,6 +111,20 @@ func (e *env) openPool(ctx context.Context, tablePrefix string, n int) (*gorm.DB
 	return db, sqlDB, nil
 }
 
+// migrateTable creates (or completes) model's table on db with GORM's
+// AutoMigrate and returns the table's name (with the pool's table prefix);
+// what names the table in the error ("users", "sessions").
+func migrateTable(db *gorm.DB, model any, what string) (string, error) {
+	if err := db.AutoMigrate(model); err != nil {
+		return "", fmt.Errorf("lastseen: bench: create %s table: %w", what, err)
+	}
+	stmt := &gorm.Statement{DB: db}
+	if err := stmt.Parse(model); err != nil {
+		return "", err
+	}
+	return stmt.Schema.Table, nil
+}
+
 // onEachConn runs query on n distinct connections of the pool at once
 // (holding them all, so the pool cannot hand out one twice).
 func onEachConn(ctx context.Context, db *sql.DB, n int, query string) error {

@@ -216,8 +216,7 @@ func (e *env) pendingForLibrary(ctx context.Context, db *gorm.DB, res *flushRun,
 		return nil, err
 	}
 	res.FillWall = time.Since(f0)
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: keyPrefix, DisableScheduler: true, Logger: e.pluginLogger(),
-		FlushConcurrency: c.FlushConcurrency})
+	p := lastseen.New(lastseen.Config{Redis: e.timed, Logger: e.pluginLogger(), Buffer: lastseen.BufferConfig{Prefix: keyPrefix}, Flush: lastseen.FlushConfig{Schedule: "off", Concurrency: c.FlushConcurrency}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}

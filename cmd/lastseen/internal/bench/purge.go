@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -42,7 +43,7 @@ type purgeResult struct {
 
 func (e *env) runPurge(ctx context.Context) (*purgeResult, error) {
 	c := e.cmd
-	res := &purgeResult{Expired: c.PurgeExpired, Live: c.PurgeLive, BatchSize: lastseen.DefaultPurgeBatchSize, Pause: c.PurgePause.String()}
+	res := &purgeResult{Expired: c.PurgeExpired, Live: c.PurgeLive, BatchSize: lastseen.DefaultBatchSize, Pause: c.PurgePause.String()}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	db, err := e.createPurgeTables(ctx, res, now)
 	if err != nil {
@@ -123,8 +124,7 @@ func (e *env) libraryPurge(ctx context.Context, db *gorm.DB, res *purgeResult) e
 	if pause == 0 {
 		pause = -1 // the library's "no pause"
 	}
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Prefix: e.prefix + "-purge", DisableScheduler: true,
-		PurgePause: pause, Logger: e.pluginLogger()})
+	p := lastseen.New(lastseen.Config{Redis: e.timed, Logger: e.pluginLogger(), Buffer: lastseen.BufferConfig{Prefix: e.prefix + "-purge"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Seam: &testseam.Seam{PurgePause: pause}}})
 	if err := db.Use(p); err != nil {
 		return fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
@@ -188,14 +188,10 @@ func (e *env) checkPurge(ctx context.Context, db *gorm.DB, res *purgeResult) err
 // hex strings, like random session tokens.
 func (e *env) createSessions(ctx context.Context, db *gorm.DB, expired, live int, now time.Time) (string, error) {
 	db = db.WithContext(ctx)
-	if err := db.AutoMigrate(&lastseen.Session{}); err != nil {
-		return "", fmt.Errorf("lastseen: bench: create sessions table: %w", err)
-	}
-	stmt := &gorm.Statement{DB: db}
-	if err := stmt.Parse(&lastseen.Session{}); err != nil {
+	table, err := migrateTable(db, &lastseen.Session{}, "sessions")
+	if err != nil {
 		return "", err
 	}
-	table := stmt.Schema.Table
 	total := int64(expired + live)
 	if total > 0 {
 		err := db.Exec(`INSERT INTO ? (?, ?, ?, ?)

@@ -122,7 +122,7 @@ func (e *env) runRequests(ctx context.Context) (*requestsResult, error) {
 	t0 := time.Now()
 	st := newStream(c.Users, c.Requests, c.Zipf, c.Seed)
 	res := &requestsResult{Users: c.Users, Requests: c.Requests, Distinct: st.distinct, Zipf: c.Zipf, Workers: c.Workers,
-		Seed: c.Seed, Throttle: c.Throttle.String(), Timeout: lastseen.DefaultTouchTimeout.String() + " (library default)",
+		Seed: c.Seed, Throttle: c.Throttle.String(), Timeout: "20ms (library default)",
 		Generated: time.Since(t0)}
 	if c.TouchTimeout > 0 {
 		res.Timeout = c.TouchTimeout.String()
@@ -367,14 +367,10 @@ func (r *variantRun) check(ctx context.Context) error {
 // rows seen at seenAt, vacuumed and analyzed.
 func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt time.Time, ts tableSchema) (string, error) {
 	db = db.WithContext(ctx)
-	if err := db.AutoMigrate(&lastseen.User{}); err != nil {
-		return "", fmt.Errorf("lastseen: bench: create users table: %w", err)
-	}
-	stmt := &gorm.Statement{DB: db}
-	if err := stmt.Parse(&lastseen.User{}); err != nil {
+	table, err := migrateTable(db, &lastseen.User{}, "users")
+	if err != nil {
 		return "", err
 	}
-	table := stmt.Schema.Table
 	if ts.fillfactor > 0 {
 		if err := db.Exec("ALTER TABLE ? SET (fillfactor = "+strconv.Itoa(ts.fillfactor)+")", clause.Table{Name: table}).Error; err != nil {
 			return "", fmt.Errorf("lastseen: bench: fillfactor of %s: %w", table, err)
@@ -386,7 +382,7 @@ func (e *env) createUsers(ctx context.Context, db *gorm.DB, users int, seenAt ti
 			return "", fmt.Errorf("lastseen: bench: index on %s: %w", table, err)
 		}
 	}
-	err := db.Exec("INSERT INTO ? (?, ?) SELECT g, ? FROM generate_series(1, ?::bigint) AS g",
+	err = db.Exec("INSERT INTO ? (?, ?) SELECT g, ? FROM generate_series(1, ?::bigint) AS g",
 		clause.Table{Name: table}, clause.Column{Name: "id"}, clause.Column{Name: "last_seen_at"}, seenAt, users).Error
 	if err != nil {
 		return "", fmt.Errorf("lastseen: bench: fill %s: %w", table, err)
@@ -572,15 +568,7 @@ type lastseenDesign struct {
 // openLastseen registers a plugin on db: the given prefix and local cache
 // size (-1 off, 0 the default), the run's throttle window, no scheduler.
 func (e *env) openLastseen(db *gorm.DB, prefix string, localCache int, boxed []any) (*lastseenDesign, error) {
-	p := lastseen.New(lastseen.Config{
-		Redis:            e.rdb,
-		Prefix:           prefix,
-		Throttle:         e.cmd.Throttle,
-		LocalCacheSize:   localCache,
-		TouchTimeout:     e.cmd.TouchTimeout,
-		DisableScheduler: true,
-		Logger:           e.pluginLogger(),
-	})
+	p := lastseen.New(lastseen.Config{Redis: e.rdb, Throttle: e.cmd.Throttle, Logger: e.pluginLogger(), Buffer: lastseen.BufferConfig{Prefix: prefix, LocalCacheSize: localCache, TouchTimeout: e.cmd.TouchTimeout}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}

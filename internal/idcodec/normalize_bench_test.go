@@ -1,13 +1,10 @@
-package lastseen
+package idcodec
 
 import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
-	"sync"
 	"testing"
-
-	"gorm.io/gorm/schema"
 )
 
 // benchUUID is a UUID-like primary key type: sql.Scanner, driver.Valuer and
@@ -51,21 +48,11 @@ func BenchmarkNormalizeUserID(b *testing.B) {
 	type uuidUser struct {
 		ID benchUUID `gorm:"primaryKey"`
 	}
-	codec := func(m any) idCodec {
-		s, err := schema.Parse(m, &sync.Map{}, schema.NamingStrategy{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		c, err := newIDCodec(s.PrimaryFields[0])
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
-	}
+	codec := func(m any) Codec { return newCodec(b, m) }
 	u := benchUUID{0x6b, 0xa7, 0xb8, 0x10, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
 	for _, c := range []struct {
 		name  string
-		codec idCodec
+		codec Codec
 		id    any
 		want  string
 	}{
@@ -76,13 +63,13 @@ func BenchmarkNormalizeUserID(b *testing.B) {
 		{"uuid-stringer", codec(&uuidUser{}), any(u), "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			if got, err := c.codec.normalize(c.id); err != nil || got != c.want {
+			if got, err := c.codec.Normalize(c.id); err != nil || got != c.want {
 				b.Fatalf("normalize(%v) = %q, %v; want %q", c.id, got, err, c.want)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := c.codec.normalize(c.id); err != nil {
+				if _, err := c.codec.Normalize(c.id); err != nil {
 					b.Fatal(err)
 				}
 			}

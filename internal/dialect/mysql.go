@@ -1,7 +1,8 @@
-package lastseen
+package dialect
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -9,12 +10,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
-// mysqlDialect is MySQL's and MariaDB's entry in dialects.
-var mysqlDialect = &dialect{
+// mysql is MySQL's and MariaDB's Dialect.
+var mysql = &Dialect{
 	name:               "mysql",
 	maxParams:          65535,
 	update:             mysqlUpdate,
@@ -28,9 +30,10 @@ var mysqlDialect = &dialect{
 	upsertDoubleCounts: true,
 	health:             mysqlHealth,
 	classify:           classifyMySQL,
-	naiveCast:          func(wall string) clause.Expr { return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}} },
-	naiveDefault:       true,
-	identity:           mysqlIdentity,
+	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
+		return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}}
+	}, Default: true},
+	identity: mysqlIdentity,
 }
 
 // mysqlErrorText is how go-sql-driver/mysql writes a server error:
@@ -113,7 +116,7 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 //
 //	... JOIN (SELECT CAST(? AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_general_ci AS id, ...) AS v
 //	ON t.`id` = v.id AND BINARY t.`id` = BINARY v.id SET ...
-func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
+func mysqlUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
 	// A string key's first id is cast to CHAR, a VARCHAR: the column of a
 	// UNION of bare parameters is a CHAR, whose values lose their trailing
@@ -121,23 +124,23 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 	// character set and collation (mysqlColumnTypes), so that the join
 	// compares like with like and keeps the index.
 	switch {
-	case t.intKey:
+	case t.IntKey:
 		b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
-	case t.pkCollation != "":
-		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR CHARACTER SET " + t.pkCharset + ") COLLATE " + t.pkCollation + " AS id, ? AS ts")
+	case t.PKCollation != "":
+		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR CHARACTER SET " + t.PKCharset + ") COLLATE " + t.PKCollation + " AS id, ? AS ts")
 	default:
 		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR) AS id, ? AS ts")
 	}
 	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.table}, ids[0], t.codec.value(ts[0]))
+	vars = append(vars, clause.Table{Name: t.Table}, ids[0], t.Codec.Value(ts[0]))
 	for i := 1; i < len(ids); i++ {
 		b.WriteString(" UNION ALL SELECT ?, ?")
-		vars = append(vars, ids[i], t.codec.value(ts[i]))
+		vars = append(vars, ids[i], t.Codec.Value(ts[i]))
 	}
-	pk, col := clause.Column{Name: t.pk}, clause.Column{Name: t.col}
+	pk, col := clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
 	b.WriteString(") AS v ON t.? = v.id")
 	vars = append(vars, pk)
-	if t.exactKey { // index lookup first, then the exact filter (mysqlExactIn)
+	if t.ExactKey { // index lookup first, then the exact filter (mysqlExactIn)
 		b.WriteString(" AND BINARY t.? = BINARY v.id")
 		vars = append(vars, pk)
 	}
@@ -148,10 +151,10 @@ func mysqlUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 
 // mysqlOnConflict puts the newer-only guard into the assigned value, since
 // MySQL's ON DUPLICATE KEY UPDATE has no WHERE.
-func mysqlOnConflict(t *writeTarget) clause.OnConflict {
-	col := clause.Column{Name: t.col}
+func mysqlOnConflict(t *Target) clause.OnConflict {
+	col := clause.Column{Name: t.Column}
 	return clause.OnConflict{
-		Columns: []clause.Column{{Name: t.pk}},
+		Columns: []clause.Column{{Name: t.PK}},
 		DoUpdates: clause.Set{{Column: col, Value: clause.Expr{
 			SQL:  "IF(? IS NULL OR ? < VALUES(?), VALUES(?), ?)",
 			Vars: []any{col, col, col, col, col},
@@ -174,19 +177,19 @@ var mysqlName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
 // mysqlColumnTypes reads a string key's character set and collation from
 // information_schema.COLUMNS, for mysqlUpdate. Nothing found (an integer
 // key, a missing table) leaves them empty.
-func mysqlColumnTypes(db *gorm.DB, t *writeTarget) error {
-	if t.intKey {
+func mysqlColumnTypes(db *gorm.DB, t *Target) error {
+	if t.IntKey {
 		return nil
 	}
 	var rows []struct{ Charset, Collation *string }
 	err := db.Raw(`SELECT CHARACTER_SET_NAME AS charset, COLLATION_NAME AS collation FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.table, t.pk).Scan(&rows).Error
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.Table, t.PK).Scan(&rows).Error
 	if err != nil {
 		return err
 	}
 	if len(rows) == 1 && rows[0].Charset != nil && rows[0].Collation != nil &&
 		mysqlName.MatchString(*rows[0].Charset) && mysqlName.MatchString(*rows[0].Collation) {
-		t.pkCharset, t.pkCollation = *rows[0].Charset, *rows[0].Collation
+		t.PKCharset, t.PKCollation = *rows[0].Charset, *rows[0].Collation
 	}
 	return nil
 }
@@ -209,29 +212,63 @@ func mysqlExhausted(kind string) bool {
 // server_uuid, by server_id, hostname and port; SHOW VARIABLES lists what
 // exists without failing on what does not. The database is DATABASE(),
 // empty when the connection selected none.
-func mysqlIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
+func mysqlIdentity(ctx context.Context, db *gorm.DB) (Identity, error) {
 	var rows []struct {
 		Name  string `gorm:"column:Variable_name"`
 		Value string `gorm:"column:Value"`
 	}
 	err := db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_uuid', 'server_id', 'hostname', 'port')").Scan(&rows).Error
 	if err != nil {
-		return targetIdentity{}, err
+		return Identity{}, err
 	}
 	v := map[string]string{}
 	for _, r := range rows {
 		v[r.Name] = r.Value
 	}
-	var id targetIdentity
+	var id Identity
 	if v["server_uuid"] != "" {
-		id.server = "mysql server_uuid " + v["server_uuid"]
+		id.Server = "mysql server_uuid " + v["server_uuid"]
 	} else {
-		id.server = "mysql server_id " + v["server_id"] + " on " + v["hostname"] + ":" + v["port"]
+		id.Server = "mysql server_id " + v["server_id"] + " on " + v["hostname"] + ":" + v["port"]
 	}
 	var name *string
 	err = db.WithContext(ctx).Raw("SELECT DATABASE()").Scan(&name).Error
 	if name != nil {
-		id.database = *name
+		id.Database = *name
 	}
 	return id, err
+}
+
+// classifyMySQL reads information_schema.COLUMNS.DATA_TYPE.
+func classifyMySQL(typ string) timecol.Class {
+	switch typ {
+	case "timestamp":
+		return timecol.ClassZoned
+	case "datetime":
+		return timecol.ClassNaive
+	case "bigint", "int", "integer", "mediumint":
+		return timecol.ClassInteger
+	}
+	return timecol.ClassOther
+}
+
+// mysqlHealth reads the indexes from information_schema.STATISTICS (a
+// "schema.table" name is split; else the connection's database).
+func mysqlHealth(db *gorm.DB, table, column string) (Health, error) {
+	var h Health
+	schema := ""
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		schema, table = table[:i], table[i+1:]
+	}
+	var names []string
+	err := db.Raw(`SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ? ORDER BY INDEX_NAME`,
+		schema, table, column).Scan(&names).Error
+	if err != nil {
+		return Health{}, fmt.Errorf("information_schema.STATISTICS: %w", err)
+	}
+	for _, n := range names {
+		h.Indexes = append(h.Indexes, Index{Name: n})
+	}
+	return h, nil
 }

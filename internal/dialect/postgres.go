@@ -1,4 +1,4 @@
-package lastseen
+package dialect
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
-// postgresDialect is PostgreSQL's entry in dialects.
-var postgresDialect = &dialect{
+// postgres is PostgreSQL's Dialect.
+var postgres = &Dialect{
 	name:        "postgres",
 	maxParams:   65535,
 	update:      postgresUpdate,
@@ -29,8 +30,10 @@ var postgresDialect = &dialect{
 	maxUnsigned: math.MaxInt64,
 	health:      postgresHealth,
 	classify:    classifyPostgres,
-	naiveCast:   func(wall string) clause.Expr { return clause.Expr{SQL: "CAST(? AS timestamp)", Vars: []any{wall}} },
-	identity:    postgresIdentity,
+	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
+		return clause.Expr{SQL: "CAST(? AS timestamp)", Vars: []any{wall}}
+	}},
+	identity: postgresIdentity,
 }
 
 // sqlState returns the SQLSTATE of a PostgreSQL error anywhere in err's
@@ -67,13 +70,13 @@ func postgresBadText(s string) string {
 //	UPDATE "users" AS t SET "last_seen_at" = v.ts
 //	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
 //	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
-func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
-	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.pkType + "[], CAST(? AS " + t.colType + "[])) AS v(id, ts)" +
+func postgresUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
+	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)" +
 		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
-	col := clause.Column{Name: t.col}
+	col := clause.Column{Name: t.Column}
 	return clause.Expr{SQL: sql, Vars: []any{
-		clause.Table{Name: t.table}, col, pgIDs(ids), pgTimes(t.codec, ts),
-		clause.Column{Name: t.pk}, col, col,
+		clause.Table{Name: t.Table}, col, pgIDs(ids), pgTimes(t.Codec, ts),
+		clause.Column{Name: t.PK}, col, col,
 	}}
 }
 
@@ -82,9 +85,9 @@ func postgresUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
 // to encode:
 //
 //	SELECT count(*) FROM "users" AS t WHERE t."id" = ANY(CAST($1 AS text[])::bigint[])
-func postgresCount(t *writeTarget, ids []any) clause.Expr {
-	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(CAST(? AS text[])::" + t.pkType + "[])",
-		Vars: []any{clause.Table{Name: t.table}, clause.Column{Name: t.pk}, pgIDs(ids)}}
+func postgresCount(t *Target, ids []any) clause.Expr {
+	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(CAST(? AS text[])::" + t.PKType + "[])",
+		Vars: []any{clause.Table{Name: t.Table}, clause.Column{Name: t.PK}, pgIDs(ids)}}
 }
 
 // pgIDs and pgTimes build one bound parameter holding a one-dimensional
@@ -98,7 +101,7 @@ func postgresCount(t *writeTarget, ids []any) clause.Expr {
 // any other type, a driver.Valuer returning the same string included, is
 // first tried in binary, fails with an error quoting the whole literal, is
 // parsed into a Go slice and encoded again (pgtype.encodePlanDriverValuer):
-// a third of the flush's client CPU (issue 11).
+// a third of the flush's client CPU.
 
 // appendQuoted appends s as a quoted array element.
 func appendQuoted(b []byte, s string) []byte {
@@ -135,12 +138,12 @@ func pgIDs(ids []any) string {
 	return string(append(b, '}'))
 }
 
-// pgTimes writes times as the column's type reads them (timeCodec.appendText),
+// pgTimes writes times as the column's type reads them (Codec.AppendText),
 // each element double-quoted: Unix seconds or milliseconds in decimal for
 // an integer column; for timestamptz the instant in UTC with microseconds
 // and a "Z" offset; for timestamp (without time zone) the wall time in
-// ColumnLocation. The texts hold no quote or backslash.
-func pgTimes(c *timeCodec, ts []time.Time) string {
+// the codec's location. The texts hold no quote or backslash.
+func pgTimes(c *timecol.Codec, ts []time.Time) string {
 	b := make([]byte, 0, 2+len(ts)*30)
 	b = append(b, '{')
 	for i, t := range ts {
@@ -148,7 +151,7 @@ func pgTimes(c *timeCodec, ts []time.Time) string {
 			b = append(b, ',')
 		}
 		b = append(b, '"')
-		b = c.appendText(b, t)
+		b = c.AppendText(b, t)
 		b = append(b, '"')
 	}
 	return string(append(b, '}'))
@@ -161,27 +164,27 @@ func pgTimes(c *timeCodec, ts []time.Time) string {
 // longer id into another user's id. Integer keys are sent as bigint
 // whatever the column's width, so an id too large for an integer column
 // matches no row (counted Unknown) instead of failing the whole statement.
-func postgresColumnTypes(db *gorm.DB, t *writeTarget) error {
+func postgresColumnTypes(db *gorm.DB, t *Target) error {
 	var rows []struct{ Name, Type string }
 	err := db.Raw(`SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type
 FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AND NOT a.attisdropped`,
-		db.Statement.Quote(t.table), t.pk, t.col).Scan(&rows).Error
+		db.Statement.Quote(t.Table), t.PK, t.Column).Scan(&rows).Error
 	if err != nil {
 		return err
 	}
 	for _, r := range rows {
 		switch r.Name {
-		case t.pk:
-			t.pkType = r.Type
-		case t.col:
-			t.colType = r.Type
+		case t.PK:
+			t.PKType = r.Type
+		case t.Column:
+			t.ColType = r.Type
 		}
 	}
-	if t.pkType == "" || t.colType == "" {
-		return fmt.Errorf("%w: table %s with columns %s and %s", errNoTable, t.table, t.pk, t.col)
+	if t.PKType == "" || t.ColType == "" {
+		return fmt.Errorf("%w: table %s with columns %s and %s", ErrNoTable, t.Table, t.PK, t.Column)
 	}
-	if t.intKey {
-		t.pkType = "bigint"
+	if t.IntKey {
+		t.PKType = "bigint"
 	}
 	return nil
 }
@@ -199,6 +202,56 @@ func postgresRetryable(err error) bool {
 // configuration_limit_exceeded), PostgreSQL manual appendix A.
 func postgresExhausted(kind string) bool { return strings.HasPrefix(kind, "53") }
 
+// classifyPostgres reads information_schema.columns.udt_name.
+func classifyPostgres(typ string) timecol.Class {
+	switch typ {
+	case "timestamptz":
+		return timecol.ClassZoned
+	case "timestamp":
+		return timecol.ClassNaive
+	case "int8", "int4", "int2":
+		return timecol.ClassInteger
+	}
+	return timecol.ClassOther
+}
+
+// postgresHealth reads the indexes from pg_index (key columns by
+// attribute number, expressions and predicates by the column's name in
+// their text), the counters from pg_stat_user_tables and the fillfactor
+// from pg_class.reloptions.
+func postgresHealth(db *gorm.DB, table, column string) (Health, error) {
+	h := Health{HOT: true, FillFactor: 100}
+	rel := db.Statement.Quote(table)
+	err := db.Raw(`SELECT i.relname AS name, pg_get_indexdef(x.indexrelid) AS definition
+FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+WHERE x.indrelid = to_regclass(?) AND (
+  EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = x.indrelid AND a.attname = ? AND a.attnum = ANY(x.indkey))
+  OR coalesce(pg_get_expr(x.indexprs, x.indrelid), '') ~ ('\m' || ? || '\M')
+  OR coalesce(pg_get_expr(x.indpred, x.indrelid), '') ~ ('\m' || ? || '\M'))
+ORDER BY i.relname`, rel, column, column, column).Scan(&h.Indexes).Error
+	if err != nil {
+		return Health{}, fmt.Errorf("pg_index: %w", err)
+	}
+	var rows []struct {
+		Upd, Hot int64
+		Fill     *int
+	}
+	err = db.Raw(`SELECT coalesce(s.n_tup_upd, 0) AS upd, coalesce(s.n_tup_hot_upd, 0) AS hot,
+  (SELECT substring(o FROM '^fillfactor=([0-9]+)$')::int FROM unnest(c.reloptions) AS o WHERE o LIKE 'fillfactor=%') AS fill
+FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = to_regclass(?)`, rel).Scan(&rows).Error
+	if err != nil {
+		return Health{}, fmt.Errorf("pg_stat_user_tables: %w", err)
+	}
+	if len(rows) != 1 {
+		return Health{}, fmt.Errorf("%w: table %s", ErrNoTable, table)
+	}
+	h.Updates, h.HOTUpdates = rows[0].Upd, rows[0].Hot
+	if rows[0].Fill != nil {
+		h.FillFactor = *rows[0].Fill
+	}
+	return h, nil
+}
+
 // postgresIdentity names the server by the cluster's system identifier from
 // pg_control_system() (PostgreSQL 9.6+), which a physical replica promoted
 // by failover keeps, when the role may execute it (has_function_privilege:
@@ -206,9 +259,9 @@ func postgresExhausted(kind string) bool { return strings.HasPrefix(kind, "53") 
 // and port the connection reached (inet_server_addr(), "local" on a Unix
 // socket). The database is current_database() and current_schema(), the
 // schema an unqualified table name resolves to first.
-func postgresIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
+func postgresIdentity(ctx context.Context, db *gorm.DB) (Identity, error) {
 	db = db.WithContext(ctx)
-	var id targetIdentity
+	var id Identity
 	var allowed bool
 	if err := db.Raw("SELECT has_function_privilege('pg_catalog.pg_control_system()', 'execute')").Scan(&allowed).Error; err != nil {
 		return id, err
@@ -218,14 +271,14 @@ func postgresIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) 
 		if err := db.Raw("SELECT system_identifier::text FROM pg_catalog.pg_control_system()").Scan(&sysid).Error; err != nil {
 			return id, err
 		}
-		id.server = "postgres system_identifier " + sysid
+		id.Server = "postgres system_identifier " + sysid
 	} else {
 		var addr string
 		if err := db.Raw("SELECT coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')").Scan(&addr).Error; err != nil {
 			return id, err
 		}
-		id.server = "postgres address " + addr
+		id.Server = "postgres address " + addr
 	}
-	err := db.Raw("SELECT current_database() || '.' || coalesce(current_schema(), '')").Scan(&id.database).Error
+	err := db.Raw("SELECT current_database() || '.' || coalesce(current_schema(), '')").Scan(&id.Database).Error
 	return id, err
 }

@@ -1,36 +1,38 @@
-package lastseen
+package dialect
 
 import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
-// sqliteDialect is SQLite's entry in dialects.
-var sqliteDialect = &dialect{
-	name:         "sqlite",
-	maxParams:    32766,
-	update:       sqliteUpdate,
-	onConflict:   standardOnConflict(sqliteKey),
-	key:          sqliteKey,
-	retryable:    sqliteRetryable,
-	exhausted:    sqliteExhausted,
-	errorKind:    sqliteResultCode,
-	badText:      sqliteBadText,
-	exactIn:      sqliteExactIn,
-	maxUnsigned:  math.MaxInt64,
-	classify:     classifySQLite,
-	uncomparable: true,
-	health:       sqliteHealth,
-	identity:     sqliteIdentity,
+// sqlite is SQLite's Dialect.
+var sqlite = &Dialect{
+	name:        "sqlite",
+	maxParams:   32766,
+	update:      sqliteUpdate,
+	onConflict:  standardOnConflict(sqliteKey),
+	key:         sqliteKey,
+	retryable:   sqliteRetryable,
+	exhausted:   sqliteExhausted,
+	errorKind:   sqliteResultCode,
+	badText:     sqliteBadText,
+	exactIn:     sqliteExactIn,
+	maxUnsigned: math.MaxInt64,
+	classify:    classifySQLite,
+	anyValue:    true,
+	health:      sqliteHealth,
+	identity:    sqliteIdentity,
 }
 
 // sqliteResultCode returns SQLite's primary result code of err ("8"
@@ -79,8 +81,8 @@ func sqliteExactIn(col any, vals []any) clause.Expr {
 // time compares as integers, and only integers: text or a real in an
 // integer column (SQLite stores any value anywhere) has a NULL key, never
 // ordered before or after another value.
-func sqliteKey(enc Encoding, x any) clause.Expr {
-	if enc == EncodingTime {
+func sqliteKey(enc timecol.Encoding, x any) clause.Expr {
+	if enc == timecol.Time {
 		return clause.Expr{SQL: "julianday(?)", Vars: []any{x}}
 	}
 	return clause.Expr{SQL: "(CASE WHEN typeof(?) = 'integer' THEN ? END)", Vars: []any{x, x}}
@@ -94,28 +96,28 @@ func sqliteKey(enc Encoding, x any) clause.Expr {
 //	AND (t."last_seen_at" IS NULL OR julianday("t"."last_seen_at") < julianday(v.ts))
 //
 // (the guard compares through sqliteKey: integers for Unix time).
-func sqliteUpdate(t *writeTarget, ids []any, ts []time.Time) clause.Expr {
+func sqliteUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
 	b.WriteString("UPDATE ? AS t SET ? = v.ts FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES ")
-	col := clause.Column{Name: t.col}
+	col := clause.Column{Name: t.Column}
 	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.table}, col)
+	vars = append(vars, clause.Table{Name: t.Table}, col)
 	for i := range ids {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("(?, ?)")
-		vars = append(vars, ids[i], t.codec.value(ts[i]))
+		vars = append(vars, ids[i], t.Codec.Value(ts[i]))
 	}
-	pk := clause.Column{Name: t.pk}
+	pk := clause.Column{Name: t.PK}
 	b.WriteString(")) AS v WHERE t.? = v.id")
 	vars = append(vars, pk)
-	if t.exactKey { // index lookup first, then the exact filter (sqliteExactIn)
+	if t.ExactKey { // index lookup first, then the exact filter (sqliteExactIn)
 		b.WriteString(" AND t.? = v.id COLLATE BINARY")
 		vars = append(vars, pk)
 	}
 	b.WriteString(" AND (t.? IS NULL OR ?)")
-	guard := (&dialect{key: sqliteKey}).compare(t.codec.enc, clause.Column{Table: "t", Name: t.col}, "<", clause.Expr{SQL: "v.ts"})
+	guard := (&Dialect{key: sqliteKey}).Compare(t.Codec.Encoding(), clause.Column{Table: "t", Name: t.Column}, "<", clause.Expr{SQL: "v.ts"})
 	vars = append(vars, col, guard)
 	return clause.Expr{SQL: b.String(), Vars: vars}
 }
@@ -133,19 +135,52 @@ func sqliteExhausted(kind string) bool { return kind == "13" || kind == "7" || k
 // sqliteIdentity names a SQLite database by the absolute path of its main
 // file (PRAGMA database_list), or ":memory:" for an in-memory database,
 // which has none; the server is "sqlite".
-func sqliteIdentity(ctx context.Context, db *gorm.DB) (targetIdentity, error) {
+func sqliteIdentity(ctx context.Context, db *gorm.DB) (Identity, error) {
 	var rows []struct {
 		Seq  int
 		Name string
 		File string
 	}
 	if err := db.WithContext(ctx).Raw("PRAGMA database_list").Scan(&rows).Error; err != nil {
-		return targetIdentity{}, err
+		return Identity{}, err
 	}
 	for _, r := range rows {
 		if r.Name == "main" {
-			return targetIdentity{server: "sqlite", database: cmp.Or(r.File, ":memory:")}, nil
+			return Identity{Server: "sqlite", Database: cmp.Or(r.File, ":memory:")}, nil
 		}
 	}
-	return targetIdentity{}, errors.New("PRAGMA database_list has no main database")
+	return Identity{}, errors.New("PRAGMA database_list has no main database")
+}
+
+// classifySQLite follows SQLite's type affinity rules (the declared type
+// containing "INT" is an integer; "REAL", "FLOA", "DOUB" and "BLOB" hold
+// neither timestamps nor integers here; no type holds anything). Other
+// names (DATETIME, TIMESTAMP, TEXT) take the text drivers write.
+func classifySQLite(typ string) timecol.Class {
+	switch {
+	case typ == "":
+		return timecol.ClassAny
+	case strings.Contains(typ, "int"):
+		return timecol.ClassInteger
+	case strings.Contains(typ, "real"), strings.Contains(typ, "floa"), strings.Contains(typ, "doub"), strings.Contains(typ, "blob"):
+		return timecol.ClassOther
+	}
+	return timecol.ClassText
+}
+
+// sqliteHealth reads the indexes with the pragma_index_list and
+// pragma_index_info table-valued functions (SQLite 3.16+).
+func sqliteHealth(db *gorm.DB, table, column string) (Health, error) {
+	var h Health
+	var rows []struct{ Name, SQL string }
+	err := db.Raw(`SELECT il.name AS name, coalesce(m.sql, '') AS sql FROM pragma_index_list(?) AS il
+JOIN pragma_index_info(il.name) AS ii LEFT JOIN sqlite_master AS m ON m.type = 'index' AND m.name = il.name
+WHERE ii.name = ? ORDER BY il.name`, table, column).Scan(&rows).Error
+	if err != nil {
+		return Health{}, fmt.Errorf("pragma_index_list: %w", err)
+	}
+	for _, r := range rows {
+		h.Indexes = append(h.Indexes, Index{Name: r.Name, Definition: r.SQL})
+	}
+	return h, nil
 }

@@ -1,0 +1,29 @@
+package dialect
+
+import "github.com/lastseen/lastseen/internal/timecol"
+
+// Target is what the bulk statements write: a table, its single-column
+// primary key and its time column, with what the catalog says of them
+// (ColumnTypes fills the last four fields).
+type Target struct {
+	// Table, PK and Column are the table's and the columns' names, quoted
+	// by GORM in every statement.
+	Table, PK, Column string
+	// Codec is the time column's encoding; the statements bind and compare
+	// its values through it.
+	Codec *timecol.Codec
+	// IntKey is set when the primary key's Go type is an integer kind.
+	IntKey bool
+	// ExactKey is set when the primary key's Go type is a string kind,
+	// whose ids are matched byte for byte (ExactIn), not as the column's
+	// collation folds them. A Scanner key such as a UUID is matched by
+	// value: its text's case is not part of it.
+	ExactKey bool
+	// PKType and ColType are the SQL types PostgreSQL's statements cast to
+	// (format_type without modifiers, "character varying", "timestamp with
+	// time zone"; PKType is "bigint" for any integer key); empty elsewhere.
+	PKType, ColType string
+	// PKCharset and PKCollation are a MySQL string key's character set and
+	// collation ("" when unknown).
+	PKCharset, PKCollation string
+}
