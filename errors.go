@@ -57,9 +57,6 @@ var (
 
 // Internal errors, never returned bare to callers.
 var (
-	// errLockLost: a flusher's shard lock expired or was taken over; the
-	// shard's flush stops and the in-flight hash stays for the next flush.
-	errLockLost = errors.New("lastseen: lost the shard lock to another flusher")
 	// errNoTable is a missing users table or column: a statement error.
 	errNoTable = dialect.ErrNoTable
 	// errBatchTimeout is the cause of a purge batch's select or transaction
@@ -68,10 +65,7 @@ var (
 	// errStatementTimeout is the cause of a flush statement that ran past
 	// the 20s statement timeout: the shard's flush stops, the batch stays in Redis.
 	errStatementTimeout = errors.New("StatementTimeout")
-	// errCallerEnded marks a touch whose caller's context ended before Redis
-	// answered: kept in the backlog, not counted by the circuit breaker.
-	errCallerEnded = errors.New("the caller's context ended")
 	// errPurgeLockLost: the purge lock expired or was taken over while the
-	// purge ran (lockKeeper); the run stops between batches.
+	// purge ran (Lease.Keep); the run stops between batches.
 	errPurgeLockLost = errors.New("lastseen: purge: lost the purge lock")
 )

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/buffer"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -65,7 +66,7 @@ func (p *Plugin) Flush(ctx context.Context) (FlushResult, error) {
 }
 
 // flush is Flush without registering as a run: Close calls it after waiting
-// for the runs. It replays the Redis buffer's backlog first (buffer.replay;
+// for the runs. It replays the Redis buffer's backlog first (Buffer.Replay;
 // when Redis does not take it, it is written to the table directly,
 // writeBacklog), then flushes the active shards,
 // FlushConcurrency at a time.
@@ -79,7 +80,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 		return res, err
 	}
 	errs := p.replay(ctx, &res)
-	active, err := p.tracker.buf.active(ctx)
+	active, err := p.tracker.buf.Active(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	} else if err := p.restoreManifest(ctx); err != nil { // Redis lost its data, and another layout claimed the prefix
@@ -98,17 +99,17 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	return res, err
 }
 
-// replay moves the buffer's backlog into its shards (buffer.replay). When
+// replay moves the buffer's backlog into its shards (Buffer.Replay). When
 // Redis does not take it, the backlog is written to the table directly
 // (writeBacklog: forward-only, so as safe as through Redis), so that
 // presence reaches the database, and survives Close, while Redis is down.
 func (p *Plugin) replay(ctx context.Context, res *FlushResult) []error {
-	err := p.tracker.buf.replay(ctx)
+	err := p.tracker.buf.Replay(ctx)
 	if err == nil {
 		return nil
 	}
 	errs := []error{err}
-	if h, ok := p.tracker.buf.(backlogHolder); ok && ctx.Err() == nil {
+	if h, ok := p.tracker.buf.(buffer.Backlog); ok && ctx.Err() == nil {
 		r, err := p.writeBacklog(ctx, h)
 		res.merge(r)
 		if err != nil {

@@ -7,11 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/clip"
 )
 
 // entry is one pending timestamp as stored in Redis and as bound for SQL,
-// with the bucket the flush read it from (heldField).
+// with the bucket the flush read it from (buffer.Held).
 type entry struct {
 	field, value string
 	id           any
@@ -26,16 +27,16 @@ type entry struct {
 type shardRun struct {
 	p     *Plugin
 	shard int
-	lease shardLease  // the shard's lock and the buffer's operations under it
-	res   FlushResult // what this run did, merged into the flush's result
+	lease buffer.ShardLease // the shard's lock and the buffer's operations under it
+	res   FlushResult       // what this run did, merged into the flush's result
 
 	// The drain of one in-flight hash (reset by drain).
-	now          time.Time           // the clock when the drain started, for parseMicros
+	now          time.Time           // the clock when the drain started, for buffer.ParseMicros
 	batch        []entry             // readable entries not yet written
 	seen         map[string]struct{} // fields taken from the current page, and those not acknowledged when it was fetched
 	prev         map[string]struct{} // fields taken from the previous page (see nextPage)
-	rejected     []heldField         // unreadable fields, acknowledged with the next batch
-	acked        []heldField         // the fields of the batch being acknowledged (writeOut), reused
+	rejected     []buffer.Held       // unreadable fields, acknowledged with the next batch
+	acked        []buffer.Held       // the fields of the batch being acknowledged (writeOut), reused
 	batchNo      int                 // batches committed, from 1
 	failed       int                 // entries the database refused, back in pending or dropped
 	dropped      int                 // of those, dropped after MaxRefusals refusals
@@ -46,25 +47,25 @@ type shardRun struct {
 
 // flushShard takes shard n's lock, or counts the shard Skipped when another
 // instance holds it, and runs the shard's flush while the lease keeps the
-// lock alive (shardLease.keep: with Redis a refresh every LockTTL/3). When
+// lock alive (ShardLease.Keep: with Redis a refresh every LockTTL/3). When
 // the lock is lost meanwhile, the run stops and returns an error wrapping
-// errLockLost.
+// buffer.ErrLockLost.
 func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
-	lease, err := p.tracker.buf.lockShard(ctx, n)
-	if errors.Is(err, errNotObtained) {
+	lease, err := p.tracker.buf.LockShard(ctx, n)
+	if errors.Is(err, buffer.ErrNotObtained) {
 		return FlushResult{Skipped: 1}, nil
 	}
 	if err != nil {
 		return FlushResult{}, fmt.Errorf("lock: %w", err)
 	}
-	defer lease.release(ctx)
-	run, stop := lease.keep(ctx, errLockLost)
+	defer lease.Release(ctx)
+	run, stop := lease.Keep(ctx, buffer.ErrLockLost)
 	r := &shardRun{p: p, shard: n, lease: lease, res: FlushResult{Shards: 1}}
 	err = r.run(run)
-	lost := errors.Is(context.Cause(run), errLockLost)
+	lost := errors.Is(context.Cause(run), buffer.ErrLockLost)
 	stop()
-	if lost && !errors.Is(err, errLockLost) {
-		err = fmt.Errorf("%w: %w", errLockLost, err)
+	if lost && !errors.Is(err, buffer.ErrLockLost) {
+		err = fmt.Errorf("%w: %w", buffer.ErrLockLost, err)
 	}
 	return r.res, err
 }
@@ -73,17 +74,16 @@ func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 // left by an earlier flush is drained first.
 func (r *shardRun) run(ctx context.Context) error {
 	for {
-		moved, err := r.lease.swap(ctx)
-		if err != nil {
-			return fmt.Errorf("swap: %w", err)
-		}
-		switch moved {
-		case 0:
-			return nil
-		case swapLeftOver: // an earlier flush left an in-flight hash: finish it first
+		moved, err := r.lease.Swap(ctx)
+		switch {
+		case errors.Is(err, buffer.ErrLeftOver): // an earlier flush left an in-flight hash: finish it first
 			if err := r.drain(ctx); err != nil {
 				return err
 			}
+		case err != nil:
+			return fmt.Errorf("swap: %w", err)
+		case moved == 0:
+			return nil
 		default:
 			r.p.hooks.Swapped(r.shard)
 			return r.drain(ctx)
@@ -146,13 +146,13 @@ func (r *shardRun) drain(ctx context.Context) error {
 // hscanPage is one HSCAN reply of the in-flight hash.
 type hscanPage struct {
 	kv      []string // field, value, field, value, ...
-	buckets []int    // the bucket of each field (shardLease.scan), or nil
+	buckets []int    // the bucket of each field (ShardLease.Scan), or nil
 	next    uint64   // the cursor of the next page; 0 after the last
 	err     error
 }
 
 // prefetch starts the scan of the in-flight set at cursor (HSCAN on Redis,
-// shardLease.scan), BatchSize entries a page, in a goroutine, so that the round trip overlaps the statement of
+// ShardLease.Scan), BatchSize entries a page, in a goroutine, so that the round trip overlaps the statement of
 // the batch being written. The channel gets the one reply. HSCAN
 // guarantees every field present for the whole scan is returned at least
 // once, whatever the acknowledgements remove in between (Redis SCAN
@@ -160,7 +160,7 @@ type hscanPage struct {
 func (r *shardRun) prefetch(ctx context.Context, cursor uint64) <-chan hscanPage {
 	ch := make(chan hscanPage, 1)
 	go func() {
-		kv, buckets, next, err := r.lease.scan(ctx, cursor, r.p.cfg.BatchSize)
+		kv, buckets, next, err := r.lease.Scan(ctx, cursor, r.p.cfg.BatchSize)
 		ch <- hscanPage{kv, buckets, next, err}
 	}()
 	return ch
@@ -182,7 +182,7 @@ func (r *shardRun) nextPage() {
 		r.seen[e.field] = struct{}{}
 	}
 	for _, f := range r.rejected {
-		r.seen[f.field] = struct{}{}
+		r.seen[f.Field] = struct{}{}
 	}
 }
 
@@ -204,9 +204,9 @@ func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 		}
 		r.seen[field] = struct{}{}
 		id, errID := r.p.users.ids.Parse(field)
-		at, okTime := parseMicros(value, r.now)
+		at, okTime := buffer.ParseMicros(value, r.now)
 		if errID != nil || !okTime {
-			r.rejected = append(r.rejected, heldField{field, bucket})
+			r.rejected = append(r.rejected, buffer.Held{Field: field, Bucket: bucket})
 			r.p.limited.log(r.p.log, slog.LevelWarn, "lastseen: dropping unreadable pending entry", "shard", r.shard, "field", clip.Text(field), "value", clip.Text(value))
 			continue
 		}
@@ -262,7 +262,7 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 // the database refused (fail.lua takes them out of the in-flight hash
 // itself, and the ack must not clear the refusal counts it just raised),
 // and the rejected ones. It reuses r.acked.
-func (r *shardRun) ackable(refused []refusal) []heldField {
+func (r *shardRun) ackable(refused []refusal) []buffer.Held {
 	var skip map[string]bool
 	if len(refused) > 0 {
 		skip = make(map[string]bool, len(refused))
@@ -273,7 +273,7 @@ func (r *shardRun) ackable(refused []refusal) []heldField {
 	fields := r.acked[:0]
 	for _, e := range r.batch {
 		if !skip[e.field] {
-			fields = append(fields, heldField{e.field, e.bucket})
+			fields = append(fields, buffer.Held{Field: e.field, Bucket: e.bucket})
 		}
 	}
 	r.acked = append(fields, r.rejected...)
@@ -302,25 +302,27 @@ func (r *shardRun) countSetAside(refused, uncomp []refusal) {
 }
 
 // ack removes fields from the in-flight hash and refreshes the lock; with
-// final it also unlinks the in-flight hash. See lua/ack.lua.
-func (r *shardRun) ack(ctx context.Context, fields []heldField, final bool) error {
-	if err := r.lease.ack(ctx, fields, final); err != nil {
+// final it also unlinks the in-flight hash (ShardLease.Ack).
+func (r *shardRun) ack(ctx context.Context, fields []buffer.Held, final bool) error {
+	if err := r.lease.Ack(ctx, fields, final); err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
 	return nil
 }
 
 // requeue moves refused entries back to pending and drops those refused
-// limit times (MaxRefusals; 0 never), each with a log line naming it. See
-// lua/fail.lua.
+// limit times (MaxRefusals; 0 never), each with a log line naming it
+// (ShardLease.Requeue).
 func (r *shardRun) requeue(ctx context.Context, refused []refusal, limit int) error {
-	dropped, err := r.lease.requeue(ctx, refused, ceiling(r.p.now()), limit)
+	entries := make([]buffer.Refused, len(refused))
+	byField := make(map[string]refusal, len(refused))
+	for i, f := range refused {
+		entries[i] = buffer.Refused{Field: f.field, Value: f.value, Bucket: f.bucket}
+		byField[f.field] = f
+	}
+	dropped, err := r.lease.Requeue(ctx, entries, buffer.Ceiling(r.p.now()), limit)
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
-	}
-	byField := make(map[string]refusal, len(refused))
-	for _, f := range refused {
-		byField[f.field] = f
 	}
 	for _, field := range dropped {
 		f := byField[field]

@@ -80,7 +80,7 @@ func (p *Plugin) activityTracker() *Plugin {
 // busy reports, for each candidate of a purge batch, whether the tracker's
 // buffer holds activity after since (the idle cutoff) that is not in the
 // column yet: a pending or in-flight entry, or with Redis the in-process
-// backlog (buffer.newest: one pipeline of HMGET of the pending and the
+// backlog (Buffer.Newest: one pipeline of HMGET of the pending and the
 // in-flight hash of each shard holding candidates). When Redis cannot be
 // read, every candidate counts as busy (the purge then deletes only
 // sessions past their expiry) and the error is returned for the log.
@@ -100,7 +100,7 @@ func (tr *Plugin) busy(ctx context.Context, ids []any, since time.Time) ([]bool,
 	if len(uids) == 0 {
 		return out, nil
 	}
-	got, err := t.buf.newest(ctx, uids, t.now(), false)
+	got, err := t.buf.Newest(ctx, uids, t.now(), false)
 	if err != nil {
 		for i := range out {
 			out[i] = true

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
 	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/testhooks"
 	"gorm.io/gorm"
@@ -61,14 +62,14 @@ type Plugin struct {
 
 	hooks *testhooks.FlushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
 
-	// What the buffer belongs to and how Redis keeps it (manifest.go, eviction.go).
-	manifestMu     sync.Mutex          // guards target and identityOK after Initialize (recheckRedis)
-	target         dialect.Identity    // the database server and database
-	identityOK     bool                // target was read
-	manifestOK     atomic.Bool         // the manifest was found to agree (or created)
-	manifestWarned map[string]bool     // "field=value" of mismatches already logged (warnedManifest), under manifestMu
-	redis          func() *redisClient // the Redis buffer's client (nil without Redis)
-	eviction       *evictionWatch
+	// What the buffer belongs to and how Redis keeps it (manifest_check.go).
+	manifestMu     sync.Mutex              // guards target and identityOK after Initialize (recheckRedis)
+	target         dialect.Identity        // the database server and database
+	identityOK     bool                    // target was read
+	manifestOK     atomic.Bool             // the manifest was found to agree (or created)
+	manifestWarned map[string]bool         // "field=value" of mismatches already logged (warnedManifest), under manifestMu
+	rbuf           *redisbuf.Buffer        // the Redis buffer (nil without Redis): its manifest
+	eviction       *redisbuf.EvictionWatch // its eviction watch (nil without Redis)
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)
@@ -126,18 +127,18 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		p.cfg.Now = db.Config.NowFunc
 		p.now = p.cfg.Now
 	}
-	buf := p.openBuffer() // buffer_interface.go: the one choice between Redis and memory; after the clock is final
+	buf := p.openBuffer() // the one choice between Redis and memory; after the clock is final
 	if o := p.prefixTaken(db, buf); o != nil {
-		_ = buf.close()
+		_ = buf.Close()
 		return invalid("Buffer.Prefix %q is already the buffer of %s on this *gorm.DB: give each tracked model its own Buffer.Prefix", p.cfg.Prefix, o.name)
 	}
 	if err := p.checkRedis(buf); err != nil {
-		_ = buf.close()
+		_ = buf.Close()
 		return err
 	}
 	t, err := newTracker(p.cfg, buf, p.realClock, p.users.ids, p.log, &p.stats)
 	if err != nil {
-		_ = buf.close()
+		_ = buf.Close()
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	var sched *scheduler

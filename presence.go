@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/keys"
 )
 
-// Presence counts: when a touch opens a throttle window, the touch script
-// (lua/touch.lua) also adds the user to two Redis HyperLogLogs of the user's
+// Presence counts: when a touch opens a throttle window, the Redis buffer's
+// touch script also adds the user to two Redis HyperLogLogs of the user's
 // shard, in the same EVALSHA: the online bucket of the touch's minute and
 // the active users of its UTC day. A HyperLogLog (Redis PFADD, PFCOUNT) is
 // at most 12 KB (dense) and a few hundred bytes while sparse; its count has
@@ -22,44 +23,21 @@ import (
 // Touches that reached only the in-process backlog (Redis down) and users
 // written by a flush from elsewhere are not counted.
 
-const dayLayout = "2006-01-02"
+const dayLayout = keys.DayLayout
 
 // keepDays is ActiveUsersRetention in whole days.
 func keepDays(c *settings) time.Duration {
 	return c.ActiveUsersRetention / (24 * time.Hour) * 24 * time.Hour
 }
 
-// presenceArgs returns the HyperLogLog keys a touch at at adds the user to
-// when it opens a window (KEYS[5..] of touchScript) and each one's time to
-// live in seconds (ARGV[7..]; 0 skips it), from the plugin's clock now:
+// A touch that opens a window adds the user to the HyperLogLogs the buffer
+// is opened with (buffer.Presence, from OnlineWindow and
+// ActiveUsersRetention, openBuffer):
 //
 //	<prefix>:{N}:online:<Unix minute of at>  kept OnlineWindow after its minute
 //	<prefix>:{N}:active:<UTC day of at>      kept ActiveUsersRetention after its day
 //
-// Both are left out when turned off (negative), so the script sees KEYS[1..4] only.
-func presenceArgs(c *settings, k shardKeys, at, now time.Time) (keys []string, ttls []any) {
-	if c.OnlineWindow >= 0 {
-		m := at.Unix() / 60
-		keys = append(keys, k.online+strconv.FormatInt(m, 10))
-		ttls = append(ttls, ttlSeconds(time.Unix((m+1)*60, 0).Add(c.OnlineWindow), now))
-	}
-	if c.ActiveUsersRetention >= 0 {
-		day := at.UTC().Truncate(24 * time.Hour)
-		keys = append(keys, k.active+day.Format(dayLayout))
-		ttls = append(ttls, ttlSeconds(day.Add(24*time.Hour+keepDays(c)), now))
-	}
-	return keys, ttls
-}
-
-// ttlSeconds is the EXPIRE argument for a key kept until end: whole seconds
-// from now, rounded up, or 0 when end is not after now.
-func ttlSeconds(end, now time.Time) int64 {
-	d := end.Sub(now)
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
+// Both are left out when turned off (negative).
 
 // Online returns how many users opened a throttle window (at TouchAt's at)
 // from the start of the minute of now - d to now: every user seen in the
@@ -81,10 +59,10 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 	}
 	now := p.now()
 	first, last := now.Add(-d).Unix()/60, now.Unix()/60
-	return p.countHLL(ctx, "online users", func(k shardKeys) []string {
+	return p.countHLL(ctx, "online users", func(k keys.Shard) []string {
 		keys := make([]string, 0, last-first+1)
 		for m := first; m <= last; m++ {
-			keys = append(keys, k.online+strconv.FormatInt(m, 10))
+			keys = append(keys, k.Online+strconv.FormatInt(m, 10))
 		}
 		return keys
 	})
@@ -119,20 +97,20 @@ func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, er
 	if last.Before(first) {
 		return 0, nil
 	}
-	return p.countHLL(ctx, "active users", func(k shardKeys) []string {
+	return p.countHLL(ctx, "active users", func(k keys.Shard) []string {
 		var keys []string
 		for day := first; !day.After(last); day = day.Add(24 * time.Hour) {
-			keys = append(keys, k.active+day.Format(dayLayout))
+			keys = append(keys, k.Active+day.Format(dayLayout))
 		}
 		return keys
 	})
 }
 
 // countHLL counts the distinct users of the presence sets keysOf names for
-// each shard, summed over the shards (buffer.count: with Redis one
+// each shard, summed over the shards (Buffer.Count: with Redis one
 // pipeline of one PFCOUNT per shard; in memory exact).
-func (p *Plugin) countHLL(ctx context.Context, what string, keysOf func(shardKeys) []string) (int64, error) {
-	n, err := p.tracker.buf.count(ctx, keysOf)
+func (p *Plugin) countHLL(ctx context.Context, what string, keysOf func(keys.Shard) []string) (int64, error) {
+	n, err := p.tracker.buf.Count(ctx, keysOf)
 	if err != nil {
 		return 0, fmt.Errorf("lastseen: %s: %w", what, err)
 	}

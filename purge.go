@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/buffer"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -61,8 +62,8 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 }
 
 func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
-	lock, err := p.tracker.buf.lockPurge(ctx)
-	if errors.Is(err, errNotObtained) {
+	lock, err := p.tracker.buf.LockPurge(ctx)
+	if errors.Is(err, buffer.ErrNotObtained) {
 		p.stats.purgeSkipped.Add(1)
 		return PurgeResult{}, ErrLocked
 	}
@@ -71,11 +72,11 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 		p.stats.purgeErrors.Add(1)
 		return PurgeResult{}, fmt.Errorf("lastseen: purge lock: %w", err)
 	}
-	defer lock.release(ctx)
+	defer lock.Release(ctx)
 
 	// The run stops when ctx ends, Close is called or the lock is lost
 	// (keepLock), whichever comes first.
-	kept, stop := lock.keep(ctx, errPurgeLockLost)
+	kept, stop := lock.Keep(ctx, errPurgeLockLost)
 	defer stop()
 	run, cancel := context.WithCancelCause(kept)
 	defer cancel(nil)
@@ -93,7 +94,7 @@ func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, err
 
 // purge is one run under the lock. ctx ending (with its cause) stops the run
 // between batches.
-func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock lease) (PurgeResult, error) {
+func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock buffer.Lease) (PurgeResult, error) {
 	start := time.Now()
 	m := p.sessions.model
 	res := PurgeResult{Cutoff: p.now().UTC()}
@@ -146,7 +147,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock lease) (PurgeResul
 
 // purgeBatch deletes one batch of ids, then refreshes the lock and pauses.
 // It returns ctx's cause when the run must stop.
-func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock lease, res *PurgeResult, batch int, ids []any) error {
+func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock buffer.Lease, res *PurgeResult, batch int, ids []any) error {
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
@@ -169,11 +170,11 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock lease, res *P
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
-	if err := lock.refresh(ctx); err != nil {
+	if err := lock.Refresh(ctx); err != nil {
 		switch stop := context.Cause(ctx); {
 		case stop != nil:
 			return stop
-		case errors.Is(err, errLockLost):
+		case errors.Is(err, buffer.ErrLockLost):
 			return fmt.Errorf("lastseen: purge batch %d: lost the purge lock", batch)
 		}
 		return fmt.Errorf("lastseen: purge batch %d: refresh lock: %w", batch, err)

@@ -32,7 +32,7 @@ func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool
 	if err != nil {
 		return time.Time{}, false, time.Time{}, err
 	}
-	got, err := t.buf.newest(ctx, []string{uid}, t.now(), false)
+	got, err := t.buf.Newest(ctx, []string{uid}, t.now(), false)
 	if err != nil {
 		return time.Time{}, false, got[0], fmt.Errorf("lastseen: pending user %s: %w", uid, err)
 	}

@@ -59,7 +59,7 @@ func raise(m map[string]time.Time, uid string, at time.Time) {
 }
 
 // buffered returns the newest buffered timestamp of each of uids
-// (distinct, canonical) that has one (buffer.newest: with Redis one
+// (distinct, canonical) that has one (Buffer.Newest: with Redis one
 // pipeline, HMGET of both hashes of each shard holding some of them, and
 // the backlog), also when the read failed, with the error. guard bounds the
 // read as a touch is (the overlay on the query path).
@@ -68,7 +68,7 @@ func (t *tracker) buffered(ctx context.Context, uids []string, guard bool) (map[
 	if len(uids) == 0 {
 		return latest, nil
 	}
-	got, err := t.buf.newest(ctx, uids, t.now(), guard)
+	got, err := t.buf.Newest(ctx, uids, t.now(), guard)
 	for i, at := range got {
 		if !at.IsZero() {
 			latest[uids[i]] = at

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lastseen/lastseen/internal/buffer"
 	"gorm.io/gorm"
 )
 
@@ -106,12 +107,12 @@ func sessionPluginsOf(db *gorm.DB, table string) []*Plugin {
 }
 
 // prefixTaken returns the other initialized lastseen plugin on db whose
-// buffer shares buf's namespace (buffer.shared: the Redis Prefix), or nil:
+// buffer shares buf's namespace (Buffer.Shared: the Redis Prefix), or nil:
 // two tracked models in one buffer would write one model's ids into the
 // other's table. In-process buffers are each their plugin's own.
-func (p *Plugin) prefixTaken(db *gorm.DB, buf buffer) *Plugin {
+func (p *Plugin) prefixTaken(db *gorm.DB, buf buffer.Buffer) *Plugin {
 	for _, o := range pluginsOn(db) {
-		if o != p && o.tracker != nil && buf.shared() != "" && o.tracker.buf.shared() == buf.shared() {
+		if o != p && o.tracker != nil && buf.Shared() != "" && o.tracker.buf.Shared() == buf.Shared() {
 			return o
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
 )
 
 // maxBufferSample bounds SampleBuffer's perHash: HRANDFIELD returns that
@@ -40,20 +42,20 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	if perHash < 0 || perHash > maxBufferSample {
 		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, maxBufferSample)
 	}
-	s := BufferSample{At: p.now().UTC(), Backlog: t.buf.backlogLen(), Exact: true}
-	sizes, values, err := t.buf.sample(ctx, perHash)
+	s := BufferSample{At: p.now().UTC(), Backlog: t.buf.BacklogLen(), Exact: true}
+	sizes, values, err := t.buf.Sample(ctx, perHash)
 	if err != nil {
 		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: %w", err)
 	}
 	for _, z := range sizes {
-		s.Pending += z.pending
-		s.InFlight += z.inflight
-		if z.pending > int64(perHash) || z.inflight > int64(perHash) {
+		s.Pending += z.Pending
+		s.InFlight += z.InFlight
+		if z.Pending > int64(perHash) || z.InFlight > int64(perHash) {
 			s.Exact = false
 		}
 	}
 	for _, v := range values {
-		if at, ok := parseMicros(v, s.At); ok && (s.Oldest.IsZero() || at.Before(s.Oldest)) {
+		if at, ok := buffer.ParseMicros(v, s.At); ok && (s.Oldest.IsZero() || at.Before(s.Oldest)) {
 			s.Oldest = at
 		}
 	}
@@ -76,5 +78,5 @@ func (p *Plugin) Breaker() BreakerState {
 	if p.tracker == nil {
 		return BreakerClosed
 	}
-	return p.tracker.buf.breaker()
+	return BreakerState(p.tracker.buf.Breaker())
 }

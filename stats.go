@@ -18,7 +18,7 @@ type counters struct {
 	known                                                  atomic.Int64 // TouchKnown
 	uncomparable                                           atomic.Int64 // uncomparable.go
 	canceled                                               atomic.Int64
-	evictions                                              atomic.Int64 // eviction.go
+	evictions                                              atomic.Int64 // the Redis buffer's eviction watch
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -78,7 +78,7 @@ func (p *Plugin) Stats() Stats {
 		s.LastFlush = time.Unix(0, ns).UTC()
 	}
 	if p.tracker != nil {
-		s.Backlog = int64(p.tracker.buf.backlogLen())
+		s.Backlog = int64(p.tracker.buf.BacklogLen())
 	}
 	return s
 }

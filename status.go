@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
 )
 
 // ShardStatus is one shard's part of the buffer, as Status read it.
@@ -60,16 +62,16 @@ func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	if t == nil {
 		return Status{}, ErrNotInitialized
 	}
-	sizes, err := t.buf.sizes(ctx)
+	sizes, err := t.buf.Sizes(ctx)
 	if err != nil {
 		return Status{}, fmt.Errorf("lastseen: status: %w", err)
 	}
-	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(sizes)), Backlog: t.buf.backlogLen()}
-	p.eviction.maybeCheck(ctx)
-	st.EvictionPolicy, st.EvictionRisk = p.eviction.state()
+	st := Status{At: p.now().UTC(), Shards: make([]ShardStatus, len(sizes)), Backlog: t.buf.BacklogLen()}
+	p.eviction.MaybeCheck(ctx)
+	st.EvictionPolicy, st.EvictionRisk = p.eviction.State()
 	for i, z := range sizes {
 		s := &st.Shards[i]
-		s.Shard, s.Pending, s.InFlight = i, z.pending, z.inflight
+		s.Shard, s.Pending, s.InFlight = i, z.Pending, z.InFlight
 		for _, h := range []struct {
 			inflight bool
 			n        int64
@@ -91,15 +93,15 @@ func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// scanOldest walks one hash (buffer.walk: HSCAN with Redis) and folds its
+// scanOldest walks one hash (Buffer.Walk: HSCAN with Redis) and folds its
 // oldest readable timestamp and its unreadable entries into s. HSCAN may
 // return an entry twice; unreadable fields are deduplicated per hash.
 func (p *Plugin) scanOldest(ctx context.Context, n int, inflight bool, now time.Time, s *ShardStatus) error {
 	var unreadable map[string]struct{}
-	err := p.tracker.buf.walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
+	err := p.tracker.buf.Walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
 		for i := 0; i+1 < len(kv); i += 2 {
 			_, errID := p.users.ids.Parse(kv[i])
-			at, ok := parseMicros(kv[i+1], now)
+			at, ok := buffer.ParseMicros(kv[i+1], now)
 			if errID != nil || !ok {
 				if unreadable == nil {
 					unreadable = map[string]struct{}{}

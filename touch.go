@@ -2,20 +2,27 @@ package lastseen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/maypok86/otter/v2"
 	"golang.org/x/time/rate"
 )
 
+// MaxClockSkew is how far in the future a timestamp may lie, against the
+// plugin's clock, and still be accepted by TouchAt or by a flush reading it
+// back from the buffer: one hour.
+const MaxClockSkew = buffer.MaxClockSkew
+
 // tracker is the request path: it normalizes ids, answers from the local
-// throttle cache, and records the rest in the buffer (buffer_interface.go).
+// throttle cache, and records the rest in the buffer (openBuffer).
 type tracker struct {
-	buf      buffer
+	buf      buffer.Buffer
 	throttle time.Duration
 	ids      idcodec.Codec
 	now      func() time.Time
@@ -29,7 +36,7 @@ type tracker struct {
 // newTracker builds the request path. With realClock (Config.Now unset) the
 // local cache's deadlines run on the monotonic clock alone, one vDSO read
 // where time.Now makes two: it is most of the cost of a cached Touch.
-func newTracker(cfg settings, buf buffer, realClock bool, ids idcodec.Codec, log *slog.Logger, stats *counters) (*tracker, error) {
+func newTracker(cfg settings, buf buffer.Buffer, realClock bool, ids idcodec.Codec, log *slog.Logger, stats *counters) (*tracker, error) {
 	t := &tracker{
 		buf:      buf,
 		throttle: cfg.Throttle,
@@ -66,7 +73,7 @@ func (t *tracker) close() error {
 	if t.cache != nil {
 		t.cache.StopAllGoroutines()
 	}
-	return t.buf.close()
+	return t.buf.Close()
 }
 
 // cacheKey identifies a user in the local cache without allocating: integer
@@ -160,9 +167,9 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 		p.stats.invalid.Add(1)
 		return false, err
 	}
-	recorded, ttl, err := t.buf.touch(ctx, uid, at, now, t.window(at, now))
+	recorded, ttl, err := t.buf.Touch(ctx, uid, at, now, t.window(at, now))
 	if err != nil {
-		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, err)
+		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, touchError(err))
 	}
 	if quick && t.cache != nil && ttl > 0 {
 		t.cache.Set(qk, t.ticks()+int64(ttl))
@@ -197,4 +204,18 @@ func (t *tracker) cached(userID any) bool {
 // now (within MaxClockSkew) opens a whole window.
 func (t *tracker) window(at, now time.Time) time.Duration {
 	return max(time.Millisecond, min(t.throttle, t.throttle-now.Sub(at)))
+}
+
+// touchError is the error of a touch the buffer did not take: ErrBuffered
+// and its cause when the timestamp was kept in the backlog, ErrDropped and
+// its cause when it was lost.
+func touchError(err error) error {
+	var te *buffer.TouchError
+	switch {
+	case !errors.As(err, &te):
+		return err
+	case te.Kept:
+		return fmt.Errorf("%w: %w", ErrBuffered, te.Err)
+	}
+	return fmt.Errorf("%w: %w", ErrDropped, te.Err)
 }

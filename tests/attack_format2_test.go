@@ -18,7 +18,7 @@ import (
 )
 
 // Attacks on buffer format 2 (bucketed pending, in-flight and marker
-// hashes, markers.go, internal/keys): inputs and faults chosen to break the
+// hashes, internal/buffer/redisbuf, internal/keys): inputs and faults chosen to break the
 // layout. Each test states what it attacks; they all assert exact values.
 
 // idsAt returns n integer ids from from on whose decimal text keys.Locate
@@ -213,7 +213,7 @@ func TestAttackGarbageMarkers(t *testing.T) {
 }
 
 // TestAttackClockSkew: two instances share a prefix, one clock ahead of the
-// other. Markers live on the plugin's clock (markers.go): a window opened
+// other. Markers live on the plugin's clock (redisbuf): a window opened
 // on one instance ends, for the other, at the same reading of its own
 // clock, so with a skew d shorter than the window the user is throttled on
 // both and the other records again d earlier (ahead) or later (behind)

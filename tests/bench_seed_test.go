@@ -93,7 +93,7 @@ func benchTouchScript(b *testing.B) {
 }
 
 func touchLuaForBench(b *testing.B) string {
-	data, err := os.ReadFile("../lua/touch.lua")
+	data, err := os.ReadFile("../internal/buffer/redisbuf/lua/touch.lua")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestBreakerIgnoresCallerDeadlineDuringCall(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_, err := p.TouchAt(ctx, id, at)
 		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) || !internals().IsCallerEnded(err) {
+		if !errors.Is(err, context.DeadlineExceeded) || !isCallerEnded(err) {
 			t.Fatalf("touch %d: %v, want the caller's deadline", id, err)
 		}
 	}
@@ -93,7 +93,7 @@ func TestBreakerIgnoresCallerDeadlineDuringCall(t *testing.T) {
 	buf(p).SetTouchTimeout(50 * time.Millisecond)
 	for id := 12; id <= 16; id++ {
 		_, err := p.TouchAt(context.Background(), id, at)
-		if !errors.Is(err, context.DeadlineExceeded) || internals().IsCallerEnded(err) {
+		if !errors.Is(err, context.DeadlineExceeded) || isCallerEnded(err) {
 			t.Fatalf("touch %d: %v, want TouchTimeout's deadline", id, err)
 		}
 	}

@@ -169,9 +169,9 @@ type stringer string
 func (s stringer) String() string { return string(s) }
 
 // TestHandWrittenPendingValues: entries written into a pending hash by
-// hand or by another version are read by the flush with parseMicros and
-// the user-id codec: readable ones are written, the rest are dropped and
-// counted (Rejected) and leave Redis; a touch is never blocked by a stored
+// hand or by another version are read by the flush with buffer.ParseMicros
+// and the user-id codec: readable ones are written, the rest are dropped
+// and counted (Rejected) and leave Redis; a touch is never blocked by a stored
 // value the flush would refuse, such as one from the far future.
 func TestHandWrittenPendingValues(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {

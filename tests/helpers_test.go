@@ -33,7 +33,7 @@ func equal[T comparable](t testing.TB, what string, got, want T) {
 var servers = testenv.Servers{PostgresDriver: postgres.Open, MySQLDriver: mysql.Open}
 
 // memoryKind is no Redis at all: Config.Redis stays nil and the plugin
-// buffers in process (memoryBuffer). The harness shows that buffer's state
+// buffers in process (memory.Buffer). The harness shows that buffer's state
 // under the Redis key names (keys, pendingKeys), so that tests written
 // against Redis check the same state; tests about Redis itself skip it
 // (needRedis).

@@ -2,29 +2,213 @@ package tests
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/buffer/memory"
+	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
 	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/internal/testhooks"
 	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
 )
 
 // The library's internals these tests reach go through internal/testhooks
-// (registered by the lastseen package), or, for the id codec, the time
-// column codec and the dialects, their internal packages: the short names
-// below keep the tests readable.
+// (registered by the lastseen package), or, for the buffers, the id codec,
+// the time column codec and the dialects, their internal packages' exported
+// names: the short names below keep the tests readable.
 
 type flushHooks = testhooks.FlushHooks
 
 func internals() *testhooks.Internals { return testhooks.Get() }
 
+// isLockLost reports an error of a flush or purge that lost its lock.
+func isLockLost(err error) bool { return errors.Is(err, buffer.ErrLockLost) }
+
+// isCallerEnded reports a Redis call ended by its caller's context.
+func isCallerEnded(err error) bool { return errors.Is(err, redisbuf.ErrCallerEnded) }
+
 // buf returns p's buffer as the tests see it.
-func buf(p *lastseen.Plugin) testhooks.Buffer { return internals().Buffer(p) }
+func buf(p *lastseen.Plugin) testBuffer { return testBuffer{p: p, b: internals().Buffer(p)} }
+
+// testBuffer is what tests read and write in a plugin's buffer, in the
+// terms of the Redis key layout (internal/keys) whatever the buffer kind:
+// the plugin's *memory.Buffer or *redisbuf.Buffer.
+type testBuffer struct {
+	p *lastseen.Plugin
+	b buffer.Buffer
+}
+
+// Memory reports the in-process buffer (no Redis).
+func (t testBuffer) Memory() bool { _, ok := t.b.(*memory.Buffer); return ok }
+
+// StateKeys lists, unsorted, the Redis keys (prefix cut off) that would
+// hold the in-process buffer's state at now: ":{N}:pending",
+// ":{N}:inflight", ":{N}:refusals" for non-empty sets, ":{N}:seen:<id>" for
+// throttle windows still open; nil for the Redis buffer.
+func (t testBuffer) StateKeys(now time.Time) []string {
+	b, ok := t.b.(*memory.Buffer)
+	if !ok {
+		return nil
+	}
+	sizes, _ := b.Sizes(context.Background()) // one per shard; the in-process buffer never fails
+	var out []string
+	for n := range sizes {
+		tag := ":{" + strconv.Itoa(n) + "}:"
+		s := b.State(n)
+		for name, size := range map[string]int{"pending": len(s.Pending), "inflight": len(s.InFlight), "refusals": len(s.Refusals)} {
+			if size > 0 {
+				out = append(out, tag+name)
+			}
+		}
+		for uid, end := range s.Markers {
+			if now.Before(end) {
+				out = append(out, tag+"seen:"+uid)
+			}
+		}
+	}
+	return out
+}
+
+// LeaveInFlight swaps shard n's pending set to in-flight under the shard's
+// lock, as a flush that failed after its swap leaves it.
+func (t testBuffer) LeaveInFlight(ctx context.Context, n int) error {
+	l, err := t.b.LockShard(ctx, n)
+	if err != nil {
+		return err
+	}
+	defer l.Release(ctx)
+	_, err = l.Swap(ctx)
+	if errors.Is(err, buffer.ErrLeftOver) {
+		return nil // already in flight
+	}
+	return err
+}
+
+// InFlightLen is the number of entries in shard n's in-flight set.
+func (t testBuffer) InFlightLen(ctx context.Context, n int) (int64, error) {
+	sizes, err := t.b.Sizes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return sizes[n].InFlight, nil
+}
+
+// PutInFlight stores uid's timestamp at in its shard's in-flight set.
+func (t testBuffer) PutInFlight(ctx context.Context, uid string, at time.Time) error {
+	switch b := t.b.(type) {
+	case *redisbuf.Buffer:
+		c, _, _ := b.Client()
+		return c.HSet(ctx, inflightKey(t.p, uid), uid, buffer.Micros(at)).Err()
+	case *memory.Buffer:
+		b.PutInFlight(uid, buffer.Micros(at))
+	}
+	return nil
+}
+
+// PutBacklog keeps uid's timestamp in the Redis buffer's backlog, as a
+// touch during an outage does; in memory (no backlog) it touches.
+func (t testBuffer) PutBacklog(ctx context.Context, uid string, at time.Time) error {
+	switch b := t.b.(type) {
+	case *redisbuf.Buffer:
+		b.ReturnBacklog(map[string]int64{uid: buffer.Micros(at)})
+	case *memory.Buffer:
+		cfg := t.p.Config()
+		_, _, err := b.Touch(ctx, uid, at, cfg.Test.Now(), cfg.Throttle)
+		return err
+	}
+	return nil
+}
+
+// Backlog returns uid's Unix microseconds in the backlog.
+func (t testBuffer) Backlog(uid string) (int64, bool) {
+	if b, ok := t.b.(*redisbuf.Buffer); ok {
+		return b.InBacklog(uid)
+	}
+	return 0, false
+}
+
+// Breaker is the Redis buffer's circuit breaker state.
+func (t testBuffer) Breaker() gobreaker.State {
+	for _, s := range []gobreaker.State{gobreaker.StateHalfOpen, gobreaker.StateOpen} {
+		if t.b.Breaker() == s.String() {
+			return s
+		}
+	}
+	return gobreaker.StateClosed
+}
+
+// BreakerCounts are the Redis buffer's breaker counts.
+func (t testBuffer) BreakerCounts() gobreaker.Counts {
+	if b, ok := t.b.(*redisbuf.Buffer); ok {
+		return b.BreakerCounts()
+	}
+	return gobreaker.Counts{}
+}
+
+// SetTouchTimeout changes the Redis buffer's TouchTimeout.
+func (t testBuffer) SetTouchTimeout(d time.Duration) {
+	if b, ok := t.b.(*redisbuf.Buffer); ok {
+		b.SetTouchTimeout(d)
+	}
+}
+
+// Client is the Redis buffer's client: own when the plugin opened it,
+// deadlines when it enforces context deadlines on its sockets.
+func (t testBuffer) Client() (c redis.UniversalClient, own, deadlines bool) {
+	if b, ok := t.b.(*redisbuf.Buffer); ok {
+		return b.Client()
+	}
+	return nil, false, false
+}
+
+// Refusals is the number of flushes in a row that refused uid's entry.
+func (t testBuffer) Refusals(ctx context.Context, uid string) (int, error) {
+	switch b := t.b.(type) {
+	case *redisbuf.Buffer:
+		c, _, _ := b.Client()
+		return c.HGet(ctx, shardOf(t.p, uid).Refusals, uid).Int()
+	case *memory.Buffer:
+		return b.State(b.ShardOf(uid)).Refusals[uid], nil
+	}
+	return 0, nil
+}
+
+// LockShard takes shard n's flush lock (as a flusher would) and returns
+// its release.
+func (t testBuffer) LockShard(ctx context.Context, n int) (func(context.Context), error) {
+	l, err := t.b.LockShard(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+// LockPurge takes the purge lock and returns its release.
+func (t testBuffer) LockPurge(ctx context.Context) (func(context.Context), error) {
+	l, err := t.b.LockPurge(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+// Markers is the number of throttle markers the in-process buffer keeps
+// for shard n, expired ones not yet swept included.
+func (t testBuffer) Markers(n int) int {
+	if b, ok := t.b.(*memory.Buffer); ok {
+		return len(b.State(n).Markers)
+	}
+	return 0
+}
 
 // setHooks installs (nil: removes) flush hooks on p.
 func setHooks(p *lastseen.Plugin, h *flushHooks) { internals().SetFlushHooks(p, h) }
@@ -73,7 +257,7 @@ func allShardKeys(p *lastseen.Plugin) []keys.Shard {
 // touch runs EVALSHA alone.
 func loadTouchScript(t testing.TB, h *harness) {
 	t.Helper()
-	must(t, internals().LoadTouch(context.Background(), h.r.Client))
+	must(t, redisbuf.LoadTouchScript(context.Background(), h.r.Client))
 }
 
 // pluginDB returns p's own database handle.
@@ -116,7 +300,7 @@ func usersNaive(p *lastseen.Plugin) bool {
 var fieldEncoding = timecol.FieldEncoding
 
 // generation returns the throttle-marker generation of p at its clock's
-// now: Unix ms / Throttle in ms (markers.go).
+// now: Unix ms / Throttle in ms (see internal/buffer/redisbuf).
 func generation(p *lastseen.Plugin) int64 {
 	cfg := p.Config()
 	return cfg.Test.Now().UnixMilli() / max(cfg.Throttle.Milliseconds(), 1)

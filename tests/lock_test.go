@@ -156,8 +156,8 @@ func TestLostLockStopsForwardOnly(t *testing.T) {
 			}
 		}})
 		res, err := p.Flush(ctx)
-		if !internals().IsLockLost(err) {
-			t.Fatalf("flush that lost its lock: %v, want errLockLost", err)
+		if !isLockLost(err) {
+			t.Fatalf("flush that lost its lock: %v, want buffer.ErrLockLost", err)
 		}
 		equal(t, "written before the lock was lost", res.Written, 5)
 		equal(t, "batches", res.Batches, 1)

@@ -1,6 +1,8 @@
 // Package keys is the Redis key layout of the lastseen buffer: the one place
-// that names the keys, for the library (buffer.go, purge.go) and for its
-// tools in cmd/lastseen, which fill, inspect and clean the buffer directly.
+// that names the keys, for the library (its buffers, its presence counts)
+// and for its tools in cmd/lastseen, which fill, inspect and clean the
+// buffer directly. The in-process buffer names its shards' presence sets by
+// the same keys.
 //
 // Every key of shard N carries the Redis Cluster hash tag "{N}", so one Lua
 // script or RENAME only ever touches keys of one cluster slot. Inside a
@@ -19,7 +21,7 @@
 //	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a
 //	                             window in Unix minute m (Plugin.Online)
 //	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day,
-//	                             day as 2006-01-02 (Plugin.ActiveUsers)
+//	                             day as DayLayout (Plugin.ActiveUsers)
 //	<prefix>:purge:lock          redislock lock of the session purge
 //	<prefix>:manifest            hash: what the buffer is (shards, dialect,
 //	                             database, table, column, key type, format)
@@ -29,6 +31,10 @@ import (
 	"strconv"
 	"strings"
 )
+
+// DayLayout is the time layout of the day in an active-users key (Shard.Active
+// + the UTC day).
+const DayLayout = "2006-01-02"
 
 // MaxShards is the largest shard count a Config accepts.
 const MaxShards = 1024

@@ -1,19 +1,18 @@
 // Package testhooks is the one seam between the lastseen package and its
 // black-box tests in the nested tests module: the points where a test stops
 // a flush (FlushHooks), and the few internals a test reads or calls directly
-// (Internals: the buffer's state, the breaker, the scheduler, the jobs the
-// scheduler runs). The lastseen package registers its Internals once, at
+// (Internals: the plugin's buffer, the scheduler, the jobs the scheduler
+// runs). The tests reach the buffer's own state through the exported names
+// of the internal/buffer packages. The lastseen package registers its Internals once, at
 // init; nothing here is part of the library's API, and the Go internal rule
 // keeps it out of reach of other modules.
 package testhooks
 
 import (
 	"context"
-	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/robfig/cron/v3"
-	"github.com/sony/gobreaker/v2"
 	"gorm.io/gorm"
 )
 
@@ -35,8 +34,8 @@ type FlushHooks struct {
 	// AfterBacklogTake: a flush took n entries out of the backlog to replay
 	// them into Redis; touches that fail now find an empty backlog.
 	AfterBacklogTake func(n int)
-	// LockRefreshed: the lock under key was refreshed by its keeper
-	// (lockKeeper), while the flush or purge holding it runs.
+	// LockRefreshed: the lock under key was refreshed by its keeper, while
+	// the flush or purge holding it runs.
 	LockRefreshed func(key string)
 }
 
@@ -82,49 +81,6 @@ func (h *FlushHooks) Refreshed(key string) {
 	}
 }
 
-// Buffer is what tests read and write in a plugin's buffer, in the terms
-// of the Redis key layout (internal/keys) whatever the buffer kind.
-type Buffer interface {
-	// Memory reports the in-process buffer (no Redis).
-	Memory() bool
-	// StateKeys lists, unsorted, the Redis keys (prefix cut off) that would
-	// hold the in-process buffer's state at now: ":{N}:pending",
-	// ":{N}:inflight", ":{N}:refusals" for non-empty sets, ":{N}:seen:<id>"
-	// for throttle windows still open; nil for the Redis buffer.
-	StateKeys(now time.Time) []string
-	// LeaveInFlight swaps shard n's pending set to in-flight under the
-	// shard's lock, as a flush that failed after its swap leaves it.
-	LeaveInFlight(ctx context.Context, n int) error
-	// InFlightLen is the number of entries in shard n's in-flight set.
-	InFlightLen(ctx context.Context, n int) (int64, error)
-	// PutInFlight stores uid's timestamp at in its shard's in-flight set.
-	PutInFlight(ctx context.Context, uid string, at time.Time) error
-	// PutBacklog keeps uid's timestamp in the Redis buffer's backlog, as
-	// a touch during an outage does; in memory (no backlog) it touches.
-	PutBacklog(ctx context.Context, uid string, at time.Time) error
-	// Backlog returns uid's Unix microseconds in the backlog.
-	Backlog(uid string) (int64, bool)
-	// Breaker is the Redis buffer's circuit breaker state.
-	Breaker() gobreaker.State
-	// BreakerCounts are the Redis buffer's breaker counts.
-	BreakerCounts() gobreaker.Counts
-	// SetTouchTimeout changes the Redis buffer's TouchTimeout.
-	SetTouchTimeout(d time.Duration)
-	// Client is the Redis buffer's client: own when the plugin opened it,
-	// deadlines when it enforces context deadlines on its sockets.
-	Client() (c redis.UniversalClient, own, deadlines bool)
-	// Refusals is the number of flushes in a row that refused uid's entry.
-	Refusals(ctx context.Context, uid string) (int, error)
-	// LockShard takes shard n's flush lock (as a flusher would) and returns
-	// its release.
-	LockShard(ctx context.Context, n int) (release func(context.Context), err error)
-	// LockPurge takes the purge lock and returns its release.
-	LockPurge(ctx context.Context) (release func(context.Context), err error)
-	// Markers is the number of throttle markers the in-process buffer keeps
-	// for shard n, expired ones not yet swept included.
-	Markers(n int) int
-}
-
 // Internals are the lastseen package's internals its tests reach. Every
 // func takes the *lastseen.Plugin as p.
 type Internals struct {
@@ -143,11 +99,11 @@ type Internals struct {
 	SetMaxParams   func(p any, n int) // the dialect's bind-parameter limit, for this plugin
 	TracksActive   func(p any) bool   // sessions have an ActiveField in use
 	SchedulesPurge func(p any) bool
-	Buffer         func(p any) Buffer
-	PluginsOn      func(db *gorm.DB) int
-	IsLockLost     func(err error) bool
-	IsCallerEnded  func(err error) bool                              // a Redis call ended by its caller's context
-	LoadTouch      func(ctx context.Context, c redis.Scripter) error // SCRIPT LOAD of the touch script
+	// Buffer is the plugin's buffer: a *memory.Buffer or a
+	// *redisbuf.Buffer (the internal/buffer packages), nil before
+	// Initialize.
+	Buffer    func(p any) buffer.Buffer
+	PluginsOn func(db *gorm.DB) int
 }
 
 var internals *Internals

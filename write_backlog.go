@@ -4,31 +4,22 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/lastseen/lastseen/internal/buffer"
 )
 
-// backlogHolder is what a buffer with an in-process backlog (the Redis
-// buffer: touches Redis did not take) offers a flush whose replay into
-// Redis failed: the flush then writes the backlog straight to the table
-// (writeBacklog), so that presence reaches the database, and survives
-// Close, while Redis is down.
-type backlogHolder interface {
-	// takeBacklog empties the backlog and returns it: user id -> Unix
-	// microseconds.
-	takeBacklog() map[string]int64
-	// returnBacklog puts entries back (newest per user wins), counting and
-	// logging those that no longer fit.
-	returnBacklog(m map[string]int64)
-}
-
 // writeBacklog writes the backlog of a buffer whose replay into Redis
-// failed straight to the table, BatchSize entries per statement, with the
-// flush's own write (writeBatch: forward-only, refused rows isolated).
+// failed (buffer.Backlog: the Redis buffer's touches Redis did not take)
+// straight to the table, so that presence reaches the database, and
+// survives Close, while Redis is down: BatchSize entries per statement,
+// with the flush's own write (writeBatch: forward-only, refused rows
+// isolated).
 // Entries not written (a batch that failed, refused rows, what comes after
 // a failure) go back to the backlog for the next flush; an unreadable entry
 // cannot occur (Touch normalized it). It returns the counts of what it
 // wrote and the first error.
-func (p *Plugin) writeBacklog(ctx context.Context, h backlogHolder) (FlushResult, error) {
-	m := h.takeBacklog()
+func (p *Plugin) writeBacklog(ctx context.Context, h buffer.Backlog) (FlushResult, error) {
+	m := h.TakeBacklog()
 	var res FlushResult
 	if len(m) == 0 {
 		return res, nil
@@ -37,7 +28,7 @@ func (p *Plugin) writeBacklog(ctx context.Context, h backlogHolder) (FlushResult
 	all := make([]entry, 0, len(m))
 	for uid, ts := range m {
 		id, err := p.users.ids.Parse(uid)
-		at, ok := parseMicros(strconv.FormatInt(ts, 10), now)
+		at, ok := buffer.ParseMicros(strconv.FormatInt(ts, 10), now)
 		if err != nil || !ok {
 			continue // never true for what Touch put there; dropped like an unreadable entry
 		}
@@ -48,7 +39,7 @@ func (p *Plugin) writeBacklog(ctx context.Context, h backlogHolder) (FlushResult
 		br, refused, err := p.writeBatch(ctx, batch)
 		res.add(br)
 		if err != nil {
-			h.returnBacklog(entriesMap(all[start:]))
+			h.ReturnBacklog(entriesMap(all[start:]))
 			return res, fmt.Errorf("lastseen: write backlog to the database: %w", err)
 		}
 		written := len(batch) - len(refused)
@@ -58,7 +49,7 @@ func (p *Plugin) writeBacklog(ctx context.Context, h backlogHolder) (FlushResult
 			for _, r := range refused {
 				back[r.field] = m[r.field]
 			}
-			h.returnBacklog(back)
+			h.ReturnBacklog(back)
 			res.Failed += len(refused)
 		}
 	}
@@ -72,18 +63,4 @@ func entriesMap(es []entry) map[string]int64 {
 		m[e.field] = ts
 	}
 	return m
-}
-
-// takeBacklog implements backlogHolder.
-func (b *redisBuffer) takeBacklog() map[string]int64 { return b.backlog.take() }
-
-// returnBacklog implements backlogHolder.
-func (b *redisBuffer) returnBacklog(m map[string]int64) {
-	dropped := 0
-	for uid, ts := range m {
-		if !b.backlog.add(uid, ts) {
-			dropped++
-		}
-	}
-	b.drops.backlog(dropped, dropReplay)
 }

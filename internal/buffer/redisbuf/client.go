@@ -1,4 +1,4 @@
-package lastseen
+package redisbuf
 
 import (
 	"context"
@@ -9,14 +9,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisClient is the client every Redis call of the plugin goes through:
+// client is the client every Redis call of the buffer goes through:
 // touches, reads, the backlog replay, the flush's and the purge's commands,
-// Status and the redislock locks.
+// the status reads, the manifest, the eviction watch and the redislock
+// locks.
 //
 // go-redis enforces a context's deadline on the socket only when the
 // client's options have ContextTimeoutEnabled; otherwise a call waits up to
 // ReadTimeout (5s by default), and longer with retries, whatever the
-// context says. So at Initialize (newRedisClient):
+// context says. So when the buffer is opened (newClient):
 //
 //   - a *redis.Client or *redis.ClusterClient with ContextTimeoutEnabled is
 //     used as it is;
@@ -32,7 +33,7 @@ import (
 //     stops waiting for when its context ends (bounded, not cancelled: the
 //     abandoned call still holds its connection until go-redis's own
 //     timeout).
-type redisClient struct {
+type client struct {
 	redis.UniversalClient
 	// own: the plugin opened this client (a copy of the app's options) and
 	// closes it in Close.
@@ -49,29 +50,28 @@ type redisClient struct {
 // the client's own failover state, which a copy would not follow.
 const failoverAddr = "FailoverClient"
 
-// newRedisClient returns the client the plugin uses for app (see
-// redisClient).
-func newRedisClient(app redis.UniversalClient) *redisClient {
+// newClient returns the client the buffer uses for app (see client).
+func newClient(app redis.UniversalClient) *client {
 	switch c := app.(type) {
 	case *redis.Client:
 		o := c.Options()
 		switch {
 		case o.ContextTimeoutEnabled:
-			return &redisClient{UniversalClient: c, deadlines: true, kind: "the app's client (ContextTimeoutEnabled)"}
+			return &client{UniversalClient: c, deadlines: true, kind: "the app's client (ContextTimeoutEnabled)"}
 		case o.Addr == failoverAddr:
-			return &redisClient{UniversalClient: c, kind: "the app's failover client, each call bounded by a goroutine"}
+			return &client{UniversalClient: c, kind: "the app's failover client, each call bounded by a goroutine"}
 		}
 		cp := *o
 		cp.ContextTimeoutEnabled = true
 		cp.MinIdleConns = 0                // opened on demand
 		cp.PushNotificationProcessor = nil // one per client: NewClient makes its own
 		cp.ClientSideCache, cp.ClientSideCacheConfig = nil, nil
-		return &redisClient{UniversalClient: redis.NewClient(&cp), own: true, deadlines: true,
+		return &client{UniversalClient: redis.NewClient(&cp), own: true, deadlines: true,
 			kind: "its own client copied from the app's options with ContextTimeoutEnabled"}
 	case *redis.ClusterClient:
 		o := c.Options()
 		if o.ContextTimeoutEnabled {
-			return &redisClient{UniversalClient: c, deadlines: true, kind: "the app's cluster client (ContextTimeoutEnabled)"}
+			return &client{UniversalClient: c, deadlines: true, kind: "the app's cluster client (ContextTimeoutEnabled)"}
 		}
 		cp := *o
 		cp.ContextTimeoutEnabled = true
@@ -81,10 +81,10 @@ func newRedisClient(app redis.UniversalClient) *redisClient {
 			mc := *o.MaintNotificationsConfig
 			cp.MaintNotificationsConfig = &mc
 		}
-		return &redisClient{UniversalClient: redis.NewClusterClient(&cp), own: true, deadlines: true,
+		return &client{UniversalClient: redis.NewClusterClient(&cp), own: true, deadlines: true,
 			kind: "its own cluster client copied from the app's options with ContextTimeoutEnabled"}
 	}
-	return &redisClient{UniversalClient: app, kind: fmt.Sprintf("the app's %T, each call bounded by a goroutine", app)}
+	return &client{UniversalClient: app, kind: fmt.Sprintf("the app's %T, each call bounded by a goroutine", app)}
 }
 
 // do runs fn, one Redis call or pipeline, bounded by ctx: it returns ctx's
@@ -95,7 +95,7 @@ func newRedisClient(app redis.UniversalClient) *redisClient {
 // which go-redis does not watch on the socket) fn runs on a goroutine of its
 // own and do stops waiting when ctx ends. fn must not be read after do
 // returned ctx's error.
-func (c *redisClient) do(ctx context.Context, fn func(context.Context) error) error {
+func (c *client) do(ctx context.Context, fn func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func ctxError(ctx context.Context, err error) error {
 }
 
 // close closes the client if the plugin opened it.
-func (c *redisClient) close() error {
+func (c *client) close() error {
 	if !c.own {
 		return nil
 	}

@@ -9,7 +9,7 @@
 -- KEYS[1] shard lock, KEYS[2] refusals hash, then for each bucket involved
 -- its in-flight hash and its pending hash (KEYS[2i+1], KEYS[2i+2] for
 -- bucket index i from 1)
--- ARGV[1] lock token, ARGV[2] ceiling (see parseMicros), ARGV[3] refusals
+-- ARGV[1] lock token, ARGV[2] ceiling (buffer.Ceiling), ARGV[3] refusals
 -- before an entry is dropped (0: never), ARGV[4..] bucket index, field,
 -- value, bucket index, field, value, ...
 --

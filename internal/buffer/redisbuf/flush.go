@@ -1,4 +1,4 @@
-package lastseen
+package redisbuf
 
 import (
 	"context"
@@ -6,23 +6,24 @@ import (
 	"fmt"
 
 	"github.com/bsm/redislock"
+	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 )
 
-// The Redis buffer's side of the flush and the purge: which shards have
-// work, the redislock locks (kept alive by a keeper while work runs under
-// them, lockkeeper.go), and the scripts a shard's flush runs under its lock
-// (lua/swap.lua, ack.lua, fail.lua), each checking the lock's token. Every
-// call is bounded by its context (redisBuffer.redis).
+// The buffer's side of the flush and the purge: which shards have work, the
+// redislock locks (kept alive by a keeper while work runs under them), and
+// the scripts a shard's flush runs under its lock (lua/swap.lua, ack.lua,
+// fail.lua), each checking the lock's token. Every call is bounded by its
+// context (Buffer.redis).
 
-// active asks Redis with one pipeline of EXISTS, one per shard naming all
-// its pending and in-flight hashes, and one for the manifest (manifestGone:
-// Redis lost its data, restoreManifest).
-func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
+// Active asks Redis with one pipeline of EXISTS, one per shard naming all
+// its pending and in-flight hashes, and one for the manifest (ManifestGone:
+// Redis lost its data).
+func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 	cmds := make([]*redis.IntCmd, len(b.shards))
 	var manifest *redis.IntCmd
-	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, k := range b.shards {
 				cmds[i] = pipe.Exists(ctx, k.buffered...)
@@ -46,15 +47,16 @@ func (b *redisBuffer) active(ctx context.Context) ([]int, error) {
 }
 
 // obtain takes the redislock lock key for LockTTL, without retrying,
-// bounded by ctx.
-func (b *redisBuffer) obtain(ctx context.Context, key string) (*redisLease, error) {
+// bounded by ctx; buffer.ErrNotObtained (wrapping redislock's) when
+// another holder has it.
+func (b *Buffer) obtain(ctx context.Context, key string) (*redisLease, error) {
 	var lock *redislock.Lock
-	err := b.redis(ctx, func(ctx context.Context, _ *redisClient) (err error) {
+	err := b.redis(ctx, func(ctx context.Context, _ *client) (err error) {
 		lock, err = b.locker.Obtain(ctx, key, b.lockTTL, nil)
 		return err
 	})
 	if errors.Is(err, redislock.ErrNotObtained) {
-		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
+		return nil, fmt.Errorf("%w: %w", buffer.ErrNotObtained, err)
 	}
 	if err != nil {
 		return nil, err
@@ -62,7 +64,8 @@ func (b *redisBuffer) obtain(ctx context.Context, key string) (*redisLease, erro
 	return &redisLease{b: b, lock: lock}, nil
 }
 
-func (b *redisBuffer) lockPurge(ctx context.Context) (lease, error) {
+// LockPurge takes the purge lock.
+func (b *Buffer) LockPurge(ctx context.Context) (buffer.Lease, error) {
 	l, err := b.obtain(ctx, keys.PurgeLock(b.prefix))
 	if err != nil {
 		return nil, err
@@ -70,9 +73,10 @@ func (b *redisBuffer) lockPurge(ctx context.Context) (lease, error) {
 	return l, nil
 }
 
-func (b *redisBuffer) lockShard(ctx context.Context, n int) (shardLease, error) {
+// LockShard takes shard n's flush lock.
+func (b *Buffer) LockShard(ctx context.Context, n int) (buffer.ShardLease, error) {
 	k := b.shards[n]
-	l, err := b.obtain(ctx, k.lock)
+	l, err := b.obtain(ctx, k.Lock)
 	if err != nil {
 		return nil, err
 	}
@@ -81,32 +85,32 @@ func (b *redisBuffer) lockShard(ctx context.Context, n int) (shardLease, error) 
 
 // redisLease is a redislock lock.
 type redisLease struct {
-	b    *redisBuffer
+	b    *Buffer
 	lock *redislock.Lock
 }
 
-// refresh extends the lock to LockTTL (redislock Refresh: PEXPIRE if the
+// Refresh extends the lock to LockTTL (redislock Refresh: PEXPIRE if the
 // token still matches), bounded by ctx.
-func (l *redisLease) refresh(ctx context.Context) error {
-	err := l.b.redis(ctx, func(ctx context.Context, _ *redisClient) error {
+func (l *redisLease) Refresh(ctx context.Context) error {
+	err := l.b.redis(ctx, func(ctx context.Context, _ *client) error {
 		return l.lock.Refresh(ctx, l.b.lockTTL, nil)
 	})
 	if errors.Is(err, redislock.ErrNotObtained) {
-		return fmt.Errorf("%w: %w", errLockLost, err)
+		return fmt.Errorf("%w: %w", buffer.ErrLockLost, err)
 	}
 	return err
 }
 
-// release gives the lock up (redislock Release: DEL if the token still
+// Release gives the lock up (redislock Release: DEL if the token still
 // matches), bounded by ctx, or by releaseGrace when ctx has already ended:
 // on a Redis that does not answer the lock expires by its TTL instead.
-func (l *redisLease) release(ctx context.Context) {
+func (l *redisLease) Release(ctx context.Context) {
 	cancel := context.CancelFunc(func() {})
 	if ctx.Err() != nil {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
 	}
 	defer cancel()
-	_ = l.b.redis(ctx, func(ctx context.Context, _ *redisClient) error { return l.lock.Release(ctx) })
+	_ = l.b.redis(ctx, func(ctx context.Context, _ *client) error { return l.lock.Release(ctx) })
 }
 
 // redisShard is a shard's lock with the scripts run under it.
@@ -117,12 +121,12 @@ type redisShard struct {
 	held  []int // the buckets whose in-flight hash the drain reads, ascending; nil unknown
 }
 
-// swap: see lua/swap.lua. It keeps the number of entries moved and the
+// Swap: see lua/swap.lua. It keeps the number of entries moved and the
 // buckets they are in, so that the drain reads and unlinks those alone.
-func (s *redisShard) swap(ctx context.Context) (int, error) {
-	names := append([]string{s.keys.lock}, s.keys.buffered...)
+func (s *redisShard) Swap(ctx context.Context) (int, error) {
+	names := append([]string{s.keys.Lock}, s.keys.buffered...)
 	var reply []int64
-	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
 		reply, err = swapScript.Run(ctx, rdb, names, s.lock.Token()).Int64Slice()
 		return err
 	})
@@ -132,17 +136,17 @@ func (s *redisShard) swap(ctx context.Context) (int, error) {
 	case len(reply) == 0:
 		return 0, fmt.Errorf("swap: empty reply")
 	case reply[0] == -1:
-		return 0, errLockLost
+		return 0, buffer.ErrLockLost
+	case reply[0] == -2: // the drain finds the left-over hashes (inflightLen)
+		s.total, s.held = -1, nil
+		return 0, buffer.ErrLeftOver
 	}
-	s.total, s.held = -1, nil
-	if reply[0] >= 0 {
-		s.total = int(reply[0])
-		s.held = make([]int, 0, len(reply)-1)
-		for _, b := range reply[1:] {
-			s.held = append(s.held, int(b))
-		}
+	s.total = int(reply[0])
+	s.held = make([]int, 0, len(reply)-1)
+	for _, b := range reply[1:] {
+		s.held = append(s.held, int(b))
 	}
-	return int(reply[0]), nil
+	return s.total, nil
 }
 
 // The scan cursor of the shard's in-flight hashes: the position in held in
@@ -151,14 +155,14 @@ func (s *redisShard) swap(ctx context.Context) (int, error) {
 // the end.
 const cursorBucketShift = 48
 
-// scan reads the in-flight hashes of the held buckets in bucket order, in
+// Scan reads the in-flight hashes of the held buckets in bucket order, in
 // one pipeline of HSCAN, one per bucket from the cursor's on, as many
 // buckets as hold about n entries at their mean size: a listpack-encoded
 // hash comes whole in one HSCAN reply. A bucket whose HSCAN returns a
 // cursor (a hash too large for listpack) ends the page: the next scan
 // resumes it, and the buckets after it in the pipeline are read again then.
 // of holds each field's bucket.
-func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []string, of []int, next uint64, err error) {
+func (s *redisShard) Scan(ctx context.Context, cursor uint64, n int) (kv []string, of []int, next uint64, err error) {
 	if s.total < 0 || s.held == nil {
 		if err = s.inflightLen(ctx); err != nil {
 			return nil, nil, 0, err
@@ -175,7 +179,7 @@ func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []strin
 	}
 	count = min(count, buckets-first)
 	cmds := make([]*redis.ScanCmd, count)
-	err = s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+	err = s.b.redis(ctx, func(ctx context.Context, rdb *client) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i := range cmds {
 				c := uint64(0)
@@ -218,7 +222,7 @@ func (s *redisShard) scan(ctx context.Context, cursor uint64, n int) (kv []strin
 // and held.
 func (s *redisShard) inflightLen(ctx context.Context) error {
 	cmds := make([]*redis.IntCmd, len(s.keys.inflight))
-	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *client) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, key := range s.keys.inflight {
 				cmds[i] = pipe.HLen(ctx, key)
@@ -240,26 +244,25 @@ func (s *redisShard) inflightLen(ctx context.Context) error {
 	return nil
 }
 
-// bucketOf is the bucket of an in-flight field: the one scan read it from,
+// bucketOf is the bucket of an in-flight field: the one Scan read it from,
 // else keys.Locate's.
-func (s *redisShard) bucketOf(f heldField) int {
-	if f.bucket >= 0 && f.bucket < len(s.keys.inflight) {
-		return f.bucket
+func (s *redisShard) bucketOf(field string, bucket int) int {
+	if bucket >= 0 && bucket < len(s.keys.inflight) {
+		return bucket
 	}
-	_, b := keys.Locate(f.field, s.b.shardCount())
+	_, b := keys.Locate(field, len(s.b.shards))
 	return b
 }
 
-// ack: see lua/ack.lua. The fields are grouped by bucket, in bucket order
-// (a counting sort on heldField.bucket); final also names the in-flight
-// hash of every held bucket (every bucket when held is unknown), to unlink
-// them.
-func (s *redisShard) ack(ctx context.Context, fields []heldField, final bool) error {
+// Ack: see lua/ack.lua. The fields are grouped by bucket, in bucket order
+// (a counting sort on Held.Bucket); final also names the in-flight hash of
+// every held bucket (every bucket when held is unknown), to unlink them.
+func (s *redisShard) Ack(ctx context.Context, fields []buffer.Held, final bool) error {
 	counts := make([]int, len(s.keys.inflight))
 	for _, f := range fields {
-		counts[s.bucketOf(f)]++
+		counts[s.bucketOf(f.Field, f.Bucket)]++
 	}
-	names := []string{s.keys.lock, s.keys.refusals}
+	names := []string{s.keys.Lock, s.keys.Refusals}
 	flag := "0"
 	if final {
 		flag = "1"
@@ -286,12 +289,12 @@ func (s *redisShard) ack(ctx context.Context, fields []heldField, final bool) er
 		args = args[:len(args)+counts[b]]
 	}
 	for _, f := range fields {
-		b := s.bucketOf(f)
-		args[at[b]] = f.field
+		b := s.bucketOf(f.Field, f.Bucket)
+		args[at[b]] = f.Field
 		at[b]++
 	}
 	var n int
-	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
 		n, err = ackScript.Run(ctx, rdb, names, args...).Int()
 		return err
 	})
@@ -299,29 +302,29 @@ func (s *redisShard) ack(ctx context.Context, fields []heldField, final bool) er
 		return err
 	}
 	if n < 0 {
-		return errLockLost
+		return buffer.ErrLockLost
 	}
 	return nil
 }
 
-// requeue: see lua/fail.lua.
-func (s *redisShard) requeue(ctx context.Context, refused []refusal, ceiling int64, limit int) ([]string, error) {
-	names := []string{s.keys.lock, s.keys.refusals}
+// Requeue: see lua/fail.lua.
+func (s *redisShard) Requeue(ctx context.Context, refused []buffer.Refused, ceiling int64, limit int) ([]string, error) {
+	names := []string{s.keys.Lock, s.keys.Refusals}
 	index := map[int]int{} // bucket -> index in fail.lua's pairs of keys, from 1
 	args := make([]any, 0, 3+3*len(refused))
 	args = append(args, s.lock.Token(), ceiling, limit)
 	for _, f := range refused {
-		b := s.bucketOf(heldField{f.field, f.bucket})
+		b := s.bucketOf(f.Field, f.Bucket)
 		i, ok := index[b]
 		if !ok {
 			names = append(names, s.keys.inflight[b], s.keys.pending[b])
 			i = len(index) + 1
 			index[b] = i
 		}
-		args = append(args, i, f.field, f.value)
+		args = append(args, i, f.Field, f.Value)
 	}
 	var reply []any
-	err := s.b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
 		reply, err = failScript.Run(ctx, rdb, names, args...).Slice()
 		return err
 	})
@@ -329,7 +332,7 @@ func (s *redisShard) requeue(ctx context.Context, refused []refusal, ceiling int
 		return nil, err
 	}
 	if n, _ := reply[0].(int64); n < 0 {
-		return nil, errLockLost
+		return nil, buffer.ErrLockLost
 	}
 	var dropped []string
 	for _, v := range reply[1:] {

@@ -6,18 +6,18 @@
 -- user to the presence HyperLogLogs given as KEYS[5..] (none when they are
 -- turned off).
 --
--- Markers (markers.go): the clock is cut into generations of one throttle
--- window; a marker is the end of the user's window in ms from the start of
--- the generation whose hash holds it, and a generation's hash expires at the
--- end of the next generation (every window ends by then). The previous and
--- the next generation are read too, so windows opened by an instance whose
--- clock is a little behind or ahead still throttle.
+-- Markers (see the Go package's doc): the clock is cut into generations of
+-- one throttle window; a marker is the end of the user's window in ms from
+-- the start of the generation whose hash holds it, and a generation's hash
+-- expires at the end of the next generation (every window ends by then).
+-- The previous and the next generation are read too, so windows opened by
+-- an instance whose clock is a little behind or ahead still throttle.
 --
 -- KEYS[1] marker hash of the current generation, KEYS[2] of the previous,
 -- KEYS[3] of the next, KEYS[4] pending hash, KEYS[5..n] HyperLogLogs (the
 -- minute's online bucket, the day's active users; same shard tag)
 -- ARGV[1] user id, ARGV[2] Unix microseconds, ARGV[3] throttle window in ms,
--- ARGV[4] the latest acceptable value (ceiling, see parseMicros),
+-- ARGV[4] the latest acceptable value (buffer.Ceiling),
 -- ARGV[5] ms since the current generation started, ARGV[6] generation
 -- length in ms, ARGV[7..n+2] each HyperLogLog's time to live in seconds
 -- (EXPIRE); 0 skips it (its period ended longer ago than it is kept)

@@ -1,4 +1,4 @@
-package lastseen
+package redisbuf
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,34 +31,38 @@ const (
 )
 
 // evictionCheckInterval is the least time, on the plugin's clock, between
-// two checks of the policy and the eviction counter (at the start of a
-// flush or a Status).
+// two checks of the policy and the eviction counter (MaybeCheck: at the
+// start of a flush or a status read).
 const evictionCheckInterval = time.Minute
 
-// evictionWatch reads Redis's maxmemory-policy and its evicted_keys counter
-// (INFO stats) at Initialize and then at most once per
-// evictionCheckInterval, logs one warning per change to a policy that can
-// evict, and counts the keys evicted between two checks into
-// Stats.Evictions.
-type evictionWatch struct {
-	rdb     func() *redisClient // the plugin's client (redisclient.go)
+// EvictionWatch reads Redis's maxmemory-policy and its evicted_keys counter
+// (INFO stats) when the plugin starts (Check) and then at most once a
+// minute on the plugin's clock (MaybeCheck), logs one warning per change to
+// a policy that can evict, and counts the keys evicted between two checks
+// into Counters.Evictions. Its methods are safe for concurrent use, and on
+// a nil watch (no Redis) do nothing.
+type EvictionWatch struct {
+	rdb     func() *client // the buffer's client
 	log     *slog.Logger
 	now     func() time.Time
-	stats   *counters
-	require bool // Config.RequireNoEviction: an unknown policy is logged as a warning
+	evicted *atomic.Int64 // Counters.Evictions
+	require bool          // Options.RequireNoEviction: an unknown policy is logged as a warning
 
 	mu      sync.Mutex
 	checked time.Time        // plugin's clock at the last check; zero before the first
 	policy  string           // last policy read (one per master, joined by ","), PolicyUnknown before
 	risk    bool             // some master's policy can evict
 	logged  string           // policy of the last log line about it ("" none yet)
-	evicted map[string]int64 // evicted_keys per master address at the last check
+	byNode  map[string]int64 // evicted_keys per master address at the last check
 }
 
-func newEvictionWatch(cfg settings, rdb func() *redisClient, log *slog.Logger, stats *counters) *evictionWatch {
-	return &evictionWatch{rdb: rdb, log: log, now: cfg.Now, stats: stats, require: cfg.RequireNoEviction,
-		policy: PolicyUnknown, evicted: map[string]int64{}}
+func newEvictionWatch(rdb func() *client, log *slog.Logger, now func() time.Time, evicted *atomic.Int64, require bool) *EvictionWatch {
+	return &EvictionWatch{rdb: rdb, log: log, now: now, evicted: evicted, require: require,
+		policy: PolicyUnknown, byNode: map[string]int64{}}
 }
+
+// Eviction returns the buffer's eviction watch.
+func (b *Buffer) Eviction() *EvictionWatch { return b.eviction }
 
 // nodeEviction is what one Redis server (one master of a cluster) said.
 type nodeEviction struct {
@@ -67,9 +72,10 @@ type nodeEviction struct {
 	counted bool // evicted was read
 }
 
-// state returns the policy and risk of the last check; "" and false for a
-// nil watch (no Redis).
-func (w *evictionWatch) state() (policy string, risk bool) {
+// State returns the policy of the last check (one per master, sorted and
+// joined by ","; PolicyUnknown before the first or when unreadable) and
+// whether some master's policy can evict; "" and false for a nil watch.
+func (w *EvictionWatch) State() (policy string, risk bool) {
 	if w == nil {
 		return "", false
 	}
@@ -78,10 +84,9 @@ func (w *evictionWatch) state() (policy string, risk bool) {
 	return w.policy, w.risk
 }
 
-// maybeCheck checks when the last check is evictionCheckInterval old or
-// there was none yet. Its Redis calls get at most one second of ctx. A nil
-// watch (no Redis) does nothing.
-func (w *evictionWatch) maybeCheck(ctx context.Context) {
+// MaybeCheck checks when the last check is a minute old or there was none
+// yet. Its Redis calls get at most one second of ctx.
+func (w *EvictionWatch) MaybeCheck(ctx context.Context) {
 	if w == nil {
 		return
 	}
@@ -91,14 +96,18 @@ func (w *evictionWatch) maybeCheck(ctx context.Context) {
 	if due {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		w.check(ctx)
+		w.Check(ctx)
 	}
 }
 
-// check reads every master, then updates the policy, logs what changed and
-// adds the evictions since the last check to Stats.Evictions. It never
-// fails: what it cannot read is "unknown" or not counted.
-func (w *evictionWatch) check(ctx context.Context) {
+// Check reads every master within ctx, then updates the policy, logs what
+// changed and adds the evictions since the last check to
+// Counters.Evictions. It never fails: what it cannot read is PolicyUnknown
+// or not counted.
+func (w *EvictionWatch) Check(ctx context.Context) {
+	if w == nil {
+		return
+	}
 	nodes := w.read(ctx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -114,14 +123,14 @@ func (w *evictionWatch) check(ctx context.Context) {
 		if !n.counted {
 			continue
 		}
-		if prev, ok := w.evicted[n.addr]; ok {
+		if prev, ok := w.byNode[n.addr]; ok {
 			d := n.evicted - prev
 			if d < 0 { // the server restarted or ran CONFIG RESETSTAT
 				d = n.evicted
 			}
 			evicted += d
 		}
-		w.evicted[n.addr] = n.evicted
+		w.byNode[n.addr] = n.evicted
 	}
 	slices.Sort(policies)
 	w.policy = strings.Join(policies, ",")
@@ -130,7 +139,7 @@ func (w *evictionWatch) check(ctx context.Context) {
 	}
 	w.logPolicy()
 	if evicted > 0 {
-		w.stats.evictions.Add(evicted)
+		w.evicted.Add(evicted)
 		w.log.Warn("lastseen: Redis evicted keys since the last check; pending timestamps may have been lost",
 			"evicted", evicted, "maxmemory_policy", w.policy)
 	}
@@ -138,9 +147,9 @@ func (w *evictionWatch) check(ctx context.Context) {
 
 // logPolicy logs the policy once per change: a warning for one that can
 // evict (the risk and the fix, as Sidekiq does), nothing when it is unknown
-// (a warning under RequireNoEviction; Status shows it), and a note when it went back to
+// (a warning under RequireNoEviction; the plugin's Status shows it), and a note when it went back to
 // noeviction after a warning. Called with mu held.
-func (w *evictionWatch) logPolicy() {
+func (w *EvictionWatch) logPolicy() {
 	if w.policy == w.logged {
 		return
 	}
@@ -162,8 +171,8 @@ func (w *evictionWatch) logPolicy() {
 }
 
 // read asks every master of a cluster (ClusterClient.ForEachMaster), or
-// the one server of any other client, within ctx (redisClient.do).
-func (w *evictionWatch) read(ctx context.Context) []nodeEviction {
+// the one server of any other client, within ctx (client.do).
+func (w *EvictionWatch) read(ctx context.Context) []nodeEviction {
 	c := w.rdb()
 	var nodes []nodeEviction
 	if err := c.do(ctx, func(ctx context.Context) error {

@@ -3,7 +3,6 @@ package lastseen
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
 	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/keys"
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
 
@@ -35,20 +35,8 @@ import (
 // SQLite's main file, by absolute path. The manifest records all of them;
 // a different server alone is logged, not refused, so that a failover to a
 // server of another identity does not stop an app with an explicit Prefix.
-
-// manifestFormat is the buffer's format version: the key layout of
-// buffer.go and the stored timestamp form (Unix microseconds, decimal).
-// Format 1 kept a key per throttle marker and one pending hash per shard;
-// format 2 keeps both in small bucketed hashes (markers.go).
-const manifestFormat = "2"
-
-var (
-	//go:embed lua/manifest.lua
-	manifestLua string
-	// manifestScript creates the manifest if absent and returns it
-	// (checkManifest).
-	manifestScript = redis.NewScript(manifestLua)
-)
+// The Redis buffer stores the manifest (redisbuf.Buffer.Manifest); the
+// plugin decides what it must say and what a disagreement means.
 
 // identityTimeout bounds the identity queries of Initialize.
 const identityTimeout = 5 * time.Second
@@ -76,7 +64,7 @@ type manifestField struct {
 // logged on a mismatch: with an explicit Prefix, a failover to a server of
 // another identity must not stop the app, and a rolling deploy may change
 // Throttle (instances whose windows differ do not see each other's throttle
-// markers, which live in hashes per generation of one window, markers.go:
+// markers, which live in hashes per generation of one window:
 // they write more often, nothing is lost).
 func (p *Plugin) manifest() []manifestField {
 	key := "text"
@@ -84,7 +72,7 @@ func (p *Plugin) manifest() []manifestField {
 		key = "integer"
 	}
 	return []manifestField{
-		{"format", "format version", manifestFormat},
+		{"format", "format version", redisbuf.Format},
 		{"dialect", "dialect", p.dialect.Name()},
 		{"database", "database", p.target.Database},
 		{"table", "table", p.users.model.table},
@@ -119,31 +107,22 @@ func (p *Plugin) resolvePrefix(db *gorm.DB) error {
 	return nil
 }
 
-// checkManifest creates the manifest if absent (manifestScript, atomic) and
-// compares it with this instance's. A disagreement is an ErrInvalidConfig
+// checkManifest creates the manifest if absent (redisbuf.Buffer.Manifest,
+// atomic) and compares it with this instance's. A disagreement is an ErrInvalidConfig
 // that names both values and the way out; a Redis error is returned as is;
 // a different server or Throttle is logged once per value. A flush that
 // finds the manifest gone calls it again (restoreManifest). Called with
 // manifestMu held, or from Initialize.
 func (p *Plugin) checkManifest(ctx context.Context) error {
 	want := p.manifest()
-	args := make([]any, 0, 2*len(want))
+	fields := make([]string, 0, 2*len(want))
 	for _, f := range want {
-		args = append(args, f.name, f.value)
+		fields = append(fields, f.name, f.value)
 	}
 	key := manifestKey(p.cfg.Prefix)
-	c := p.redis()
-	var kv []string
-	err := c.do(ctx, func(ctx context.Context) (err error) {
-		kv, err = manifestScript.Run(ctx, c.UniversalClient, []string{key}, args...).StringSlice()
-		return err
-	})
+	got, err := p.rbuf.Manifest(ctx, fields)
 	if err != nil {
 		return fmt.Errorf("lastseen: buffer manifest %s: %w", key, err)
-	}
-	got := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		got[kv[i]] = kv[i+1]
 	}
 	for _, f := range want {
 		have := got[f.name]
@@ -180,21 +159,20 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 // evict) and the manifest. An unreachable Redis is logged and not an error.
 // Without Redis (the in-process buffer, one process's own) there is nothing
 // to check.
-func (p *Plugin) checkRedis(buf buffer) error {
-	rb, ok := buf.(*redisBuffer)
+func (p *Plugin) checkRedis(buf buffer.Buffer) error {
+	rb, ok := buf.(*redisbuf.Buffer)
 	if !ok { // the in-process buffer: nothing shared, nothing evicted
 		return nil
 	}
-	p.redis = rb.rdb.Load // the plugin's own client (redisclient.go): every call bounded by its context
-	p.eviction = newEvictionWatch(p.cfg, p.redis, p.log, &p.stats)
+	p.rbuf, p.eviction = rb, rb.Eviction()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := buf.ping(ctx); err != nil {
+	if err := buf.Ping(ctx); err != nil {
 		p.log.Warn("lastseen: redis unreachable at start; touches are kept in memory until it is back", "err", err)
 		return nil
 	}
-	p.eviction.check(ctx)
-	if policy, risk := p.eviction.state(); risk && p.cfg.RequireNoEviction {
+	p.eviction.Check(ctx)
+	if policy, risk := p.eviction.State(); risk && p.cfg.RequireNoEviction {
 		return invalid("Redis maxmemory-policy is %q, which can evict the buffer, and Buffer.RequireNoEviction is set: "+
 			"run CONFIG SET maxmemory-policy noeviction on the Redis (on every master of a cluster), "+
 			"or give lastseen a Redis of its own", policy)
@@ -230,13 +208,13 @@ func (p *Plugin) warnedManifest(field, have string) bool {
 }
 
 // recheckRedis runs at the start of every flush: the eviction check when it
-// is due (eviction.go), and, until one succeeded, the manifest check that
+// is due (redisbuf.EvictionWatch), and, until one succeeded, the manifest check that
 // Initialize could not do (Redis unreachable, or the database's identity
 // unreadable then). Its error (a disagreeing manifest, Redis or the
 // database failing) stops the flush before it writes.
 func (p *Plugin) recheckRedis(ctx context.Context) error {
-	p.eviction.maybeCheck(ctx)
-	if p.redis == nil || p.manifestOK.Load() {
+	p.eviction.MaybeCheck(ctx)
+	if p.rbuf == nil || p.manifestOK.Load() {
 		return nil
 	}
 	p.manifestMu.Lock()
@@ -252,23 +230,18 @@ func (p *Plugin) recheckRedis(ctx context.Context) error {
 }
 
 // restoreManifest runs after a flush found which shards have work
-// (buffer.active, whose pipeline also asks whether the manifest exists):
+// (Buffer.Active, whose pipeline also asks whether the manifest exists):
 // when Redis lost its data (a restart without persistence, FLUSHALL), the
 // manifest is created again, with this instance's layout, before an
 // instance of another layout could claim the prefix; a manifest another
 // instance recreated first is compared as at start. No extra round trip
 // while the manifest is there.
 func (p *Plugin) restoreManifest(ctx context.Context) error {
-	rb, ok := p.tracker.buf.(*redisBuffer)
-	if !ok || !rb.manifestGone.Load() || !p.manifestOK.Load() {
+	if p.rbuf == nil || !p.rbuf.ManifestGone() || !p.manifestOK.Load() {
 		return nil
 	}
 	p.manifestMu.Lock()
 	defer p.manifestMu.Unlock()
 	p.log.Warn("lastseen: the buffer's manifest is gone (Redis lost its data?); writing it again", "key", manifestKey(p.cfg.Prefix))
-	if err := p.checkManifest(ctx); err != nil {
-		return err
-	}
-	rb.manifestGone.Store(false)
-	return nil
+	return p.checkManifest(ctx) // writing it marks it present again (Manifest), whatever it says
 }

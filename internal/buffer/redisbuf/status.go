@@ -1,35 +1,38 @@
-package lastseen
+package redisbuf
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/redis/go-redis/v9"
 )
 
-// The Redis buffer's side of Status and SampleBuffer: HLEN, HSCAN and
-// HRANDFIELD on the shards' pending and in-flight hashes (lua/sample.lua).
+// The buffer's side of the plugin's status and sample reads: HLEN, HSCAN
+// and HRANDFIELD on the shards' pending and in-flight hashes
+// (lua/sample.lua).
 
-// sizes is sample without values.
-func (b *redisBuffer) sizes(ctx context.Context) ([]shardSizes, error) {
-	sizes, _, err := b.sample(ctx, 0)
+// Sizes is Sample without values.
+func (b *Buffer) Sizes(ctx context.Context) ([]buffer.Sizes, error) {
+	sizes, _, err := b.Sample(ctx, 0)
 	if err != nil {
 		return nil, fmt.Errorf("hlen: %w", err)
 	}
 	return sizes, nil
 }
 
-// walk reads one set of shard n with HSCAN in pages of page entries (never
+// Walk reads one set of shard n with HSCAN in pages of page entries (never
 // HGETALL): the first page of every bucket in one pipeline (a
 // listpack-encoded hash comes whole), then the rest of any bucket whose
 // HSCAN returned a cursor, page by page.
-func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, fn func(kv []string)) error {
+func (b *Buffer) Walk(ctx context.Context, n int, inflight bool, page int, fn func(kv []string)) error {
+	page = max(page, 1)
 	names := b.shards[n].pending
 	if inflight {
 		names = b.shards[n].inflight
 	}
 	first := make([]*redis.ScanCmd, len(names))
-	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, key := range names {
 				first[i] = pipe.HScan(ctx, key, 0, "", int64(page))
@@ -50,7 +53,7 @@ func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, 
 			if cursor == 0 {
 				break
 			}
-			err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+			err := b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
 				kv, cursor, err = rdb.HScan(ctx, key, cursor, "", int64(page)).Result()
 				return err
 			})
@@ -62,23 +65,23 @@ func (b *redisBuffer) walk(ctx context.Context, n int, inflight bool, page int, 
 	return nil
 }
 
-// sample is one pipelined round trip of sampleScript, one call per shard
-// (lua/sample.lua): the sizes of each shard's pending and in-flight sets
+// Sample is one pipelined round trip of the sample script, one call per
+// shard: the sizes of each shard's pending and in-flight sets
 // and, with perHash > 0, about perHash random values of each set.
-func (b *redisBuffer) sample(ctx context.Context, perHash int) ([]shardSizes, []string, error) {
+func (b *Buffer) Sample(ctx context.Context, perHash int) ([]buffer.Sizes, []string, error) {
 	calls := make([]scriptCall, len(b.shards))
 	for i, k := range b.shards {
 		calls[i] = scriptCall{keys: k.buffered, args: []any{perHash}}
 	}
 	var cmds []*redis.Cmd
-	err := b.redis(ctx, func(ctx context.Context, rdb *redisClient) (err error) {
+	err := b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
 		cmds, err = evalPipelined(ctx, rdb, sampleScript, calls)
 		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	sizes := make([]shardSizes, len(b.shards))
+	sizes := make([]buffer.Sizes, len(b.shards))
 	var values []string
 	for i, c := range cmds {
 		reply, _ := c.Slice()
@@ -87,7 +90,7 @@ func (b *redisBuffer) sample(ctx context.Context, perHash int) ([]shardSizes, []
 		}
 		p, _ := reply[0].(int64)
 		f, _ := reply[1].(int64)
-		sizes[i] = shardSizes{pending: p, inflight: f}
+		sizes[i] = buffer.Sizes{Pending: p, InFlight: f}
 		for _, v := range reply[2:] {
 			if v, ok := v.(string); ok {
 				values = append(values, v)

@@ -3,7 +3,7 @@
 -- replays the in-process backlog after an outage.
 --
 -- KEYS[1..n] pending hashes (buckets of one shard)
--- ARGV[1] the latest acceptable value (ceiling, see parseMicros)
+-- ARGV[1] the latest acceptable value (buffer.Ceiling)
 -- ARGV[2..] key index (1..n), user id, Unix microseconds, key index, ...
 --
 -- Returns the number of entries.

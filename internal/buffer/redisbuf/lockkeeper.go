@@ -1,10 +1,12 @@
-package lastseen
+package redisbuf
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
 )
 
 // releaseGrace is how long releasing a lock may take once the caller's
@@ -13,19 +15,19 @@ import (
 // instead.
 const releaseGrace = 20 * time.Millisecond
 
-// keep keeps a Redis lock obtained just now alive while the work under it
+// Keep keeps a Redis lock obtained just now alive while the work under it
 // runs: a goroutine refreshes it (redislock Refresh, PEXPIRE) every
 // LockTTL/3. It returns the context the work must run under, and stop,
 // which ends the refreshing; call it when the work returns, before
 // releasing the lock.
 //
 // The returned context is canceled with cause lost when the lock is gone
-// (the refresh found another token, or no key: errLockLost), or when no
+// (the refresh found another token, or no key: buffer.ErrLockLost), or when no
 // refresh succeeded for LockTTL (Redis unreachable: the lock may have
 // expired and another instance may hold it now). Statements running under
 // it are canceled then, so no work outlives the lock by more than the time
 // a canceled statement takes to stop.
-func (l *redisLease) keep(ctx context.Context, lost error) (context.Context, func()) {
+func (l *redisLease) Keep(ctx context.Context, lost error) (context.Context, func()) {
 	b := l.b
 	run, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -46,7 +48,7 @@ func (l *redisLease) keep(ctx context.Context, lost error) (context.Context, fun
 			}
 			start := time.Now()
 			rctx, rcancel := context.WithDeadline(run, valid) // a later answer comes too late
-			err := l.refresh(rctx)
+			err := l.Refresh(rctx)
 			rcancel()
 			if run.Err() != nil { // the work ended (stop) or its caller's context did
 				return
@@ -54,8 +56,10 @@ func (l *redisLease) keep(ctx context.Context, lost error) (context.Context, fun
 			switch {
 			case err == nil:
 				valid = start.Add(b.lockTTL)
-				b.testHooks().Refreshed(l.lock.Key())
-			case errors.Is(err, errLockLost), !time.Now().Before(valid):
+				if h := b.hooks.LockRefreshed; h != nil {
+					h(l.lock.Key())
+				}
+			case errors.Is(err, buffer.ErrLockLost), !time.Now().Before(valid):
 				b.log.Warn("lastseen: lost a lock while working under it; stopping", "key", l.lock.Key(), "err", err)
 				cancel(lost)
 				return

@@ -1,4 +1,4 @@
-package lastseen
+package redisbuf
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
+	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/keys"
 )
 
@@ -63,15 +65,14 @@ const (
 )
 
 // dropLog counts touches that never reached Redis and were dropped, in
-// BacklogDropped, and logs them through a rateLimitedLog (logs.go): at
-// most one line per reason per 10s, with the number dropped, the running
-// total and the lines held back, so a loss is never silent and never
-// floods the log. (Unreadable entries a flush drops are counted in
-// Rejected and logged by the flush.)
+// Counters.BacklogDropped, and logs them through Options.LogLimited (the
+// plugin's: at most one line per reason per 10s, with the number dropped,
+// the running total and the lines held back), so a loss is never silent
+// and never floods the log. (Unreadable entries a flush drops are counted
+// and logged by the flush.)
 type dropLog struct {
-	log     *slog.Logger
-	stats   *counters
-	limited rateLimitedLog
+	log     func(level slog.Level, msg string, args ...any)
+	dropped *atomic.Int64
 }
 
 // backlog counts n touches dropped for reason and logs it.
@@ -79,20 +80,20 @@ func (d *dropLog) backlog(n int, reason string) {
 	if n <= 0 {
 		return
 	}
-	total := d.stats.backlogDropped.Add(int64(n))
-	d.limited.log(d.log, slog.LevelWarn, "lastseen: dropped touches that never reached redis: "+reason,
+	total := d.dropped.Add(int64(n))
+	d.log(slog.LevelWarn, "lastseen: dropped touches that never reached redis: "+reason,
 		"dropped", n, "backlog_dropped_total", total)
 }
 
 // keep puts a touch that did not reach Redis into the backlog, counted in
 // Backlogged, or drops it, counted in BacklogDropped: when the backlog is
 // full, or after Close, when nothing will flush it.
-func (b *redisBuffer) keep(uid string, ts int64) (kept bool) {
+func (b *Buffer) keep(uid string, ts int64) (kept bool) {
 	switch {
 	case b.closed.Load():
 		b.drops.backlog(1, dropClosed)
 	case b.backlog.add(uid, ts):
-		b.stats.backlogged.Add(1)
+		b.stats.Backlogged.Add(1)
 		return true
 	default:
 		b.drops.backlog(1, dropFull)
@@ -103,7 +104,7 @@ func (b *redisBuffer) keep(uid string, ts int64) (kept bool) {
 // putBack returns entries of a replay that failed to the backlog, newest
 // per user (touches made meanwhile may be newer), and returns how many no
 // longer fit.
-func (b *redisBuffer) putBack(args []any) (dropped int) {
+func (b *Buffer) putBack(args []any) (dropped int) {
 	for i := 1; i+2 < len(args); i += 3 {
 		if !b.backlog.add(args[i+1].(string), args[i+2].(int64)) {
 			dropped++
@@ -118,13 +119,15 @@ func (b *redisBuffer) putBack(args []any) (dropped int) {
 // did not answer, or ctx's deadline passed) it tries no other shard: their
 // entries go back too, for the next flush, instead of each waiting out its
 // own timeout.
-func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
+func (b *Buffer) replayBacklog(ctx context.Context) (int, error) {
 	m := b.backlog.take()
 	if len(m) == 0 {
 		return 0, nil
 	}
-	b.testHooks().BacklogTaken(len(m))
-	top := ceiling(b.now())
+	if h := b.hooks.BacklogTaken; h != nil {
+		h(len(m))
+	}
+	top := buffer.Ceiling(b.now())
 	byShard := map[int]*mergeCall{}
 	for uid, ts := range m {
 		n, bucket := keys.Locate(uid, len(b.shards))
@@ -141,7 +144,7 @@ func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
 	for _, c := range byShard {
 		err := timedOut
 		if err == nil {
-			err = b.redis(ctx, func(ctx context.Context, rdb *redisClient) error {
+			err = b.redis(ctx, func(ctx context.Context, rdb *client) error {
 				return mergeScript.Run(ctx, rdb, c.keys, c.args...).Err()
 			})
 			if isTimeout(err) {
@@ -164,9 +167,9 @@ func (b *redisBuffer) replayBacklog(ctx context.Context) (int, error) {
 	return written, nil
 }
 
-// mergeCall is one shard's call of mergeScript: its pending hashes as KEYS
-// and, after the ceiling, a key index, user id and Unix microseconds per
-// entry (lua/merge.lua).
+// mergeCall is one shard's call of the merge script: its pending hashes as
+// KEYS and, after the ceiling, a key index, user id and Unix microseconds
+// per entry.
 type mergeCall struct {
 	keys  []string
 	index map[int]int // bucket -> index in keys, from 1
@@ -182,3 +185,22 @@ func (c *mergeCall) add(key string, bucket int, uid string, ts int64) {
 	}
 	c.args = append(c.args, i, uid, ts)
 }
+
+// TakeBacklog empties the backlog and returns it: user id -> Unix
+// microseconds (buffer.Backlog).
+func (b *Buffer) TakeBacklog() map[string]int64 { return b.backlog.take() }
+
+// ReturnBacklog puts entries back, newest per user, counting and logging
+// those that no longer fit (buffer.Backlog).
+func (b *Buffer) ReturnBacklog(m map[string]int64) {
+	dropped := 0
+	for uid, ts := range m {
+		if !b.backlog.add(uid, ts) {
+			dropped++
+		}
+	}
+	b.drops.backlog(dropped, dropReplay)
+}
+
+// InBacklog returns uid's Unix microseconds in the backlog.
+func (b *Buffer) InBacklog(uid string) (int64, bool) { return b.backlog.get(uid) }

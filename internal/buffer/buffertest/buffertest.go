@@ -1,0 +1,698 @@
+// Package buffertest is the contract suite of package buffer: one suite
+// that every implementation runs, so that the in-process buffer and the
+// Redis buffer keep the same contract (in the manner of a driver test suite
+// run by every driver). The memory buffer runs it in its own package test;
+// the Redis buffer runs it from the tests module, on miniredis, a Redis
+// server and a Redis Cluster.
+//
+// Every check asserts exact values: counts, timestamps, the fields a scan
+// returns, the fields a requeue drops. Nothing depends on timing: the
+// buffer's clock is the suite's, and every touch passes its own now.
+package buffertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/keys"
+)
+
+// Setup is what the suite opens each buffer with.
+type Setup struct {
+	// Shards is the number of shards: 4.
+	Shards int
+	// Throttle is the plugin's throttle window: 1 minute. The suite passes
+	// it as every touch's window (the Redis buffer's marker generations
+	// are this long).
+	Throttle time.Duration
+	// Presence is which presence sets a recorded touch joins: online sets
+	// kept 1 hour, active sets kept 35 days.
+	Presence buffer.Presence
+	// Now is the buffer's clock, 2026-03-01T09:30:00Z at the start; the
+	// suite moves it forward with the touches' now.
+	Now func() time.Time
+}
+
+// Quirk names a part of the contract that a stand-in for a store cannot
+// keep; the suite leaves that part out. The real stores have none.
+type Quirk string
+
+// CountSumsKeys: the store answers a count of several presence sets with
+// the sum of their counts, not the size of their union (miniredis's
+// multi-key PFCOUNT). The suite then counts disjoint sets only.
+const CountSumsKeys Quirk = "count sums keys"
+
+// Exercise runs the contract suite as subtests of t, each on a fresh, empty
+// buffer that open returns for s. open must register with t.Cleanup
+// whatever closes the buffer and removes its state (for Redis: Close, then
+// the keys under its own prefix). quirks leave out what the store under
+// the buffer cannot do.
+func Exercise(t *testing.T, open func(t *testing.T, s Setup) buffer.Buffer, quirks ...Quirk) {
+	checks := []struct {
+		name string
+		run  func(c *check)
+	}{
+		{"ThrottleWindow", throttleWindow},
+		{"ConcurrentTouches", concurrentTouches},
+		{"PendingForwardOnly", pendingForwardOnly},
+		{"SwapIsolatesTouches", swapIsolatesTouches},
+		{"LeftOverInFlight", leftOverInFlight},
+		{"AckRemovesOnlyAcknowledged", ackRemovesOnlyAcknowledged},
+		{"RequeueNewestWins", requeueNewestWins},
+		{"RefusalLimit", refusalLimit},
+		{"LocksExclusive", locksExclusive},
+		{"Reads", reads},
+		{"PresenceCount", presenceCount},
+		{"Idle", idle},
+	}
+	for _, ck := range checks {
+		t.Run(ck.name, func(t *testing.T) {
+			clock := &clock{now: at(0)}
+			s := Setup{Shards: 4, Throttle: time.Minute,
+				Presence: buffer.Presence{OnlineWindow: time.Hour, ActiveRetention: 35 * 24 * time.Hour}, Now: clock.Now}
+			ck.run(&check{t: t, b: open(t, s), s: s, clock: clock, ctx: context.Background(), quirks: quirks})
+		})
+	}
+}
+
+// clock is the buffer's settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// check is one subtest's buffer and helpers.
+type check struct {
+	t      *testing.T
+	b      buffer.Buffer
+	s      Setup
+	clock  *clock
+	ctx    context.Context
+	quirks []Quirk
+}
+
+// at returns the suite's start, 2026-03-01T09:30:00Z, plus d.
+func at(d time.Duration) time.Time { return time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC).Add(d) }
+
+// micros is at(d) in the stored form.
+func micros(d time.Duration) string { return strconv.FormatInt(buffer.Micros(at(d)), 10) }
+
+// users returns n user ids of shard n, in order: "u1", "u2", ... that
+// keys.ShardOf puts there.
+func (c *check) users(shard, n int) []string {
+	var out []string
+	for i := 1; len(out) < n; i++ {
+		if uid := "u" + strconv.Itoa(i); keys.ShardOf(uid, c.s.Shards) == shard {
+			out = append(out, uid)
+		}
+	}
+	return out
+}
+
+func (c *check) must(err error) {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func equal[T comparable](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func equalSlices[T comparable](t *testing.T, what string, got, want []T) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+}
+
+// touch touches uid at at(d), the clock set to now(d), with the throttle
+// window, and checks the result.
+func (c *check) touch(uid string, seen, now time.Duration, window time.Duration, recorded bool, ttl time.Duration) {
+	c.t.Helper()
+	c.clock.set(at(now))
+	got, left, err := c.b.Touch(c.ctx, uid, at(seen), at(now), window)
+	c.must(err)
+	equal(c.t, fmt.Sprintf("touch %s at +%v (now +%v) recorded", uid, seen, now), got, recorded)
+	equal(c.t, fmt.Sprintf("touch %s at +%v (now +%v) ttl", uid, seen, now), left, ttl)
+}
+
+// record touches uid at at(d), now at(d), expecting a new window.
+func (c *check) record(uid string, d time.Duration) {
+	c.t.Helper()
+	c.touch(uid, d, d, c.s.Throttle, true, c.s.Throttle)
+}
+
+// newest checks Newest of uids (both unguarded and guarded): want holds
+// each one's offset from the start, or -1 for none.
+func (c *check) newest(uids []string, want ...time.Duration) {
+	c.t.Helper()
+	for _, guard := range []bool{false, true} {
+		got, err := c.b.Newest(c.ctx, uids, c.clock.Now(), guard)
+		c.must(err)
+		equal(c.t, "newest: results", len(got), len(uids))
+		for i, uid := range uids {
+			w := time.Time{}
+			if want[i] >= 0 {
+				w = at(want[i])
+			}
+			if !got[i].Equal(w) || (!w.IsZero() && got[i].Location() != time.UTC) {
+				c.t.Fatalf("newest(%s, guard %v) = %v, want %v (UTC)", uid, guard, got[i], w)
+			}
+		}
+	}
+}
+
+// sizes checks every shard's sizes: want is pending, in-flight, pending,
+// in-flight, ... in shard order.
+func (c *check) sizes(want ...int64) {
+	c.t.Helper()
+	got, err := c.b.Sizes(c.ctx)
+	c.must(err)
+	flat := make([]int64, 0, 2*len(got))
+	for _, z := range got {
+		flat = append(flat, z.Pending, z.InFlight)
+	}
+	equalSlices(c.t, "sizes (pending, in-flight by shard)", flat, want)
+}
+
+// active checks Active.
+func (c *check) active(want ...int) {
+	c.t.Helper()
+	got, err := c.b.Active(c.ctx)
+	c.must(err)
+	equalSlices(c.t, "active shards", got, want)
+}
+
+// lockShard takes shard n's lock, released at cleanup (a second release
+// does nothing).
+func (c *check) lockShard(n int) buffer.ShardLease {
+	c.t.Helper()
+	l, err := c.b.LockShard(c.ctx, n)
+	c.must(err)
+	c.t.Cleanup(func() { l.Release(context.Background()) })
+	return l
+}
+
+// swap checks Swap's count.
+func (c *check) swap(l buffer.ShardLease, want int) {
+	c.t.Helper()
+	n, err := l.Swap(c.ctx)
+	c.must(err)
+	equal(c.t, "swap: entries moved", n, want)
+}
+
+// scanned is one in-flight entry as Scan returned it.
+type scanned struct {
+	value  string
+	bucket int
+}
+
+// scan reads the whole in-flight set, n entries a page, acknowledging
+// nothing; each field must come with one value (duplicates allowed).
+func (c *check) scan(l buffer.ShardLease, n int) map[string]scanned {
+	c.t.Helper()
+	return c.scanAcking(l, n, false)
+}
+
+// scanAcking is scan, and with ack it acknowledges every page before
+// reading the next (as the flush does): every field in flight for the
+// whole scan still comes at least once.
+func (c *check) scanAcking(l buffer.ShardLease, n int, ack bool) map[string]scanned {
+	c.t.Helper()
+	out := map[string]scanned{}
+	var cursor uint64
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			c.t.Fatal("scan: no end after 1000 pages")
+		}
+		kv, buckets, next, err := l.Scan(c.ctx, cursor, n)
+		c.must(err)
+		if len(kv)%2 != 0 || (buckets != nil && len(buckets) != len(kv)/2) {
+			c.t.Fatalf("scan: %d strings, %d buckets", len(kv), len(buckets))
+		}
+		var held []buffer.Held
+		for i := 0; i < len(kv); i += 2 {
+			b := -1
+			if buckets != nil {
+				b = buckets[i/2]
+			}
+			if prev, ok := out[kv[i]]; ok && prev.value != kv[i+1] {
+				c.t.Fatalf("scan: %s came with %s and %s", kv[i], prev.value, kv[i+1])
+			}
+			out[kv[i]] = scanned{kv[i+1], b}
+			held = append(held, buffer.Held{Field: kv[i], Bucket: b})
+		}
+		if ack {
+			c.must(l.Ack(c.ctx, held, false))
+		}
+		if next == 0 {
+			return out
+		}
+		cursor = next
+	}
+}
+
+// values returns the fields and values of m, sorted by field, as field=value.
+func values(m map[string]scanned) []string {
+	out := make([]string, 0, len(m))
+	for f, s := range m {
+		out = append(out, f+"="+s.value)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// entries returns field=value for each pair, sorted.
+func entries(pairs ...string) []string {
+	out := make([]string, 0, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, pairs[i]+"="+pairs[i+1])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// walk reads shard n's pending (or in-flight) set about page entries at a
+// time and returns field=value sorted (duplicates folded).
+func (c *check) walk(n int, inflight bool, page int) []string {
+	c.t.Helper()
+	set := map[string]string{}
+	err := c.b.Walk(c.ctx, n, inflight, page, func(kv []string) {
+		if len(kv) == 0 || len(kv)%2 != 0 {
+			c.t.Errorf("walk: a call with %d strings, want field and value pairs", len(kv))
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			set[kv[i]] = kv[i+1]
+		}
+	})
+	c.must(err)
+	out := make([]string, 0, len(set))
+	for f, v := range set {
+		out = append(out, f+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// requeue requeues the refused entries with ceiling and limit and checks
+// what it dropped.
+func (c *check) requeue(l buffer.ShardLease, refused []buffer.Refused, ceiling int64, limit int, dropped ...string) {
+	c.t.Helper()
+	got, err := l.Requeue(c.ctx, refused, ceiling, limit)
+	c.must(err)
+	if len(got) == 0 {
+		got = nil
+	}
+	equalSlices(c.t, "requeue: dropped", got, dropped)
+}
+
+// refused returns the Refused entries of fields as scan read them.
+func refused(in map[string]scanned, fields ...string) []buffer.Refused {
+	out := make([]buffer.Refused, 0, len(fields))
+	for _, f := range fields {
+		s, ok := in[f]
+		if !ok {
+			panic("buffertest: " + f + " was not scanned")
+		}
+		out = append(out, buffer.Refused{Field: f, Value: s.value, Bucket: s.bucket})
+	}
+	return out
+}
+
+// throttleWindow: a user is recorded at most once per throttle window, a
+// window that starts when the user is recorded; the ttl of a throttled
+// touch is what is left of the window; users have windows of their own.
+func throttleWindow(c *check) {
+	u := c.users(0, 1)[0]
+	v := c.users(1, 1)[0]
+	w := c.users(0, 2)[1]
+	c.record(u, 0)
+	c.touch(u, 10*time.Second, 10*time.Second, time.Minute, false, 50*time.Second)
+	c.touch(u, 59*time.Second, 59*time.Second, time.Minute, false, time.Second)
+	c.record(v, 10*time.Second)
+	c.touch(v, 30*time.Second, 30*time.Second, time.Minute, false, 40*time.Second)
+	c.newest([]string{u, v, w}, 0, 10*time.Second, -1) // throttled touches did not move pending
+	c.sizes(1, 0, 1, 0, 0, 0, 0, 0)
+	c.record(u, time.Minute) // the window ended: a new one opens
+	c.touch(u, time.Minute+time.Second, time.Minute+time.Second, time.Minute, false, 59*time.Second)
+	c.newest([]string{u, v, w}, time.Minute, 10*time.Second, -1)
+	c.sizes(1, 0, 1, 0, 0, 0, 0, 0)
+	// A window shorter than the throttle (a late touch: what is left of its
+	// own window) ends sooner.
+	c.touch(w, 0, 30*time.Second, 30*time.Second, true, 30*time.Second)
+	c.touch(w, 59*time.Second, 59*time.Second, time.Minute, false, time.Second)
+	c.touch(w, time.Minute, time.Minute, time.Minute, true, time.Minute)
+	c.newest([]string{w}, time.Minute)
+}
+
+// concurrentTouches: of many touches of one user at once, exactly one is
+// recorded.
+func concurrentTouches(c *check) {
+	u := c.users(2, 1)[0]
+	c.clock.set(at(0))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	recorded, errs := 0, []error(nil)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _, err := c.b.Touch(c.ctx, u, at(time.Duration(i)*time.Millisecond), at(0), time.Minute)
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				recorded++
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	c.must(errors.Join(errs...))
+	equal(c.t, "recorded of 20 concurrent touches", recorded, 1)
+	c.sizes(0, 0, 0, 0, 1, 0, 0, 0)
+}
+
+// pendingForwardOnly: a recorded touch raises the pending value, never
+// lowers it.
+func pendingForwardOnly(c *check) {
+	u := c.users(3, 1)[0]
+	c.touch(u, 30*time.Second, 0, time.Minute, true, time.Minute) // ahead of the clock
+	c.newest([]string{u}, 30*time.Second)
+	// After the window, an older time is recorded (a window of its own) but
+	// does not lower the pending value.
+	c.touch(u, 0, 2*time.Minute, time.Millisecond, true, time.Millisecond)
+	c.newest([]string{u}, 30*time.Second)
+	c.record(u, 3*time.Minute)
+	c.newest([]string{u}, 3*time.Minute)
+	c.sizes(0, 0, 0, 0, 0, 0, 1, 0)
+}
+
+// swapIsolatesTouches: a swap moves the pending set to in-flight at once;
+// touches during the flush land in a new pending set; Newest sees the
+// newer of both; a scan that acknowledges page by page still returns every
+// entry; the final ack removes the in-flight set; a swap with nothing
+// pending moves nothing.
+func swapIsolatesTouches(c *check) {
+	us := c.users(0, 6)
+	for _, u := range us[:5] {
+		c.record(u, 0)
+	}
+	c.active(0)
+	l := c.lockShard(0)
+	c.swap(l, 5)
+	c.sizes(0, 5, 0, 0, 0, 0, 0, 0)
+	c.active(0)
+	c.record(us[5], time.Second)       // a new user during the flush
+	c.record(us[0], 2*time.Minute)     // a user in flight, after its window
+	c.sizes(2, 5, 0, 0, 0, 0, 0, 0)    // pending: the two new touches
+	c.newest(us[:2], 2*time.Minute, 0) // us[0]: the newer of pending and in-flight
+	got := c.scanAcking(l, 2, true)
+	equalSlices(c.t, "in flight", values(got),
+		entries(us[0], micros(0), us[1], micros(0), us[2], micros(0), us[3], micros(0), us[4], micros(0)))
+	c.sizes(2, 0, 0, 0, 0, 0, 0, 0)
+	c.must(l.Ack(c.ctx, nil, true))
+	c.newest(us, 2*time.Minute, -1, -1, -1, -1, time.Second)
+	c.swap(l, 2)
+	equalSlices(c.t, "in flight, second swap", values(c.scan(l, 1000)), entries(us[0], micros(2*time.Minute), us[5], micros(time.Second)))
+	c.must(l.Ack(c.ctx, nil, true))
+	c.sizes(0, 0, 0, 0, 0, 0, 0, 0)
+	c.active()
+	c.swap(l, 0)
+	c.sizes(0, 0, 0, 0, 0, 0, 0, 0)
+	equal(c.t, "scan of nothing", len(c.scan(l, 10)), 0)
+}
+
+// leftOverInFlight: a flush that stopped after its swap leaves the
+// in-flight set; the next swap refuses with ErrLeftOver, moves nothing, and
+// the left-over set can be drained first.
+func leftOverInFlight(c *check) {
+	us := c.users(1, 2)
+	c.record(us[0], 0)
+	l := c.lockShard(1)
+	c.swap(l, 1)
+	l.Release(c.ctx) // stopped before the ack
+	c.record(us[1], time.Second)
+	l = c.lockShard(1)
+	n, err := l.Swap(c.ctx)
+	if !errors.Is(err, buffer.ErrLeftOver) {
+		c.t.Fatalf("swap over a left-over in-flight set: %d, %v, want ErrLeftOver", n, err)
+	}
+	c.sizes(0, 0, 1, 1, 0, 0, 0, 0)
+	equalSlices(c.t, "left over", values(c.scan(l, 10)), entries(us[0], micros(0)))
+	c.must(l.Ack(c.ctx, nil, true))
+	c.swap(l, 1)
+	equalSlices(c.t, "in flight", values(c.scan(l, 10)), entries(us[1], micros(time.Second)))
+	c.must(l.Ack(c.ctx, nil, true))
+	c.sizes(0, 0, 0, 0, 0, 0, 0, 0)
+}
+
+// ackRemovesOnlyAcknowledged: an ack removes the fields it names, and only
+// them, located by the bucket the scan gave or, with bucket -1, by the
+// buffer; the final ack removes the in-flight set with what is left.
+func ackRemovesOnlyAcknowledged(c *check) {
+	us := c.users(2, 3)
+	for _, u := range us {
+		c.record(u, 0)
+	}
+	l := c.lockShard(2)
+	c.swap(l, 3)
+	got := c.scan(l, 10)
+	c.must(l.Ack(c.ctx, []buffer.Held{{Field: us[0], Bucket: -1}}, false))
+	c.sizes(0, 0, 0, 0, 0, 2, 0, 0)
+	equalSlices(c.t, "in flight after one ack", values(c.scan(l, 10)), entries(us[1], micros(0), us[2], micros(0)))
+	c.newest(us, -1, 0, 0)
+	c.must(l.Ack(c.ctx, []buffer.Held{{Field: us[1], Bucket: got[us[1]].bucket}, {Field: "not-in-flight", Bucket: -1}}, false))
+	c.sizes(0, 0, 0, 0, 0, 1, 0, 0)
+	c.active(2)
+	c.must(l.Ack(c.ctx, nil, true))
+	c.sizes(0, 0, 0, 0, 0, 0, 0, 0)
+	c.active()
+	c.newest(us, -1, -1, -1)
+}
+
+// requeueNewestWins: a refused entry goes back to pending unless pending
+// holds a newer value; a pending value above the ceiling is replaced.
+func requeueNewestWins(c *check) {
+	us := c.users(3, 3)
+	for _, u := range us {
+		c.record(u, 0)
+	}
+	l := c.lockShard(3)
+	c.swap(l, 3)
+	got := c.scan(l, 10)
+	c.record(us[0], 2*time.Minute) // newer, during the flush
+	c.record(us[2], 2*time.Minute)
+	c.requeue(l, refused(got, us[0], us[1]), buffer.Ceiling(at(2*time.Minute)), 0)
+	c.requeue(l, refused(got, us[2]), buffer.Micros(at(time.Minute)), 0) // us[2]'s pending value is past this ceiling
+	c.sizes(0, 0, 0, 0, 0, 0, 3, 0)
+	equalSlices(c.t, "pending after requeue", c.walk(3, false, 10),
+		entries(us[0], micros(2*time.Minute), us[1], micros(0), us[2], micros(0)))
+	c.must(l.Ack(c.ctx, nil, true))
+}
+
+// refusalLimit: an entry refused the limit-th time in a row is dropped and
+// its count cleared; limit 0 never drops; an ack clears the count.
+func refusalLimit(c *check) {
+	us := c.users(1, 3)
+	drop, never, acked := us[0], us[1], us[2]
+	for _, u := range us {
+		c.record(u, 0)
+	}
+	l := c.lockShard(1)
+	ceiling := func() int64 { return buffer.Ceiling(c.clock.Now()) }
+	// Round 1: all three refused, counts 1.
+	c.swap(l, 3)
+	got := c.scan(l, 10)
+	c.requeue(l, refused(got, drop, acked), ceiling(), 3)
+	c.requeue(l, refused(got, never), ceiling(), 0)
+	c.must(l.Ack(c.ctx, nil, true))
+	// Round 2: drop and never refused again (counts 2); acked written: its
+	// count clears.
+	c.swap(l, 3)
+	got = c.scan(l, 10)
+	c.requeue(l, refused(got, drop), ceiling(), 3)
+	c.requeue(l, refused(got, never), ceiling(), 0)
+	c.must(l.Ack(c.ctx, []buffer.Held{{Field: acked, Bucket: got[acked].bucket}}, true))
+	c.sizes(0, 0, 2, 0, 0, 0, 0, 0)
+	// Round 3: drop's third refusal drops it; acked's count is 1 again;
+	// never's 3, under limit 0.
+	c.record(acked, 2*time.Minute)
+	c.swap(l, 3)
+	got = c.scan(l, 10)
+	c.requeue(l, refused(got, drop, acked), ceiling(), 3, drop)
+	c.requeue(l, refused(got, never), ceiling(), 0)
+	c.must(l.Ack(c.ctx, nil, true))
+	equalSlices(c.t, "pending after the limit", c.walk(1, false, 10), entries(never, micros(0), acked, micros(2*time.Minute)))
+	c.sizes(0, 0, 2, 0, 0, 0, 0, 0)
+	// Round 4: the dropped user, seen again, starts a count of its own: 1,
+	// and acked's is 2, both under 3.
+	c.record(drop, 3*time.Minute)
+	c.swap(l, 3)
+	got = c.scan(l, 10)
+	c.requeue(l, refused(got, drop, acked), ceiling(), 3)
+	c.requeue(l, refused(got, never), ceiling(), 0)
+	c.must(l.Ack(c.ctx, nil, true))
+	// Round 5: with limit 2, drop's second refusal drops it; never's fifth
+	// with limit 0 does not.
+	c.swap(l, 3)
+	got = c.scan(l, 10)
+	c.requeue(l, refused(got, drop), ceiling(), 2, drop)
+	c.requeue(l, refused(got, never, acked), ceiling(), 0)
+	c.must(l.Ack(c.ctx, nil, true))
+	equalSlices(c.t, "pending at the end", c.walk(1, false, 10), entries(never, micros(0), acked, micros(2*time.Minute)))
+	c.sizes(0, 0, 2, 0, 0, 0, 0, 0)
+}
+
+// locksExclusive: a shard's lock and the purge lock have one holder at a
+// time (ErrNotObtained for a second); each shard's lock is its own; a
+// released lock can be taken again; a held lock refreshes; Keep's context
+// runs until the work stops.
+func locksExclusive(c *check) {
+	l0, err := c.b.LockShard(c.ctx, 0)
+	c.must(err)
+	if _, err := c.b.LockShard(c.ctx, 0); !errors.Is(err, buffer.ErrNotObtained) {
+		c.t.Fatalf("second lock of shard 0: %v, want ErrNotObtained", err)
+	}
+	l1, err := c.b.LockShard(c.ctx, 1)
+	c.must(err)
+	p, err := c.b.LockPurge(c.ctx)
+	c.must(err)
+	if _, err := c.b.LockPurge(c.ctx); !errors.Is(err, buffer.ErrNotObtained) {
+		c.t.Fatalf("second purge lock: %v, want ErrNotObtained", err)
+	}
+	c.must(l0.Refresh(c.ctx))
+	c.must(p.Refresh(c.ctx))
+	lost := errors.New("lost")
+	run, stop := l0.Keep(c.ctx, lost)
+	if run.Err() != nil || context.Cause(run) != nil {
+		c.t.Fatalf("Keep's context: %v (cause %v), want running", run.Err(), context.Cause(run))
+	}
+	stop()
+	l0.Release(c.ctx)
+	l0.Release(c.ctx) // a second release does nothing
+	l0, err = c.b.LockShard(c.ctx, 0)
+	c.must(err)
+	if _, err := c.b.LockShard(c.ctx, 1); !errors.Is(err, buffer.ErrNotObtained) {
+		c.t.Fatalf("lock of shard 1 while held: %v, want ErrNotObtained", err)
+	}
+	p.Release(c.ctx)
+	p, err = c.b.LockPurge(c.ctx)
+	c.must(err)
+	for _, l := range []buffer.Lease{l0, l1, p} {
+		l.Release(c.ctx)
+	}
+	for n := range c.s.Shards {
+		l := c.lockShard(n)
+		l.Release(c.ctx)
+	}
+}
+
+// reads: Sizes, Active, Walk, Sample and Newest over pending and in-flight
+// sets.
+func reads(c *check) {
+	a := c.users(0, 3)
+	b := c.users(2, 1)[0]
+	for _, u := range a {
+		c.record(u, 0)
+	}
+	c.record(b, time.Second)
+	c.sizes(3, 0, 0, 0, 1, 0, 0, 0)
+	c.active(0, 2)
+	l := c.lockShard(2)
+	c.swap(l, 1)
+	c.sizes(3, 0, 0, 0, 0, 1, 0, 0)
+	c.active(0, 2)
+	c.record(b, 2*time.Minute)
+	c.sizes(3, 0, 0, 0, 1, 1, 0, 0)
+
+	equalSlices(c.t, "walk shard 0 pending", c.walk(0, false, 2), entries(a[0], micros(0), a[1], micros(0), a[2], micros(0)))
+	equalSlices(c.t, "walk shard 0 in flight", c.walk(0, true, 2), entries())
+	equalSlices(c.t, "walk shard 1 pending", c.walk(1, false, 2), entries())
+	equalSlices(c.t, "walk shard 2 pending", c.walk(2, false, 1), entries(b, micros(2*time.Minute)))
+	equalSlices(c.t, "walk shard 2 in flight", c.walk(2, true, 1), entries(b, micros(time.Second)))
+
+	sizes, vals, err := c.b.Sample(c.ctx, 0)
+	c.must(err)
+	equal(c.t, "sample 0: values", len(vals), 0)
+	equalSlices(c.t, "sample 0: sizes", sizes, []buffer.Sizes{{Pending: 3}, {}, {Pending: 1, InFlight: 1}, {}})
+	sizes, vals, err = c.b.Sample(c.ctx, 10)
+	c.must(err)
+	slices.Sort(vals)
+	equalSlices(c.t, "sample 10: sizes", sizes, []buffer.Sizes{{Pending: 3}, {}, {Pending: 1, InFlight: 1}, {}})
+	equalSlices(c.t, "sample 10: values (every set whole)", vals,
+		[]string{micros(0), micros(0), micros(0), micros(time.Second), micros(2 * time.Minute)})
+
+	c.newest([]string{a[0], b, "never-seen", a[2], b}, 0, 2*time.Minute, -1, 0, 2*time.Minute)
+	c.must(l.Ack(c.ctx, nil, true))
+	c.newest([]string{b}, 2*time.Minute)
+}
+
+// presenceCount: Count gives the distinct users of the presence sets named,
+// per shard, summed: only touches that opened a window join them, in their
+// minute and their day; turned-off sets are not written.
+func presenceCount(c *check) {
+	x, y := c.users(0, 2), c.users(3, 1)[0]
+	c.record(x[0], 0)
+	c.record(x[1], 10*time.Second)
+	c.touch(x[0], 20*time.Second, 20*time.Second, time.Minute, false, 40*time.Second)
+	c.record(y, time.Minute+5*time.Second) // the next minute
+	minute := func(d time.Duration) string { return strconv.FormatInt(at(d).Unix()/60, 10) }
+	count := func(keysOf func(keys.Shard) []string, want int64) {
+		c.t.Helper()
+		n, err := c.b.Count(c.ctx, keysOf)
+		c.must(err)
+		equal(c.t, "count", n, want)
+	}
+	count(func(k keys.Shard) []string { return []string{k.Online + minute(0)} }, 2)
+	count(func(k keys.Shard) []string { return []string{k.Online + minute(time.Minute)} }, 1)
+	count(func(k keys.Shard) []string { return []string{k.Online + minute(0), k.Online + minute(time.Minute)} }, 3)
+	count(func(k keys.Shard) []string { return []string{k.Online + minute(2*time.Minute)} }, 0)
+	day := at(0).Format(keys.DayLayout)
+	count(func(k keys.Shard) []string { return []string{k.Active + day} }, 3)
+	c.record(x[0], 2*time.Minute) // one user in two minutes counts once over both
+	if !slices.Contains(c.quirks, CountSumsKeys) {
+		count(func(k keys.Shard) []string { return []string{k.Online + minute(0), k.Online + minute(2*time.Minute)} }, 2)
+	}
+	count(func(k keys.Shard) []string { return []string{k.Online + minute(2*time.Minute)} }, 1)
+	count(func(k keys.Shard) []string { return []string{k.Active + day} }, 3)
+}
+
+// idle: a fresh buffer holds nothing, kept nothing aside, has nothing to
+// replay, answers, and its breaker is closed.
+func idle(c *check) {
+	c.sizes(0, 0, 0, 0, 0, 0, 0, 0)
+	c.active()
+	c.must(c.b.Replay(c.ctx))
+	c.must(c.b.Ping(c.ctx))
+	equal(c.t, "backlog", c.b.BacklogLen(), 0)
+	equal(c.t, "breaker", c.b.Breaker(), "closed")
+	c.record(c.users(1, 1)[0], 0)
+	c.must(c.b.Replay(c.ctx))
+	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
+}

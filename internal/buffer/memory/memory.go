@@ -1,0 +1,275 @@
+// Package memory is the in-process buffer of lastseen, for an app that runs
+// as one instance (no Redis): the Redis buffer's shards, with each shard's
+// pending and in-flight sets as maps under the shard's mutex, throttle
+// markers as deadlines on the plugin's clock, and in-process locks for the
+// shards' flushes and the purge. It never fails, so it has no circuit
+// breaker and no backlog. What it holds is lost when the process dies.
+//
+// It keeps the contract of package buffer, checked by package buffertest.
+package memory
+
+import (
+	"context"
+	"maps"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/keys"
+)
+
+// Options configure a Buffer.
+type Options struct {
+	// Prefix names the shards' presence sets as the Redis buffer's keys do
+	// (keys.ForShard); it is not shared with anything.
+	Prefix string
+	// Shards is the number of shards, 1 to keys.MaxShards. Default 16.
+	Shards int
+	// Presence is which presence sets a recorded touch joins.
+	Presence buffer.Presence
+	// Now is the plugin's clock: the swap sweeps the throttle markers ended
+	// by it, and Count leaves out the presence sets it has ended. (A touch
+	// reads its own now.) Default time.Now.
+	Now func() time.Time
+}
+
+// Buffer is the in-process buffer. Create it with New.
+type Buffer struct {
+	presence buffer.Presence
+	now      func() time.Time
+	shards   []*shard
+	purge    sync.Mutex // the purge lock (TryLock)
+}
+
+// shard is one shard. The user ids are shared with the Redis layout
+// (keys.ShardOf), so a shard holds the same users in both.
+type shard struct {
+	mu       sync.Mutex
+	pending  map[string]int64     // user id -> Unix µs; empty: no pending set
+	inflight map[string]int64     // the pending set a flush is writing; empty: none
+	markers  map[string]time.Time // user id -> end of the throttle window (plugin's clock)
+	refusals map[string]int       // user id -> flushes in a row the database refused its entry
+	swept    int                  // len(markers) after the last sweep
+	flush    sync.Mutex           // the shard's flush lock (TryLock)
+	keys     keys.Shard           // the Redis names of the shard's keys: presence sets are kept by them
+	presence map[string]*presenceSet
+}
+
+// presenceSet is the in-process counterpart of one presence HyperLogLog:
+// the exact set of users, kept until end.
+type presenceSet struct {
+	users map[string]struct{}
+	end   time.Time
+}
+
+// minSweep is the number of markers below which a shard never sweeps on a
+// touch: expired markers are then removed by the flush's swap alone.
+const minSweep = 1024
+
+var _ buffer.Buffer = (*Buffer)(nil)
+
+// New returns an empty buffer.
+func New(o Options) *Buffer {
+	if o.Shards <= 0 {
+		o.Shards = 16
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	b := &Buffer{presence: o.Presence, now: o.Now}
+	for n := range o.Shards {
+		b.shards = append(b.shards, &shard{pending: map[string]int64{}, markers: map[string]time.Time{}, refusals: map[string]int{},
+			keys: keys.ForShard(o.Prefix, n, o.Shards), presence: map[string]*presenceSet{}})
+	}
+	return b
+}
+
+func (b *Buffer) shard(uid string) *shard {
+	return b.shards[keys.ShardOf(uid, len(b.shards))]
+}
+
+// Touch is the Redis buffer's touch on maps: a marker whose deadline is
+// after now throttles; otherwise the marker is set to now + window, the
+// pending value raised to at, and the user added to the presence sets. It
+// never fails.
+func (b *Buffer) Touch(_ context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
+	s := b.shard(uid)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if end, ok := s.markers[uid]; ok && now.Before(end) {
+		return false, end.Sub(now), nil
+	}
+	s.markers[uid] = now.Add(window)
+	if ts := buffer.Micros(at); ts > s.pending[uid] {
+		s.pending[uid] = ts
+	}
+	names, ttls := b.presence.Sets(s.keys, at, now)
+	for i, k := range names {
+		if ttl := ttls[i]; ttl > 0 { // 0: its period ended longer ago than it is kept
+			ps := s.presence[k]
+			if ps == nil {
+				ps = &presenceSet{users: map[string]struct{}{}}
+				s.presence[k] = ps
+			}
+			ps.users[uid] = struct{}{}
+			ps.end = now.Add(time.Duration(ttl) * time.Second) // EXPIRE
+		}
+	}
+	if len(s.markers) >= 2*max(s.swept, minSweep) {
+		s.sweep(now)
+	}
+	return true, window, nil
+}
+
+// sweep drops the markers whose window ended at now, and the presence sets
+// past their end (the Redis keys' expiry). Under s.mu. Amortized: a touch
+// sweeps when the markers doubled since the last sweep; each swap sweeps.
+func (s *shard) sweep(now time.Time) {
+	for uid, end := range s.markers {
+		if !now.Before(end) {
+			delete(s.markers, uid)
+		}
+	}
+	s.swept = len(s.markers)
+	for k, ps := range s.presence {
+		if !now.Before(ps.end) {
+			delete(s.presence, k)
+		}
+	}
+}
+
+// Count is exact: the size of the union, per shard, of the sets keysOf
+// names that have not ended on the clock.
+func (b *Buffer) Count(_ context.Context, keysOf func(keys.Shard) []string) (int64, error) {
+	now := b.now()
+	var sum int64
+	for _, s := range b.shards {
+		s.mu.Lock()
+		var union map[string]struct{}
+		var only *presenceSet // the one live set, counted without a union
+		live := 0
+		for _, k := range keysOf(s.keys) {
+			ps := s.presence[k]
+			if ps == nil || !now.Before(ps.end) {
+				continue
+			}
+			if live++; live == 1 {
+				only = ps
+				continue
+			}
+			if union == nil {
+				union = maps.Clone(only.users)
+			}
+			maps.Copy(union, ps.users)
+		}
+		switch {
+		case union != nil:
+			sum += int64(len(union))
+		case only != nil:
+			sum += int64(len(only.users))
+		}
+		s.mu.Unlock()
+	}
+	return sum, nil
+}
+
+// Newest reads each uid's pending and in-flight values under its shard's
+// mutex. It never fails.
+func (b *Buffer) Newest(_ context.Context, uids []string, _ time.Time, _ bool) ([]time.Time, error) {
+	out := make([]time.Time, len(uids))
+	for i, uid := range uids {
+		s := b.shard(uid)
+		s.mu.Lock()
+		ts := max(s.pending[uid], s.inflight[uid])
+		s.mu.Unlock()
+		if ts > 0 {
+			out[i] = time.UnixMicro(ts).UTC()
+		}
+	}
+	return out, nil
+}
+
+// Sizes counts each shard's maps under its mutex.
+func (b *Buffer) Sizes(context.Context) ([]buffer.Sizes, error) {
+	out := make([]buffer.Sizes, len(b.shards))
+	for i, s := range b.shards {
+		s.mu.Lock()
+		out[i] = buffer.Sizes{Pending: int64(len(s.pending)), InFlight: int64(len(s.inflight))}
+		s.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Walk copies the set under the shard's mutex, then calls fn page by page.
+func (b *Buffer) Walk(_ context.Context, n int, inflight bool, page int, fn func(kv []string)) error {
+	s := b.shards[n]
+	s.mu.Lock()
+	m := s.pending
+	if inflight {
+		m = s.inflight
+	}
+	kv := appendEntries(make([]string, 0, 2*len(m)), m, len(m))
+	s.mu.Unlock()
+	for len(kv) > 0 {
+		k := min(len(kv), 2*max(page, 1))
+		fn(kv[:k])
+		kv = kv[k:]
+	}
+	return nil
+}
+
+// Sample takes up to perHash entries of each set in map iteration order
+// (which Go randomizes per iteration), the counterpart of HRANDFIELD.
+func (b *Buffer) Sample(_ context.Context, perHash int) ([]buffer.Sizes, []string, error) {
+	sizes := make([]buffer.Sizes, len(b.shards))
+	var values []string
+	for i, s := range b.shards {
+		s.mu.Lock()
+		sizes[i] = buffer.Sizes{Pending: int64(len(s.pending)), InFlight: int64(len(s.inflight))}
+		for _, m := range []map[string]int64{s.pending, s.inflight} {
+			k := 0
+			for _, ts := range m {
+				if k == perHash {
+					break
+				}
+				values = append(values, strconv.FormatInt(ts, 10))
+				k++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return sizes, values, nil
+}
+
+// appendEntries appends up to n entries of m to kv as field, value, ...
+// in the stored decimal form.
+func appendEntries(kv []string, m map[string]int64, n int) []string {
+	for uid, ts := range m {
+		if n == 0 {
+			break
+		}
+		kv = append(kv, uid, strconv.FormatInt(ts, 10))
+		n--
+	}
+	return kv
+}
+
+// Replay does nothing: nothing is kept aside.
+func (b *Buffer) Replay(context.Context) error { return nil }
+
+// Ping does nothing: the buffer always answers.
+func (b *Buffer) Ping(context.Context) error { return nil }
+
+// Shared returns "": the buffer is its plugin's own.
+func (b *Buffer) Shared() string { return "" }
+
+// BacklogLen returns 0: there is no backlog.
+func (b *Buffer) BacklogLen() int { return 0 }
+
+// Breaker returns "closed": there is no circuit breaker.
+func (b *Buffer) Breaker() string { return "closed" }
+
+// Close does nothing: the buffer keeps working, and nothing flushes it any
+// more.
+func (b *Buffer) Close() error { return nil }

@@ -1,0 +1,47 @@
+package memory
+
+import (
+	"maps"
+	"time"
+
+	"github.com/lastseen/lastseen/internal/keys"
+)
+
+// State is a copy of one shard's state, for tests and diagnostics.
+type State struct {
+	// Pending and InFlight map user ids to Unix microseconds.
+	Pending, InFlight map[string]int64
+	// Refusals maps user ids to the flushes in a row that refused the
+	// entry.
+	Refusals map[string]int
+	// Markers maps user ids to the end of their throttle window on the
+	// plugin's clock, ended windows not yet swept included.
+	Markers map[string]time.Time
+}
+
+// State returns a copy of shard n's state (never nil maps).
+func (b *Buffer) State(n int) State {
+	s := b.shards[n]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := State{Pending: maps.Clone(s.pending), InFlight: maps.Clone(s.inflight), Refusals: maps.Clone(s.refusals), Markers: maps.Clone(s.markers)}
+	if st.InFlight == nil {
+		st.InFlight = map[string]int64{}
+	}
+	return st
+}
+
+// ShardOf returns the shard that holds uid (keys.ShardOf).
+func (b *Buffer) ShardOf(uid string) int { return keys.ShardOf(uid, len(b.shards)) }
+
+// PutInFlight stores uid's timestamp ts (Unix microseconds) in its shard's
+// in-flight set, as a flush that stopped after its swap leaves it.
+func (b *Buffer) PutInFlight(uid string, ts int64) {
+	s := b.shard(uid)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight == nil {
+		s.inflight = map[string]int64{}
+	}
+	s.inflight[uid] = ts
+}

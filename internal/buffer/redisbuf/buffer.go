@@ -1,0 +1,520 @@
+// Package redisbuf is the Redis buffer of lastseen, shared by every instance
+// of an app: one script round trip per recorded touch, an atomic RENAME of a
+// shard's pending hashes for the flush, and bsm/redislock locks. A circuit
+// breaker and an in-process backlog exist because Redis can fail: a touch
+// Redis does not answer within the touch timeout, or while the breaker is
+// open, is kept in the backlog and replayed into Redis by the next flush.
+// Besides the buffer.Buffer contract it keeps the buffer's manifest (what
+// the buffer under a prefix belongs to) and watches Redis's eviction
+// policy.
+//
+// Keys (internal/keys names them; the CLI and the benchmark use it too).
+// Every key of shard N carries the hash tag "{N}", so one Lua script or
+// RENAME only ever touches keys of one Redis Cluster slot; inside a shard a
+// user's entries live in one of keys.Buckets(shards) buckets, so that each
+// hash stays listpack-encoded (small and compact):
+//
+//	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
+//	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
+//	<prefix>:{N}:seen:<b>:<s>    hash: user id -> end of its throttle window,
+//	                             ms from s, its generation's start in Unix ms
+//	<prefix>:{N}:lock            redislock lock of the shard's flusher
+//	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
+//	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a
+//	                             window in Unix minute m
+//	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day
+//	<prefix>:purge:lock          redislock lock of the session purge
+//	<prefix>:manifest            hash: what the buffer is
+//
+// Throttle markers. A marker per user as a key of its own costs about 117
+// bytes of Redis memory; as a field of a small hash, which Redis keeps in
+// its compact listpack encoding, about 10 (an integer id and a small
+// integer value). So the markers of shard N, bucket b are fields of one
+// hash per generation: the plugin's clock cut into periods of one throttle
+// window, the hash named by the generation's start s (Unix ms, a multiple
+// of the window in ms). A field holds the end of the user's window in ms
+// from s, a small integer; the hash expires at the end of the next
+// generation, when every window it holds has ended (a window is at most
+// one throttle window long). Windows stay sliding, anchored at the time
+// seen: a touch reads the user's field in the previous, the current and the
+// next generation and is throttled while any of them is still open. Naming
+// a generation by its start keeps instances whose throttle windows differ
+// from misreading each other's offsets: they use other keys, or the same
+// start.
+//
+// Every Redis call goes through the buffer's bounded client: opened from
+// Options.Client by New (a copy with ContextTimeoutEnabled, or the app's
+// client as it is), closed by Close, after which calls go on on the app's
+// client.
+package redisbuf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
+)
+
+// Options configure a Buffer. Zero values take the defaults given.
+type Options struct {
+	// Client is the app's Redis client (required). A *redis.Client or
+	// *redis.ClusterClient without ContextTimeoutEnabled is copied with it
+	// set (its own connection pool, closed by Close); any other client is
+	// used as it is, each call on a goroutine bounded by its context.
+	Client redis.UniversalClient
+	// Prefix starts every key (required).
+	Prefix string
+	// Shards is the number of shards, 1 to keys.MaxShards. Default 16.
+	Shards int
+	// Throttle is the throttle window: the length of a marker generation.
+	// Default 5m.
+	Throttle time.Duration
+	// TouchTimeout bounds a touch's (and a guarded read's) call. Default
+	// 20ms.
+	TouchTimeout time.Duration
+	// LockTTL is the time to live of the locks, refreshed every third of it
+	// while work runs under them. Default 30s.
+	LockTTL time.Duration
+	// BacklogSize caps the backlog, in users. Default 100,000.
+	BacklogSize int
+	// BreakerCooldown is how long the circuit breaker stays open after 5
+	// touches in a row failed. Default 5s.
+	BreakerCooldown time.Duration
+	// RequireNoEviction makes the eviction watch warn about a policy it
+	// cannot read.
+	RequireNoEviction bool
+	// Presence is which presence sets a recorded touch joins.
+	Presence buffer.Presence
+	// Now is the plugin's clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the buffer's warnings. Default slog.Default().
+	Logger *slog.Logger
+	// LogLimited logs a warning that may repeat often (touches dropped),
+	// rate-limited per message. Default: Logger at the given level, every
+	// time.
+	LogLimited func(level slog.Level, msg string, args ...any)
+	// Counters are the plugin's counters the buffer adds to; a nil one is
+	// the buffer's own.
+	Counters Counters
+	// Hooks are called at fixed points, for tests; nil ones are skipped.
+	Hooks Hooks
+}
+
+// Counters are the cumulative counters the buffer adds to.
+type Counters struct {
+	// RedisErrors counts touches Redis did not answer in time, or refused
+	// by the open breaker.
+	RedisErrors *atomic.Int64
+	// Canceled counts touches whose caller's context ended first.
+	Canceled *atomic.Int64
+	// Backlogged counts touches kept in the backlog.
+	Backlogged *atomic.Int64
+	// BacklogDropped counts touches that never reached Redis and were
+	// dropped: the backlog was full, closed, or a failed replay's entries
+	// no longer fitted.
+	BacklogDropped *atomic.Int64
+	// Evictions counts the keys Redis evicted between two checks of the
+	// eviction watch.
+	Evictions *atomic.Int64
+}
+
+// Hooks are called at fixed points of a flush and of a lock's keeper, to
+// stop a test exactly there.
+type Hooks struct {
+	// BacklogTaken: Replay took n entries out of the backlog; touches that
+	// fail now find an empty backlog.
+	BacklogTaken func(n int)
+	// LockRefreshed: the lock under key was refreshed by its keeper.
+	LockRefreshed func(key string)
+}
+
+// Buffer is the Redis buffer. Create it with New.
+type Buffer struct {
+	presence     buffer.Presence
+	app          redis.UniversalClient
+	rdb          atomic.Pointer[client] // the buffer's client; after Close the app's
+	prefix       string
+	shards       []shardKeys
+	throttle     time.Duration
+	timeout      atomic.Int64 // TouchTimeout, ns
+	lockTTL      time.Duration
+	now          func() time.Time
+	locker       *redislock.Client
+	cb           *gobreaker.CircuitBreaker[[]any]
+	backlog      backlog
+	stats        Counters
+	log          *slog.Logger
+	warn         rate.Sometimes
+	drops        dropLog     // counts and logs every timestamp dropped
+	closed       atomic.Bool // Close ran: nothing will flush the backlog any more
+	manifestGone atomic.Bool // the last Active found no manifest
+	eviction     *EvictionWatch
+	hooks        Hooks
+}
+
+var (
+	_ buffer.Buffer  = (*Buffer)(nil)
+	_ buffer.Backlog = (*Buffer)(nil)
+)
+
+// breakerProbes is how many touches the half-open circuit breaker lets
+// through to Redis after BreakerCooldown (sony/gobreaker's MaxRequests): as
+// many succeeding in a row close it, one failing opens it again. With one,
+// a burst of concurrent touches on a recovered Redis would all but one be
+// refused (gobreaker.ErrTooManyRequests) and kept in the backlog.
+const breakerProbes = 64
+
+// ErrCallerEnded is wrapped by the error of a call whose caller's context
+// ended before Redis answered (with the context's error): the touch was
+// kept in the backlog, and the circuit breaker did not count it.
+var ErrCallerEnded = errors.New("the caller's context ended")
+
+// New opens the buffer on o.Client: its own bounded client, which Close
+// closes. It does no I/O.
+func New(o Options) *Buffer {
+	o = withDefaults(o)
+	rdb := newClient(o.Client)
+	b := &Buffer{
+		presence: o.Presence,
+		app:      o.Client,
+		prefix:   o.Prefix,
+		throttle: o.Throttle,
+		lockTTL:  o.LockTTL,
+		now:      o.Now,
+		locker:   redislock.New(rdb.UniversalClient),
+		backlog:  backlog{max: o.BacklogSize, m: map[string]int64{}},
+		stats:    o.Counters,
+		log:      o.Logger,
+		warn:     rate.Sometimes{Interval: 10 * time.Second},
+		drops:    dropLog{log: o.LogLimited, dropped: o.Counters.BacklogDropped},
+		hooks:    o.Hooks,
+	}
+	b.timeout.Store(int64(o.TouchTimeout))
+	b.rdb.Store(rdb)
+	for n := range o.Shards {
+		b.shards = append(b.shards, newShardKeys(o.Prefix, n, o.Shards))
+	}
+	b.cb = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
+		Name:        "lastseen-redis",
+		Timeout:     o.BreakerCooldown,
+		MaxRequests: breakerProbes,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= 5
+		},
+		// The caller's own deadline or cancellation says nothing about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, ErrCallerEnded) },
+	})
+	b.eviction = newEvictionWatch(b.rdb.Load, o.Logger, o.Now, o.Counters.Evictions, o.RequireNoEviction)
+	return b
+}
+
+// withDefaults fills o's zero values.
+func withDefaults(o Options) Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if o.Shards <= 0 {
+		o.Shards = 16
+	}
+	def(&o.Throttle, 5*time.Minute)
+	def(&o.TouchTimeout, 20*time.Millisecond)
+	def(&o.LockTTL, 30*time.Second)
+	def(&o.BreakerCooldown, 5*time.Second)
+	if o.BacklogSize <= 0 {
+		o.BacklogSize = 100_000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.LogLimited == nil {
+		l := o.Logger
+		o.LogLimited = func(level slog.Level, msg string, args ...any) { l.Log(context.Background(), level, msg, args...) }
+	}
+	for _, c := range []**atomic.Int64{&o.Counters.RedisErrors, &o.Counters.Canceled, &o.Counters.Backlogged,
+		&o.Counters.BacklogDropped, &o.Counters.Evictions} {
+		if *c == nil {
+			*c = new(atomic.Int64)
+		}
+	}
+	return o
+}
+
+// redis runs fn, one Redis call or pipeline, on the buffer's client,
+// bounded by ctx (client.do). When Close swapped the buffer's own client
+// for the app's while fn ran, fn fails with redis.ErrClosed and runs once
+// more on the app's client.
+func (b *Buffer) redis(ctx context.Context, fn func(context.Context, *client) error) error {
+	for {
+		c := b.rdb.Load()
+		err := c.do(ctx, func(ctx context.Context) error { return fn(ctx, c) })
+		if err == nil || !errors.Is(err, redis.ErrClosed) || b.rdb.Load() == c {
+			return err
+		}
+	}
+}
+
+// locate returns the keys of uid's shard and uid's bucket in it
+// (keys.Locate).
+func (b *Buffer) locate(uid string) (shardKeys, int) {
+	n, bucket := keys.Locate(uid, len(b.shards))
+	return b.shards[n], bucket
+}
+
+// touchTimeout is TouchTimeout now.
+func (b *Buffer) touchTimeout() time.Duration { return time.Duration(b.timeout.Load()) }
+
+// Touch runs the touch script (one EVALSHA) through the breaker within
+// TouchTimeout; on failure it keeps the timestamp in the backlog (or drops
+// it when the backlog is full or closed), counts it (Counters.RedisErrors,
+// or Canceled when the caller's ctx ended first) and returns a
+// *buffer.TouchError wrapping the cause.
+func (b *Buffer) Touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
+	k, bucket := b.locate(uid)
+	ts := buffer.Micros(at)
+	g := b.generation(now)
+	hk, ttls := b.presence.Sets(k.Shard, at, now) // the presence HyperLogLogs, same EVALSHA
+	reply, err := b.call(ctx, func(ctx context.Context, rdb *client) ([]any, error) {
+		args := []any{uid, ts, window.Milliseconds(), buffer.Ceiling(now), g.into, g.length}
+		for _, ttl := range ttls {
+			args = append(args, ttl)
+		}
+		return touchScript.Run(ctx, rdb,
+			append([]string{k.Markers(bucket, g.start), k.Markers(bucket, g.start-g.length), k.Markers(bucket, g.start+g.length), k.pending[bucket]}, hk...),
+			args...).Slice()
+	})
+	if err != nil {
+		kept := b.keep(uid, ts)
+		if errors.Is(err, ErrCallerEnded) {
+			b.stats.Canceled.Add(1)
+		} else {
+			b.stats.RedisErrors.Add(1)
+			msg := "lastseen: redis unavailable, touches kept in memory"
+			if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+				msg = "lastseen: circuit breaker open after redis failed, touches kept in memory"
+			}
+			b.warn.Do(func() { b.log.Warn(msg, "err", err, "backlog", b.backlog.len()) })
+		}
+		return false, 0, &buffer.TouchError{Kept: kept, Err: err}
+	}
+	recorded, ttl := parseTouchReply(reply, window)
+	return recorded, ttl, nil
+}
+
+func parseTouchReply(reply []any, window time.Duration) (recorded bool, ttl time.Duration) {
+	if len(reply) != 2 {
+		return false, 0
+	}
+	flag, _ := reply[0].(int64)
+	ms, _ := reply[1].(int64)
+	if ms > window.Milliseconds() {
+		ms = window.Milliseconds()
+	}
+	return flag == 1, time.Duration(ms) * time.Millisecond
+}
+
+// call runs fn against Redis through the circuit breaker, giving up after
+// the touch timeout. On a client that enforces context deadlines (see
+// client) it runs on the caller's goroutine; otherwise on one of its own.
+// When the caller's ctx has ended, before the call or during it, the error
+// wraps ErrCallerEnded and ctx's error, and the breaker does not count it:
+// the caller gave up, Redis did not fail.
+func (b *Buffer) call(ctx context.Context, fn func(context.Context, *client) ([]any, error)) ([]any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCallerEnded, err)
+	}
+	return b.cb.Execute(func() ([]any, error) {
+		timeout := b.touchTimeout()
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		var v []any
+		err := b.redis(tctx, func(ctx context.Context, rdb *client) (err error) {
+			v, err = fn(ctx, rdb)
+			return err
+		})
+		switch {
+		case err == nil:
+			return v, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: %w", ErrCallerEnded, err)
+		case tctx.Err() != nil:
+			return nil, fmt.Errorf("redis did not answer within %v: %w", timeout, err)
+		}
+		return nil, err
+	})
+}
+
+// Newest reads uids' pending and in-flight values in one pipeline of the
+// read script, one call per shard holding some of them (HMGET of both
+// hashes of each bucket; with guard through the breaker within
+// TouchTimeout, as a touch), and folds in the backlog. When some calls
+// failed it returns what the others read, with the error.
+func (b *Buffer) Newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error) {
+	out := make([]time.Time, len(uids))
+	reads := make(map[int]*shardRead)
+	for i, uid := range uids {
+		if ts, ok := b.backlog.get(uid); ok {
+			out[i] = time.UnixMicro(ts).UTC()
+		}
+		n, bucket := keys.Locate(uid, len(b.shards))
+		r := reads[n]
+		if r == nil {
+			r = &shardRead{byBucket: map[int][]int{}}
+			reads[n] = r
+		}
+		r.byBucket[bucket] = append(r.byBucket[bucket], i)
+	}
+	calls := make([]scriptCall, 0, len(reads))
+	order := make([][]int, 0, len(reads)) // uids' indexes in each call's reply order
+	for n, r := range reads {
+		c, idx := r.call(b.shards[n], uids)
+		calls = append(calls, c)
+		order = append(order, idx)
+	}
+	var cmds []*redis.Cmd
+	pipeline := func(ctx context.Context, rdb *client) (_ []any, err error) {
+		cmds, err = evalPipelined(ctx, rdb, readScript, calls)
+		return nil, err
+	}
+	var err error
+	if guard {
+		if _, err = b.call(ctx, pipeline); err != nil {
+			return out, err // the pipeline may still be running: read nothing of it
+		}
+	} else {
+		err = b.redis(ctx, func(ctx context.Context, rdb *client) error {
+			_, err := pipeline(ctx, rdb)
+			return err
+		})
+		if err != nil && ctx.Err() != nil { // cut short: the pipeline may still be running (client.do)
+			return out, err
+		}
+	}
+	for c, cmd := range cmds {
+		reply, _ := cmd.Val().([]any) // nil when the call failed
+		for j, v := range reply {
+			if s, ok := v.(string); ok && j/2 < len(order[c]) {
+				i := order[c][j/2]
+				if at, valid := buffer.ParseMicros(s, now); valid && at.After(out[i]) {
+					out[i] = at
+				}
+			}
+		}
+	}
+	return out, err
+}
+
+// shardRead is one shard's part of Newest: the indexes of the uids it
+// holds, by bucket.
+type shardRead struct {
+	byBucket map[int][]int
+}
+
+// call returns the read script's call for the shard and the uids' indexes
+// in the order of its reply.
+func (r *shardRead) call(k shardKeys, uids []string) (scriptCall, []int) {
+	var c scriptCall
+	var order []int
+	for bucket, idx := range r.byBucket {
+		c.keys = append(c.keys, k.pending[bucket], k.inflight[bucket])
+		c.args = append(c.args, len(idx))
+		for _, i := range idx {
+			c.args = append(c.args, uids[i])
+			order = append(order, i)
+		}
+	}
+	return c, order
+}
+
+// Count sends one PFCOUNT per shard, of the keys keysOf names, in one
+// pipeline and returns their sum.
+func (b *Buffer) Count(ctx context.Context, keysOf func(keys.Shard) []string) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(b.shards))
+	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range b.shards {
+				cmds[i] = pipe.PFCount(ctx, keysOf(k.Shard)...)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, cmd := range cmds {
+		sum += cmd.Val()
+	}
+	return sum, nil
+}
+
+// Replay writes the backlog into the pending hashes, one merge script call
+// per shard, newest wins; what it could not write goes back into the
+// backlog, and after a call that timed out the other shards wait for the
+// next flush. The error names every failed call (a timeout once).
+func (b *Buffer) Replay(ctx context.Context) error {
+	_, err := b.replayBacklog(ctx)
+	return err
+}
+
+// Ping sends PING.
+func (b *Buffer) Ping(ctx context.Context) error {
+	return b.redis(ctx, func(ctx context.Context, rdb *client) error { return rdb.Ping(ctx).Err() })
+}
+
+// Shared returns the key prefix: plugins sharing it share the buffer.
+func (b *Buffer) Shared() string { return b.prefix }
+
+// BacklogLen returns the number of users in the backlog.
+func (b *Buffer) BacklogLen() int { return b.backlog.len() }
+
+// Breaker returns the circuit breaker's state: "closed", "half-open" or
+// "open".
+func (b *Buffer) Breaker() string { return b.cb.State().String() }
+
+// Close drops what is left in the backlog (the plugin's final flush could
+// not replay it: nothing will flush it any more), counted in
+// Counters.BacklogDropped and logged, and closes the client the buffer
+// opened for itself, if any: touches and reads after Close go on, on the
+// app's client.
+func (b *Buffer) Close() error {
+	b.closed.Store(true)
+	b.drops.backlog(len(b.backlog.take()), dropAtClose)
+	own := b.rdb.Load()
+	if !own.own {
+		return nil
+	}
+	b.rdb.Store(&client{UniversalClient: b.app, kind: "the app's client after Close"})
+	if err := own.close(); err != nil {
+		return fmt.Errorf("redis client: %w", err)
+	}
+	return nil
+}
+
+// Client returns the client the buffer sends on now: own when the buffer
+// opened it (a copy of the app's options, closed by Close), deadlines when
+// it enforces context deadlines on its sockets.
+func (b *Buffer) Client() (c redis.UniversalClient, own, deadlines bool) {
+	cl := b.rdb.Load()
+	return cl.UniversalClient, cl.own, cl.deadlines
+}
+
+// BreakerCounts returns the circuit breaker's counts (sony/gobreaker's).
+func (b *Buffer) BreakerCounts() gobreaker.Counts { return b.cb.Counts() }
+
+// SetTouchTimeout changes TouchTimeout from the next touch on.
+func (b *Buffer) SetTouchTimeout(d time.Duration) { b.timeout.Store(int64(d)) }

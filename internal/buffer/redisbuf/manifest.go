@@ -1,0 +1,45 @@
+package redisbuf
+
+import (
+	"context"
+
+	"github.com/lastseen/lastseen/internal/keys"
+)
+
+// Format is the buffer's format version, recorded in its manifest: the key
+// layout of the package doc and the stored timestamp form (Unix
+// microseconds, decimal). Format 1 kept a key per throttle marker and one
+// pending hash per shard; format 2 keeps both in small bucketed hashes.
+const Format = "2"
+
+// Manifest creates the buffer's manifest, the hash keys.Manifest(prefix),
+// from fields (name, value, name, value, ...) when it is absent, in one
+// atomic step, and returns what it holds now: created by this call or by an
+// earlier instance. It is bounded by ctx. On success the manifest is known
+// to exist (ManifestGone reports false until Active finds it gone again).
+func (b *Buffer) Manifest(ctx context.Context, fields []string) (map[string]string, error) {
+	args := make([]any, len(fields))
+	for i, f := range fields {
+		args[i] = f
+	}
+	var kv []string
+	err := b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
+		kv, err = manifestScript.Run(ctx, rdb.UniversalClient, []string{keys.Manifest(b.prefix)}, args...).StringSlice()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	got := make(map[string]string, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		got[kv[i]] = kv[i+1]
+	}
+	b.manifestGone.Store(false)
+	return got, nil
+}
+
+// ManifestGone reports whether the last Active found no manifest under the
+// prefix: Redis lost its data (a restart without persistence, FLUSHALL),
+// and the manifest should be written again before an instance of another
+// layout claims the prefix.
+func (b *Buffer) ManifestGone() bool { return b.manifestGone.Load() }
