@@ -19,7 +19,8 @@ var (
 	ErrInvalidUserID = idcodec.ErrInvalid
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
-	// ErrClosed is returned by Flush and PurgeExpiredSessions after Close.
+	// ErrClosed is returned after Close by Flush, PurgeExpiredSessions and,
+	// without Redis, by touches.
 	ErrClosed = errors.New("lastseen: plugin closed")
 	// ErrLocked: another instance holds the purge lock.
 	ErrLocked = errors.New("lastseen: another instance holds the lock")

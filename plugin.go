@@ -38,11 +38,12 @@ type Plugin struct {
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
 	idLenSet  bool // Config.MaxIDLength was set: a key column shorter than it is an error, not a lower default
 
-	mu        sync.Mutex // guards db during Initialize and closed
-	db        *gorm.DB
-	closed    bool
-	closeErr  error
-	closeDone chan struct{} // closed when the first Close returns
+	mu          sync.Mutex // guards db during Initialize and closed
+	db          *gorm.DB
+	closed      bool
+	closeErr    error
+	closeDone   chan struct{} // closed when the first Close returns
+	touchClosed atomic.Bool   // set by Close after its final flush without Redis: touches get ErrClosed
 
 	users    *userTarget
 	sessions *sessionTarget
@@ -238,7 +239,9 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // batch) and flushes once more, within Flush.Timeout when ctx has no
 // deadline; it returns that flush's error or ctx's, and later calls the
 // same. Touches left in the backlog are dropped (Stats.BacklogDropped);
-// touches after Close are never flushed; Flush and PurgeExpiredSessions
+// touches after Close still reach Redis, for the other instances to flush,
+// while without Redis they return ErrClosed (false and no error inside a
+// throttle window the local cache knows); Flush and PurgeExpiredSessions
 // return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
@@ -284,6 +287,9 @@ func (p *Plugin) Close(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if !hasRedis(p.cfg) { // after the final flush nothing would flush an in-process touch
+		p.touchClosed.Store(true)
 	}
 	if err := p.tracker.close(); err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: close: %w", err))

@@ -121,17 +121,22 @@ func (p *Plugin) prefixTaken(db *gorm.DB, buf buffer.Buffer) *Plugin {
 
 // schedulesPurge reports whether this plugin's scheduled purge runs: the
 // scheduled purge of a session table runs in one plugin per *gorm.DB, the
-// first of sessionPluginsOf among those whose purge is scheduled (the
-// plugin that tracks the sessions' activity if one does, else the least
-// Name). PurgeExpiredSessions called directly always runs.
+// first of sessionPluginsOf whose purge is scheduled (the plugin that
+// tracks the sessions' activity if one does, else the least Name), or,
+// when none is, the first with sessions in use (its purge job run by hand).
+// PurgeExpiredSessions called directly always runs.
 func (p *Plugin) schedulesPurge() bool {
-	if !p.cfg.purgeScheduled() {
+	if p.cfg.DisablePurge {
 		return false
 	}
+	var first *Plugin // the first with sessions in use, when none is scheduled
 	for _, o := range sessionPluginsOf(p.db, p.sessions.model.table) {
-		if o.cfg.purgeScheduled() {
+		switch {
+		case o.cfg.purgeScheduled():
 			return o == p
+		case first == nil && !o.cfg.DisablePurge:
+			first = o
 		}
 	}
-	return true
+	return first == nil || first == p
 }

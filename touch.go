@@ -167,6 +167,9 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 		p.stats.invalid.Add(1)
 		return false, err
 	}
+	if p.touchClosed.Load() { // nothing would ever flush it
+		return false, ErrClosed
+	}
 	recorded, ttl, err := t.buf.Touch(ctx, uid, at, now, t.window(at, now))
 	if err != nil {
 		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, touchError(err))
@@ -203,7 +206,11 @@ func (t *tracker) cached(userID any) bool {
 // PX floor) and never holds back the user's current touch. A time ahead of
 // now (within maxClockSkew) opens a whole window.
 func (t *tracker) window(at, now time.Time) time.Duration {
-	return max(time.Millisecond, min(t.throttle, t.throttle-now.Sub(at)))
+	elapsed := now.Sub(at)
+	if elapsed <= 0 { // at is now or ahead of it: a whole window
+		return t.throttle
+	}
+	return max(time.Millisecond, t.throttle-elapsed)
 }
 
 // touchError is the error of a touch the buffer did not take: ErrBuffered
