@@ -10,7 +10,7 @@ import (
 //
 //	p.TouchKnown(ctx, user.ID, user.LastSeenAt)
 //
-// When known is after now - Throttle (and at most maxClockSkew ahead), the
+// When known is after now - Throttle (and at most an hour ahead), the
 // user was recorded in this window already: it returns false, nil without
 // any I/O or lookup, counted in Stats.Known. Otherwise, and for the zero
 // time (a NULL column), it is Touch. known compares as an instant.
