@@ -62,6 +62,8 @@ func checkBuffer(c settings, _ *dialect.Dialect) error {
 		return invalid("Buffer.Shards is %d, want 1 to 1024", c.Shards)
 	case c.Throttle < time.Millisecond:
 		return invalid("Throttle is %v, want at least 1ms", c.Throttle)
+	case c.Throttle > maxThrottle:
+		return invalid("Throttle is %v, want at most %v (31 days)", c.Throttle, maxThrottle)
 	case c.TouchTimeout < time.Millisecond:
 		return invalid("Buffer.TouchTimeout is %v, want at least 1ms", c.TouchTimeout)
 	case c.BacklogSize < 0:

@@ -121,6 +121,7 @@ func TestConfigMistakes(t *testing.T) {
 			{"negative Shards", func(c *lastseen.Config) { c.Buffer.Shards = -1 }, "Buffer.Shards is -1, want 1 to 1024"},
 			{"too many Shards", func(c *lastseen.Config) { c.Buffer.Shards = 1025 }, "Buffer.Shards is 1025, want 1 to 1024"},
 			{"Throttle under 1ms", func(c *lastseen.Config) { c.Throttle = 999 * time.Microsecond }, "Throttle is 999µs, want at least 1ms"},
+			{"Throttle over 31 days", func(c *lastseen.Config) { c.Throttle = 745 * time.Hour }, "Throttle is 745h0m0s, want at most 744h0m0s (31 days)"},
 			{"negative Throttle", func(c *lastseen.Config) { c.Throttle = -time.Minute }, "Throttle is -1m0s, want at least 1ms"},
 			{"negative TouchTimeout", func(c *lastseen.Config) { c.Buffer.TouchTimeout = -time.Millisecond }, "Buffer.TouchTimeout is -1ms, want at least 1ms"},
 			{"TouchTimeout of 1ns", func(c *lastseen.Config) { c.Buffer.TouchTimeout = 1 }, "Buffer.TouchTimeout is 1ns, want at least 1ms"},
