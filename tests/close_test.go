@@ -429,3 +429,20 @@ func TestCloseFlushesMemoryBuffer(t *testing.T) {
 		equal(t, "recorded after Close", p.Stats().Recorded, 40)
 	})
 }
+
+// TestCloseWithEndedContext: Close with a context that already ended waits
+// for no run when none is running: its error is the final flush's, not a
+// wait for a run that does not exist.
+func TestCloseWithEndedContext(t *testing.T) {
+	forEachMemory(t, func(t *testing.T, h *harness) {
+		p, db := h.plugin(h.config())
+		seedUsers(t, db, 1)
+		_, err := p.TouchAt(context.Background(), 1, mustTime("2026-03-01T09:20:00Z"))
+		must(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = p.Close(ctx)
+		equal(t, "Close with an ended context: a wait", strings.Contains(fmt.Sprint(err), "waiting for"), false)
+		equal(t, "Close with an ended context: context.Canceled", errors.Is(err, context.Canceled), true)
+	})
+}
