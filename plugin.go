@@ -121,6 +121,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
+	if o := p.columnTaken(db); o != nil { // the same column by another name (Field by Go name, then by column)
+		return fmt.Errorf("%w: lastseen: column %s.%s is already tracked by %s on this *gorm.DB", gorm.ErrRegistered,
+			p.users.model.table, p.users.model.time.DBName, o.name)
+	}
 	if err := p.resolvePrefix(db); err != nil {
 		return err
 	}

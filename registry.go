@@ -106,6 +106,19 @@ func sessionPluginsOf(db *gorm.DB, table string) []*Plugin {
 	return append(tracking, others...)
 }
 
+// columnTaken returns the other initialized lastseen plugin on db that
+// tracks the same table and column as p, or nil: GORM refuses a second
+// plugin of the same Name, and this catches the same column named another
+// way (Field by Go field name in one, by column name in the other).
+func (p *Plugin) columnTaken(db *gorm.DB) *Plugin {
+	for _, o := range pluginsOn(db) {
+		if o != p && o.users.model.table == p.users.model.table && o.users.model.time.DBName == p.users.model.time.DBName {
+			return o
+		}
+	}
+	return nil
+}
+
 // prefixTaken returns the other initialized lastseen plugin on db whose
 // buffer shares buf's namespace (Buffer.Shared: the Redis Prefix), or nil:
 // two tracked models in one buffer would write one model's ids into the
