@@ -276,9 +276,7 @@ func (p *Plugin) Close(ctx context.Context) error {
 
 	var errs []error
 	if p.sched != nil {
-		// A job the cron started that has not registered its run yet finds
-		// the plugin closed: only a registered run is worth waiting for.
-		if err := p.sched.stop(ctx); err != nil && p.running.Load() > 0 {
+		if err := p.sched.stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
