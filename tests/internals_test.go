@@ -74,7 +74,7 @@ func (t testBuffer) StateKeys(now time.Time) []string {
 	var out []string
 	for n := range sizes {
 		tag := ":{" + strconv.Itoa(n) + "}:"
-		s := b.State(n)
+		s := memory.ShardState(b, n)
 		for name, size := range map[string]int{"pending": len(s.Pending), "inflight": len(s.InFlight), "refusals": len(s.Refusals)} {
 			if size > 0 {
 				out = append(out, tag+name)
@@ -117,10 +117,10 @@ func (t testBuffer) InFlightLen(ctx context.Context, n int) (int64, error) {
 func (t testBuffer) PutInFlight(ctx context.Context, uid string, at time.Time) error {
 	switch b := t.b.(type) {
 	case *redisbuf.Buffer:
-		c, _, _ := b.Client()
+		c, _, _ := redisbuf.Client(b)
 		return c.HSet(ctx, inflightKey(t.p, uid), uid, buffer.Micros(at)).Err()
 	case *memory.Buffer:
-		b.PutInFlight(uid, buffer.Micros(at))
+		memory.PutInFlight(b, uid, buffer.Micros(at))
 	}
 	return nil
 }
@@ -142,7 +142,7 @@ func (t testBuffer) PutBacklog(ctx context.Context, uid string, at time.Time) er
 // Backlog returns uid's Unix microseconds in the backlog.
 func (t testBuffer) Backlog(uid string) (int64, bool) {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		return b.InBacklog(uid)
+		return redisbuf.InBacklog(b, uid)
 	}
 	return 0, false
 }
@@ -160,7 +160,7 @@ func (t testBuffer) Breaker() gobreaker.State {
 // BreakerCounts are the Redis buffer's breaker counts.
 func (t testBuffer) BreakerCounts() gobreaker.Counts {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		return b.BreakerCounts()
+		return redisbuf.BreakerCounts(b)
 	}
 	return gobreaker.Counts{}
 }
@@ -168,7 +168,7 @@ func (t testBuffer) BreakerCounts() gobreaker.Counts {
 // SetTouchTimeout changes the Redis buffer's TouchTimeout.
 func (t testBuffer) SetTouchTimeout(d time.Duration) {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		b.SetTouchTimeout(d)
+		redisbuf.SetTouchTimeout(b, d)
 	}
 }
 
@@ -176,7 +176,7 @@ func (t testBuffer) SetTouchTimeout(d time.Duration) {
 // deadlines when it enforces context deadlines on its sockets.
 func (t testBuffer) Client() (c redis.UniversalClient, own, deadlines bool) {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		return b.Client()
+		return redisbuf.Client(b)
 	}
 	return nil, false, false
 }
@@ -185,10 +185,10 @@ func (t testBuffer) Client() (c redis.UniversalClient, own, deadlines bool) {
 func (t testBuffer) Refusals(ctx context.Context, uid string) (int, error) {
 	switch b := t.b.(type) {
 	case *redisbuf.Buffer:
-		c, _, _ := b.Client()
+		c, _, _ := redisbuf.Client(b)
 		return c.HGet(ctx, shardOf(t.p, uid).Refusals, uid).Int()
 	case *memory.Buffer:
-		return b.State(b.ShardOf(uid)).Refusals[uid], nil
+		return memory.ShardState(b, memory.ShardOf(b, uid)).Refusals[uid], nil
 	}
 	return 0, nil
 }
@@ -216,7 +216,7 @@ func (t testBuffer) LockPurge(ctx context.Context) (func(context.Context), error
 // for shard n, expired ones not yet swept included.
 func (t testBuffer) Markers(n int) int {
 	if b, ok := t.b.(*memory.Buffer); ok {
-		return len(b.State(n).Markers)
+		return len(memory.ShardState(b, n).Markers)
 	}
 	return 0
 }
