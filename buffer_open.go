@@ -11,7 +11,7 @@ import (
 // openBuffer returns the plugin's buffer: Redis when Config.Redis holds a
 // client, else in process. It is the one place that chooses, and that
 // hands the buffer what it needs of the plugin: the settings, the clock,
-// the logger, the counters and the test hooks.
+// the logger, the counters and the test seam's hooks.
 func (p *Plugin) openBuffer() buffer.Buffer {
 	presence := buffer.Presence{OnlineWindow: p.cfg.OnlineWindow, ActiveRetention: p.cfg.ActiveUsersRetention}
 	if !hasRedis(p.cfg) {
@@ -19,6 +19,10 @@ func (p *Plugin) openBuffer() buffer.Buffer {
 	}
 	var drops rateLimitedLog // one line per reason per interval (logs.go)
 	log := p.log
+	var hooks redisbuf.Hooks
+	if h := p.hooks; h != nil {
+		hooks = redisbuf.Hooks{BacklogTaken: h.BacklogTaken, LockRefreshed: h.Refreshed}
+	}
 	return redisbuf.New(redisbuf.Options{
 		Client:            p.cfg.Redis,
 		Prefix:            p.cfg.Prefix,
@@ -35,9 +39,6 @@ func (p *Plugin) openBuffer() buffer.Buffer {
 		LogLimited:        func(level slog.Level, msg string, args ...any) { drops.log(log, level, msg, args...) },
 		Counters: redisbuf.Counters{RedisErrors: &p.stats.redisErrors, Canceled: &p.stats.canceled,
 			Backlogged: &p.stats.backlogged, BacklogDropped: &p.stats.backlogDropped, Evictions: &p.stats.evictions},
-		Hooks: redisbuf.Hooks{
-			BacklogTaken:  func(n int) { p.hooks.BacklogTaken(n) },
-			LockRefreshed: func(key string) { p.hooks.Refreshed(key) },
-		},
+		Hooks: hooks,
 	})
 }

@@ -24,7 +24,7 @@ import (
 
 	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
 	"github.com/lastseen/lastseen/internal/dialect"
-	"github.com/lastseen/lastseen/internal/testhooks"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"gorm.io/gorm"
 )
 
@@ -62,7 +62,7 @@ type Plugin struct {
 
 	probes atomic.Uint64 // rotates the entry (or session) a refused batch is probed with (probe.go)
 
-	hooks *testhooks.FlushHooks // test hooks at fixed points of a flush (hooks.go); nil in production
+	hooks *testseam.FlushHooks // the test seam's flush hooks; nil without Config.Test.Seam
 
 	// What the buffer belongs to and how Redis keeps it (manifest_check.go).
 	manifestMu     sync.Mutex              // guards target and identityOK after Initialize (recheckRedis)
@@ -80,11 +80,19 @@ var _ gorm.Plugin = (*Plugin)(nil)
 // and never fails; db.Use (Initialize) checks the configuration.
 func New(c Config) *Plugin {
 	s := c.settings()
+	if s.seam != nil { // the plugin's own copy: it publishes into it
+		own := *s.seam
+		own.Published = testseam.Published{}
+		s.seam = &own
+	}
 	realClock, idLenSet := s.Now == nil, s.MaxIDLength != 0
 	cfg := withDefaults(s)
 	name := pluginName(cfg.Model, cfg.Field)
 	p := &Plugin{cfg: cfg, name: name, log: cfg.Logger.With("plugin", "lastseen", "tracks", name[len(namePrefix):]),
 		now: cfg.Now, realClock: realClock, idLenSet: idLenSet}
+	if cfg.seam != nil {
+		p.hooks = &cfg.seam.Flush
+	}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
 	p.closeDone = make(chan struct{})
 	return p
@@ -164,6 +172,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		}
 	}
 	p.tracker, p.sched = t, sched
+	if p.cfg.seam != nil {
+		p.publish(p.cfg.seam)
+	}
 	if p.cfg.Overlay {
 		if err := p.registerOverlay(db); err != nil { // overlay.go
 			return fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)

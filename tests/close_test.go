@@ -314,7 +314,7 @@ func TestCloseWaitsForPurge(t *testing.T) {
 		}()
 		<-entered
 		go func() { closed <- p.Close(context.Background()) }()
-		<-internals().Closing(p) // Close has begun
+		<-internals(p).Closing // Close has begun
 		select {
 		case err := <-closed:
 			t.Fatalf("Close returned (%v) while batch 1 was running", err)
@@ -379,7 +379,7 @@ func TestCloseWaitsForScheduledFlush(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close(ctx) }()
-	<-internals().JobsContext(p).Done() // Close stopped the cron and canceled the jobs
+	<-internals(p).JobsContext.Done() // Close stopped the cron and canceled the jobs
 	select {
 	case err := <-closed:
 		t.Fatalf("Close returned (%v) while the scheduled flush was still running", err)

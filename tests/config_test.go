@@ -200,13 +200,14 @@ func TestConfigMistakes(t *testing.T) {
 			t.Run(dialect+"/"+tc.name, func(t *testing.T) {
 				cfg := lastseen.Config{Redis: rdb, Logger: testenv.Discard}
 				tc.change(&cfg)
+				testenv.Seam(&cfg) // to read what a refused plugin started
 				p := lastseen.New(cfg)
 				err := dialectOnly(t, dialect).Use(p)
 				if !errors.Is(err, lastseen.ErrInvalidConfig) {
 					t.Fatalf("db.Use: %v, want ErrInvalidConfig", err)
 				}
 				equal(t, "error", err.Error(), "lastseen: invalid config: "+tc.want)
-				if internals().Tracking(p) || internals().Scheduler(p) != nil {
+				if internals(p).Buffer != nil || internals(p).Scheduler != nil {
 					t.Fatal("a refused plugin started its tracker or scheduler")
 				}
 			})
@@ -237,9 +238,10 @@ func TestConfigLimitsAccepted(t *testing.T) {
 			} {
 				cfg.Logger = testenv.Discard
 				cfg.Buffer.Prefix = "limits"
+				testenv.Seam(&cfg) // StopTracker below
 				p := lastseen.New(cfg)
 				must(t, dialectOnly(t, dialect).Use(p))
-				internals().StopTracker(p)
+				internals(p).StopTracker()
 			}
 		})
 	}
@@ -257,9 +259,9 @@ func TestConfigRedisUnreachableAtStart(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	var logs testenv.Logs
 	db := dialectOnly(t, "sqlite")
-	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Seam: &testseam.Seam{}}})
 	must(t, db.Use(p))
-	t.Cleanup(func() { internals().StopTracker(p) })
+	t.Cleanup(func() { internals(p).StopTracker() })
 	equal(t, "start-up warnings", logs.Count(`level=WARN msg="lastseen: redis unreachable at start; touches are kept in memory until it is back"`), 1)
 	_, err = p.Touch(t.Context(), 1)
 	if err == nil {

@@ -249,7 +249,6 @@ var crashPoints = []string{"after-swap", "after-commit", "between-batches", "bef
 // is frozen at its first hook, so nothing of it is committed.
 func runCrashChild(t *testing.T, spec *childSpec) {
 	now := mustTime(spec.Now)
-	p := childPlugin(t, spec, lastseen.Config{Throttle: time.Minute, Buffer: lastseen.BufferConfig{Shards: crashShards}, Flush: lastseen.FlushConfig{BatchSize: crashBatch}, Test: lastseen.TestConfig{Now: func() time.Time { return now }}})
 	var mu sync.Mutex
 	crashShard := -1
 	stop := func(point string, shard int) {
@@ -269,7 +268,7 @@ func runCrashChild(t *testing.T, spec *childSpec) {
 		os.Stdin.Read(make([]byte, 1)) // the parent never writes: SIGKILL comes first
 		t.Fatal("stdin closed: the parent did not kill the child")
 	}
-	setHooks(p, &flushHooks{
+	hooks := flushHooks{
 		AfterSwap: func(shard int) { stop("after-swap", shard) },
 		AfterCommit: func(shard, batch int) {
 			if batch == 1 {
@@ -282,7 +281,8 @@ func runCrashChild(t *testing.T, spec *childSpec) {
 			}
 		},
 		BeforeUnlink: func(shard int) { stop("before-unlink", shard) },
-	})
+	}
+	p := childPlugin(t, spec, lastseen.Config{Throttle: time.Minute, Buffer: lastseen.BufferConfig{Shards: crashShards}, Flush: lastseen.FlushConfig{BatchSize: crashBatch}, Test: lastseen.TestConfig{Now: func() time.Time { return now }, Seam: &testseam.Seam{Flush: hooks}}})
 	_, err := p.Flush(context.Background())
 	t.Fatalf("flush ended (%v) without reaching %s", err, spec.Point)
 }

@@ -22,7 +22,7 @@ func TestInitializeSchedulesJobs(t *testing.T) {
 	cfg.Sessions.Schedule = "@every 1h;0 3 * * *;"
 	p, _ := h.plugin(cfg)
 	var got []cron.Schedule
-	for _, e := range internals().Scheduler(p).Entries() {
+	for _, e := range internals(p).Scheduler.Entries() {
 		got = append(got, e.Schedule)
 	}
 	var want []cron.Schedule
@@ -43,17 +43,17 @@ func TestInitializeSchedulesJobs(t *testing.T) {
 	}
 
 	must(t, p.Close(context.Background()))
-	equal(t, "jobs' context after Close", internals().JobsContext(p).Err(), context.Canceled)
+	equal(t, "jobs' context after Close", internals(p).JobsContext.Err(), context.Canceled)
 
 	off := h.config() // both schedules "off": no cron at all
 	q, _ := h.plugin(off)
-	equal(t, "scheduler with both schedules off", (internals().Scheduler(q) == nil), true)
+	equal(t, "scheduler with both schedules off", (internals(q).Scheduler == nil), true)
 
 	noPurge := h.config() // Sessions.Disabled: the flush entries only
 	noPurge.Sessions.Disabled = true
 	noPurge.Flush.Schedule = "@every 1m; */5 * * * *"
 	r, _ := h.plugin(noPurge)
-	equal(t, "entries with sessions disabled", len(internals().Scheduler(r).Entries()), 2)
+	equal(t, "entries with sessions disabled", len(internals(r).Scheduler.Entries()), 2)
 }
 
 // TestInitializeRejectsBadSchedules: a spec that does not parse fails

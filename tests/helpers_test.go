@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -107,9 +108,9 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, h *harness)) {
 }
 
 // config returns a test Config: this harness's Redis, prefix and clock, no
-// scheduler, logs discarded.
+// scheduler, logs discarded, and a test seam of its own.
 func (h *harness) config() lastseen.Config {
-	return lastseen.Config{Redis: h.r.Client, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Prefix: h.prefix, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: h.clock.Now}}
+	return lastseen.Config{Redis: h.r.Client, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Prefix: h.prefix, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: h.clock.Now, Seam: &testseam.Seam{}}}
 }
 
 // plugin registers a plugin with cfg on a new handle to the harness's

@@ -158,5 +158,5 @@ func TestIdleConfig(t *testing.T) {
 	cfg := h.config()
 	cfg.Sessions.ActiveField = "Touched" // read only with IdleTimeout
 	p, _ := h.plugin(cfg)
-	equal(t, "ActiveField ignored without IdleTimeout", !internals().TracksActive(p), true)
+	equal(t, "ActiveField ignored without IdleTimeout", !internals(p).TracksActive, true)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
 	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/keys"
-	"github.com/lastseen/lastseen/internal/testhooks"
+	"github.com/lastseen/lastseen/internal/testseam"
 	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
@@ -21,14 +21,25 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-// The library's internals these tests reach go through internal/testhooks
-// (registered by the lastseen package), or, for the buffers, the id codec,
-// the time column codec and the dialects, their internal packages' exported
-// names: the short names below keep the tests readable.
+// The library's internals these tests reach go through the plugin's test
+// seam (internal/testseam: its flush hooks, and what the plugin publishes
+// into it at db.Use), or, for the buffers, the id codec, the time column
+// codec and the dialects, their internal packages' exported names: the
+// short names below keep the tests readable.
 
-type flushHooks = testhooks.FlushHooks
+type flushHooks = testseam.FlushHooks
 
-func internals() *testhooks.Internals { return testhooks.Get() }
+// seam returns p's own test seam (testenv.Use gives every plugin one).
+func seam(p *lastseen.Plugin) *testseam.Seam {
+	s := p.Config().Test.Seam
+	if s == nil {
+		panic("lastseen plugin built without a test seam: use testenv.Use, or testenv.Seam(&cfg) before lastseen.New")
+	}
+	return s
+}
+
+// internals is what p published into its seam at db.Use.
+func internals(p *lastseen.Plugin) *testseam.Published { return &seam(p).Published }
 
 // isLockLost reports an error of a flush or purge that lost its lock.
 func isLockLost(err error) bool { return errors.Is(err, buffer.ErrLockLost) }
@@ -37,7 +48,7 @@ func isLockLost(err error) bool { return errors.Is(err, buffer.ErrLockLost) }
 func isCallerEnded(err error) bool { return errors.Is(err, redisbuf.ErrCallerEnded) }
 
 // buf returns p's buffer as the tests see it.
-func buf(p *lastseen.Plugin) testBuffer { return testBuffer{p: p, b: internals().Buffer(p)} }
+func buf(p *lastseen.Plugin) testBuffer { return testBuffer{p: p, b: internals(p).Buffer} }
 
 // testBuffer is what tests read and write in a plugin's buffer, in the
 // terms of the Redis key layout (internal/keys) whatever the buffer kind:
@@ -63,7 +74,7 @@ func (t testBuffer) StateKeys(now time.Time) []string {
 	var out []string
 	for n := range sizes {
 		tag := ":{" + strconv.Itoa(n) + "}:"
-		s := b.State(n)
+		s := memory.ShardState(b, n)
 		for name, size := range map[string]int{"pending": len(s.Pending), "inflight": len(s.InFlight), "refusals": len(s.Refusals)} {
 			if size > 0 {
 				out = append(out, tag+name)
@@ -106,10 +117,10 @@ func (t testBuffer) InFlightLen(ctx context.Context, n int) (int64, error) {
 func (t testBuffer) PutInFlight(ctx context.Context, uid string, at time.Time) error {
 	switch b := t.b.(type) {
 	case *redisbuf.Buffer:
-		c, _, _ := b.Client()
+		c, _, _ := redisbuf.Client(b)
 		return c.HSet(ctx, inflightKey(t.p, uid), uid, buffer.Micros(at)).Err()
 	case *memory.Buffer:
-		b.PutInFlight(uid, buffer.Micros(at))
+		memory.PutInFlight(b, uid, buffer.Micros(at))
 	}
 	return nil
 }
@@ -131,7 +142,7 @@ func (t testBuffer) PutBacklog(ctx context.Context, uid string, at time.Time) er
 // Backlog returns uid's Unix microseconds in the backlog.
 func (t testBuffer) Backlog(uid string) (int64, bool) {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		return b.InBacklog(uid)
+		return redisbuf.InBacklog(b, uid)
 	}
 	return 0, false
 }
@@ -149,7 +160,7 @@ func (t testBuffer) Breaker() gobreaker.State {
 // BreakerCounts are the Redis buffer's breaker counts.
 func (t testBuffer) BreakerCounts() gobreaker.Counts {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		return b.BreakerCounts()
+		return redisbuf.BreakerCounts(b)
 	}
 	return gobreaker.Counts{}
 }
@@ -157,7 +168,7 @@ func (t testBuffer) BreakerCounts() gobreaker.Counts {
 // SetTouchTimeout changes the Redis buffer's TouchTimeout.
 func (t testBuffer) SetTouchTimeout(d time.Duration) {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		b.SetTouchTimeout(d)
+		redisbuf.SetTouchTimeout(b, d)
 	}
 }
 
@@ -165,7 +176,7 @@ func (t testBuffer) SetTouchTimeout(d time.Duration) {
 // deadlines when it enforces context deadlines on its sockets.
 func (t testBuffer) Client() (c redis.UniversalClient, own, deadlines bool) {
 	if b, ok := t.b.(*redisbuf.Buffer); ok {
-		return b.Client()
+		return redisbuf.Client(b)
 	}
 	return nil, false, false
 }
@@ -174,10 +185,10 @@ func (t testBuffer) Client() (c redis.UniversalClient, own, deadlines bool) {
 func (t testBuffer) Refusals(ctx context.Context, uid string) (int, error) {
 	switch b := t.b.(type) {
 	case *redisbuf.Buffer:
-		c, _, _ := b.Client()
+		c, _, _ := redisbuf.Client(b)
 		return c.HGet(ctx, shardOf(t.p, uid).Refusals, uid).Int()
 	case *memory.Buffer:
-		return b.State(b.ShardOf(uid)).Refusals[uid], nil
+		return memory.ShardState(b, memory.ShardOf(b, uid)).Refusals[uid], nil
 	}
 	return 0, nil
 }
@@ -205,16 +216,33 @@ func (t testBuffer) LockPurge(ctx context.Context) (func(context.Context), error
 // for shard n, expired ones not yet swept included.
 func (t testBuffer) Markers(n int) int {
 	if b, ok := t.b.(*memory.Buffer); ok {
-		return len(b.State(n).Markers)
+		return len(memory.ShardState(b, n).Markers)
 	}
 	return 0
 }
 
-// setHooks installs (nil: removes) flush hooks on p.
-func setHooks(p *lastseen.Plugin, h *flushHooks) { internals().SetFlushHooks(p, h) }
+// pluginsOn counts the lastseen plugins registered on db (GORM registers a
+// plugin once its Initialize succeeded).
+func pluginsOn(db *gorm.DB) int {
+	n := 0
+	for _, v := range db.Config.Plugins {
+		if _, ok := v.(*lastseen.Plugin); ok {
+			n++
+		}
+	}
+	return n
+}
 
-func flushJob(p *lastseen.Plugin, ctx context.Context) { internals().FlushJob(p, ctx) }
-func purgeJob(p *lastseen.Plugin, ctx context.Context) { internals().PurgeJob(p, ctx) }
+// setHooks installs (nil: removes) flush hooks on p.
+func setHooks(p *lastseen.Plugin, h *flushHooks) {
+	if h == nil {
+		h = &flushHooks{}
+	}
+	seam(p).Flush = *h
+}
+
+func flushJob(p *lastseen.Plugin, ctx context.Context) { internals(p).FlushJob(ctx) }
+func purgeJob(p *lastseen.Plugin, ctx context.Context) { internals(p).PurgeJob(ctx) }
 
 // shardKeys returns the Redis keys of p's shard n.
 func shardKeys(p *lastseen.Plugin, n int) keys.Shard {
@@ -263,7 +291,7 @@ func loadTouchScript(t testing.TB, h *harness) {
 // pluginDB returns p's own database handle.
 func pluginDB(t testing.TB, p *lastseen.Plugin) *gorm.DB {
 	t.Helper()
-	db, err := internals().Handle(p)
+	db, err := internals(p).Handle()
 	must(t, err)
 	return db
 }
@@ -285,15 +313,11 @@ type columnTime = timecol.NullTime
 
 // usersEncoding is the Encoding the plugin chose for its tracked column.
 func usersEncoding(p *lastseen.Plugin) timecol.Encoding {
-	enc, _ := internals().UsersColumn(p)
-	return timecol.Encoding(enc)
+	return timecol.Encoding(internals(p).UsersEncoding)
 }
 
 // usersNaive reports a tracked column without time zone.
-func usersNaive(p *lastseen.Plugin) bool {
-	_, naive := internals().UsersColumn(p)
-	return naive
-}
+func usersNaive(p *lastseen.Plugin) bool { return internals(p).UsersNaive }
 
 // fieldEncoding is the Encoding the plugin reads field f with, given the
 // configured one, and how it decided.

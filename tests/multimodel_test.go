@@ -42,7 +42,7 @@ func TestSeveralModelsRegister(t *testing.T) {
 		must(t, db.Use(p))
 		t.Cleanup(func() { p.Close(context.Background()) })
 	}
-	equal(t, "plugins on the handle", internals().PluginsOn(db), 3)
+	equal(t, "plugins on the handle", pluginsOn(db), 3)
 
 	again := lastseen.New(cfg("users2", &lastseen.User{}, "LastSeenAt"))
 	equal(t, "same model and field again", errors.Is(db.Use(again), gorm.ErrRegistered), true)
@@ -134,7 +134,7 @@ func TestScheduledPurgeOnePluginPerSessionTable(t *testing.T) {
 	schedules := func(ps []*lastseen.Plugin) string {
 		out := ""
 		for _, p := range ps {
-			out += fmt.Sprint(internals().SchedulesPurge(p)) + " "
+			out += fmt.Sprint(internals(p).SchedulesPurge()) + " "
 		}
 		return out
 	}

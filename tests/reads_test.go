@@ -177,7 +177,7 @@ func TestLastSeenManyMixesEveryState(t *testing.T) {
 		}
 		equal(t, "select statements", selects.Load(), int64(1))
 
-		internals().SetMaxParams(p, 500)
+		internals(p).SetMaxParams(500)
 		rt.reset()
 		selects.Store(0)
 		got, err = p.LastSeenMany(ctx, ids)

@@ -778,8 +778,8 @@ func TestPurgeScheduled(t *testing.T) {
 		p, db := h.plugin(cfg)
 		seedSessions(t, db, sess("a", "2026-03-01T09:00:00Z"), sess("z", "2026-03-02T00:00:00Z"))
 
-		equal(t, "cron entries", len(internals().Scheduler(p).Entries()), 3) // flush, purge hourly, purge nightly
-		purge := internals().Scheduler(p).Entry(3)                           // IDs follow the order added: flush 1, purges 2 and 3
+		equal(t, "cron entries", len(internals(p).Scheduler.Entries()), 3) // flush, purge hourly, purge nightly
+		purge := internals(p).Scheduler.Entry(3)                           // IDs follow the order added: flush 1, purges 2 and 3
 		purge.Job.Run()
 		equal(t, "ids left", tableIDs(t, db, "sessions", "id"), "z")
 		lines := l.lines(t)
@@ -1019,7 +1019,7 @@ func TestPurgeIgnoresHandleState(t *testing.T) {
 		ctx := context.Background()
 		p, db := h.plugin(purgeConfig(h, 2))
 		seedSessions(t, db, sess("a", "2026-03-01T09:00:00Z"), sess("b", "2026-03-01T09:01:00Z"), sess("c", "2026-03-01T09:02:00Z"))
-		base, err := internals().Handle(p)
+		base, err := internals(p).Handle()
 		must(t, err)
 		other := []lastseen.Session{sess("x", "2026-03-01T08:00:00Z"), sess("z", "2026-03-02T00:00:00Z")}
 		must(t, base.Create(&other).Error) // leaves Model = &other on the plugin's handle

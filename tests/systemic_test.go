@@ -174,7 +174,7 @@ func TestFlushSystemicRefusalKeepsEverything(t *testing.T) {
 				want := map[int]string{}
 				touchFaultUsers(t, p, 40, "2026-03-01T10:00:00Z", want)
 
-				err := internals().WriteTarget(p, ctx) // PostgreSQL's one catalogue lookup, not a write
+				err := internals(p).WriteTarget(ctx) // PostgreSQL's one catalogue lookup, not a write
 				must(t, err)
 				for round := 1; round <= 2; round++ {
 					stmts.count()
@@ -219,7 +219,7 @@ func TestFlushSystemicRefusalOneEntry(t *testing.T) {
 		p := usePlugin(t, db, cfg)
 		_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T10:00:00Z"))
 		must(t, err)
-		err = internals().WriteTarget(p, ctx)
+		err = internals(p).WriteTarget(ctx)
 		must(t, err)
 		stmts.count()
 		for round := 1; round <= 2; round++ {

@@ -2,15 +2,29 @@
 // tests (the tests module of this repository): the knobs that apps have no
 // reason to turn but that a test must shorten or lower to reach a case in
 // reasonable time (a lock lost, an entry refused until dropped, an id over
-// the length limit), and the points where a test stops a flush. A plugin
-// reads it only when its Config.Test.Seam is set; apps leave that nil, and
-// the Go internal rule keeps this package out of reach of other modules.
+// the length limit), the points where a test stops a flush, and what a test
+// reads of a live plugin, which the plugin publishes here. A plugin reads
+// and writes it only when its Config.Test.Seam is set; apps leave that nil,
+// and the Go internal rule keeps this package out of reach of other
+// modules.
 package testseam
 
-import "time"
+import (
+	"context"
+	"time"
 
-// Seam holds a test's overrides. A zero field leaves the library's own
-// value; every override is validated like a configured value.
+	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
+)
+
+// Seam holds a test's overrides, its flush hooks and what the plugin
+// publishes. A zero override leaves the library's own value; every
+// override is validated like a configured value. New keeps its own copy of
+// the Seam (Published emptied), so plugins built from one Config never
+// share one: set the overrides and hooks before New, and reach the
+// plugin's copy, to change its hooks or read Published, through
+// Plugin.Config().Test.Seam.
 type Seam struct {
 	// LockTTL is the time-to-live of the flush and purge locks (30s).
 	LockTTL time.Duration
@@ -44,4 +58,122 @@ type Seam struct {
 	// and the session time columns (0: learned from the field; 1: time; 2:
 	// Unix seconds; 3: Unix milliseconds), as a struct tag would.
 	FieldEncoding, SessionEncoding int
+
+	// Flush are the points where a test stops a flush; the plugin calls
+	// them where they are set.
+	Flush FlushHooks
+
+	// Published is written by the plugin at db.Use (Initialize), once
+	// its tracker and scheduler are started; zero before, and after a
+	// db.Use that failed before them. Tests only read it.
+	Published Published
+}
+
+// FlushHooks are called at fixed points of a flush, to stop a flusher
+// exactly there (crash tests kill the process at these points). A nil
+// field, or a nil *FlushHooks, is not called.
+type FlushHooks struct {
+	// AfterSwap: the shard's pending hash was just renamed to in-flight.
+	AfterSwap func(shard int)
+	// AfterCommit: batch number batch (from 1) of the shard committed in the
+	// database; it is still in the in-flight hash.
+	AfterCommit func(shard, batch int)
+	// AfterAck: the batch was removed from the in-flight hash; the next
+	// batch has not started.
+	AfterAck func(shard, batch int)
+	// BeforeUnlink: every batch is written and acknowledged; the final
+	// acknowledgement, which unlinks the in-flight hash, comes next.
+	BeforeUnlink func(shard int)
+	// AfterBacklogTake: a flush took n entries out of the backlog to replay
+	// them into Redis; touches that fail now find an empty backlog.
+	AfterBacklogTake func(n int)
+	// LockRefreshed: the lock under key was refreshed by its keeper, while
+	// the flush or purge holding it runs.
+	LockRefreshed func(key string)
+}
+
+// Swapped calls AfterSwap if set.
+func (h *FlushHooks) Swapped(shard int) {
+	if h != nil && h.AfterSwap != nil {
+		h.AfterSwap(shard)
+	}
+}
+
+// Committed calls AfterCommit if set.
+func (h *FlushHooks) Committed(shard, batch int) {
+	if h != nil && h.AfterCommit != nil {
+		h.AfterCommit(shard, batch)
+	}
+}
+
+// Acked calls AfterAck if set.
+func (h *FlushHooks) Acked(shard, batch int) {
+	if h != nil && h.AfterAck != nil {
+		h.AfterAck(shard, batch)
+	}
+}
+
+// Unlinking calls BeforeUnlink if set.
+func (h *FlushHooks) Unlinking(shard int) {
+	if h != nil && h.BeforeUnlink != nil {
+		h.BeforeUnlink(shard)
+	}
+}
+
+// BacklogTaken calls AfterBacklogTake if set.
+func (h *FlushHooks) BacklogTaken(n int) {
+	if h != nil && h.AfterBacklogTake != nil {
+		h.AfterBacklogTake(n)
+	}
+}
+
+// Refreshed calls LockRefreshed if set.
+func (h *FlushHooks) Refreshed(key string) {
+	if h != nil && h.LockRefreshed != nil {
+		h.LockRefreshed(key)
+	}
+}
+
+// Published is what a plugin hands its tests of itself at db.Use: plain
+// values, and funcs bound to the plugin.
+type Published struct {
+	// Buffer is the plugin's buffer, a *memory.Buffer or a
+	// *redisbuf.Buffer (the internal/buffer packages); its tracker runs
+	// when it is set.
+	Buffer buffer.Buffer
+	// StopTracker stops the request path (and closes the buffer) of a
+	// plugin that is not closed; it returns the buffer's Close error.
+	StopTracker func() error
+	// Scheduler runs the scheduled flushes and purges, nil when neither
+	// is scheduled. Its entry IDs follow the order added: one per flush
+	// spec from 1, then one per purge spec.
+	Scheduler *cron.Cron
+	// JobsContext is the scheduled runs' context, canceled by Close; nil
+	// without Scheduler.
+	JobsContext context.Context
+	// FlushJob and PurgeJob are what the scheduler runs, without its
+	// timeout: they log their outcome and return nothing.
+	FlushJob, PurgeJob func(ctx context.Context)
+	// Closing is closed when Close begins.
+	Closing <-chan struct{}
+	// Handle returns the plugin's own database handle, or
+	// lastseen.ErrClosed after Close.
+	Handle func() (*gorm.DB, error)
+	// WriteTarget resolves, once the table exists, the table and columns
+	// a flush writes and what the dialect reads of them in the catalogue
+	// (the lookup the first flush would make).
+	WriteTarget func(ctx context.Context) error
+	// SetMaxParams lowers (or raises) the dialect's limit of bind
+	// parameters per statement, for this plugin, from the next statement.
+	SetMaxParams func(n int)
+	// SchedulesPurge reports whether this plugin runs the scheduled purge
+	// of its session table, among the plugins on its *gorm.DB now.
+	SchedulesPurge func() bool
+	// UsersEncoding is the encoding of the tracked time column (1: time;
+	// 2: Unix seconds; 3: Unix milliseconds); UsersNaive reports a time
+	// column without a time zone.
+	UsersEncoding int
+	UsersNaive    bool
+	// TracksActive reports that the sessions' ActiveField is in use.
+	TracksActive bool
 }

@@ -9,10 +9,11 @@ import (
 	"gorm.io/gorm"
 )
 
-// Use registers a plugin made from cfg on db (a handle takes one plugin of
-// a name) and closes it at cleanup.
+// Use registers a plugin made from cfg, given a test seam when it has none,
+// on db (a handle takes one plugin of a name) and closes it at cleanup.
 func Use(t testing.TB, db *gorm.DB, cfg lastseen.Config) *lastseen.Plugin {
 	t.Helper()
+	Seam(&cfg) // what the plugin publishes for the tests
 	p := lastseen.New(cfg)
 	if err := db.Use(p); err != nil {
 		t.Fatalf("db.Use: %v", err)

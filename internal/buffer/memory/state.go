@@ -19,8 +19,11 @@ type State struct {
 	Markers map[string]time.Time
 }
 
-// State returns a copy of shard n's state (never nil maps).
-func (b *Buffer) State(n int) State {
+// The functions below are for tests, not methods, so that a binary that
+// never calls them leaves them out.
+
+// ShardState returns a copy of b's shard n's state (never nil maps).
+func ShardState(b *Buffer, n int) State {
 	s := b.shards[n]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -31,12 +34,12 @@ func (b *Buffer) State(n int) State {
 	return st
 }
 
-// ShardOf returns the shard that holds uid (keys.ShardOf).
-func (b *Buffer) ShardOf(uid string) int { return keys.ShardOf(uid, len(b.shards)) }
+// ShardOf returns b's shard that holds uid (keys.ShardOf).
+func ShardOf(b *Buffer, uid string) int { return keys.ShardOf(uid, len(b.shards)) }
 
 // PutInFlight stores uid's timestamp ts (Unix microseconds) in its shard's
-// in-flight set, as a flush that stopped after its swap leaves it.
-func (b *Buffer) PutInFlight(uid string, ts int64) {
+// in-flight set of b, as a flush that stopped after its swap leaves it.
+func PutInFlight(b *Buffer, uid string, ts int64) {
 	s := b.shard(uid)
 	s.mu.Lock()
 	defer s.mu.Unlock()

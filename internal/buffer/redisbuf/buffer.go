@@ -505,16 +505,19 @@ func (b *Buffer) Close() error {
 	return nil
 }
 
-// Client returns the client the buffer sends on now: own when the buffer
-// opened it (a copy of the app's options, closed by Close), deadlines when
-// it enforces context deadlines on its sockets.
-func (b *Buffer) Client() (c redis.UniversalClient, own, deadlines bool) {
+// The functions below are for tests, not methods, so that a binary that
+// never calls them leaves them out.
+
+// Client returns the client b sends on now: own when b opened it (a copy
+// of the app's options, closed by Close), deadlines when it enforces
+// context deadlines on its sockets.
+func Client(b *Buffer) (c redis.UniversalClient, own, deadlines bool) {
 	cl := b.rdb.Load()
 	return cl.UniversalClient, cl.own, cl.deadlines
 }
 
-// BreakerCounts returns the circuit breaker's counts (sony/gobreaker's).
-func (b *Buffer) BreakerCounts() gobreaker.Counts { return b.cb.Counts() }
+// BreakerCounts returns b's circuit breaker's counts (sony/gobreaker's).
+func BreakerCounts(b *Buffer) gobreaker.Counts { return b.cb.Counts() }
 
-// SetTouchTimeout changes TouchTimeout from the next touch on.
-func (b *Buffer) SetTouchTimeout(d time.Duration) { b.timeout.Store(int64(d)) }
+// SetTouchTimeout changes b's TouchTimeout from the next touch on.
+func SetTouchTimeout(b *Buffer, d time.Duration) { b.timeout.Store(int64(d)) }
