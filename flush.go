@@ -1,9 +1,12 @@
 package lastseen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -221,4 +224,60 @@ func (p *Plugin) logFlush(msg string, res FlushResult, err error) {
 	default:
 		p.log.Info(msg, attrs...)
 	}
+}
+
+// retry runs fn, and runs it again while it fails with an error retryable
+// accepts (a deadlock or serialization failure: Dialect.Retryable), at most
+// max more times (MaxRetries; negative: never), waiting backoff between
+// attempts. retryable is asked only when another attempt is allowed, so it
+// may log the retry. It returns how many times fn was repeated and fn's last
+// error, or ctx's cause when ctx ends during a wait. Flush (writeWithRetry)
+// and purge (deleteBatch) use it.
+func retry(ctx context.Context, max int, retryable func(error) bool, fn func() error) (retries int, err error) {
+	for ; ; retries++ {
+		err = fn()
+		if err == nil || retries >= max || !retryable(err) {
+			return retries, err
+		}
+		if err := backoff(ctx, retries); err != nil {
+			return retries, err
+		}
+	}
+}
+
+// backoff waits before retry attempt+1 of a deadlocked or serialized
+// statement: 10ms, 40ms, 160ms, ... It returns ctx's cause if ctx ends first.
+func backoff(ctx context.Context, attempt int) error {
+	t := time.NewTimer(10 * time.Millisecond << (2 * attempt))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// sortBatch orders a batch by primary key before its statement: integer
+// keys by value, string and Scanner keys (UUIDs) by their stored text,
+// byte by byte. The rows a statement updates then come in index order
+// (neighbouring ids share pages: less random I/O), and concurrent writers
+// of overlapping batches (several instances, a refused batch written
+// again) take the row locks in one order, which cannot deadlock one
+// another (PostgreSQL manual, "Deadlocks": acquire locks in a consistent
+// order).
+func sortBatch(batch []entry) {
+	slices.SortFunc(batch, func(a, b entry) int {
+		switch x := a.id.(type) {
+		case int64:
+			if y, ok := b.id.(int64); ok {
+				return cmp.Compare(x, y)
+			}
+		case uint64:
+			if y, ok := b.id.(uint64); ok {
+				return cmp.Compare(x, y)
+			}
+		}
+		return strings.Compare(a.field, b.field)
+	})
 }

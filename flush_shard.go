@@ -41,7 +41,7 @@ type shardRun struct {
 	failed       int                 // entries the database refused, back in pending or dropped
 	dropped      int                 // of those, dropped after MaxRefusals refusals
 	firstRefusal error               // the database's error for the first refused entry
-	uncomparable int                 // entries the guard could not compare, back in pending (uncomparable.go)
+	uncomparable int                 // entries the guard could not compare, back in pending
 	firstUncomp  error               // the error of the first of them
 }
 
@@ -240,7 +240,7 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 		}
 	}
 	// Uncomparable entries go back to pending whatever MaxRefusals; the ack
-	// below clears the refusal count fail.lua gave them (uncomparable.go).
+	// below clears the refusal count fail.lua gave them.
 	uncomp := r.p.takeUncomparable(r.batch, br.uncomparable)
 	if len(uncomp) > 0 {
 		if err := r.requeue(ctx, uncomp, 0); err != nil {

@@ -16,7 +16,7 @@ type counters struct {
 	dropped, purgeRefused                                  atomic.Int64
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
-	uncomparable                                           atomic.Int64 // uncomparable.go
+	uncomparable                                           atomic.Int64 // entries the guard could not compare
 	canceled                                               atomic.Int64
 	evictions                                              atomic.Int64 // the Redis buffer's eviction watch
 }

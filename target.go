@@ -87,7 +87,7 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect.Dialect) error {
 		return invalid("%v", err)
 	}
 	p.sessions = &sessionTarget{model: sessions}
-	if c.IdleTimeout > 0 { // idle.go
+	if c.IdleTimeout > 0 {
 		if p.sessions.active, p.sessions.activeEnc, err = timeField(sessions.schema, c.ActiveField, "Sessions.ActiveField", c.SessionEncoding, d, loc); err != nil {
 			return invalid("%v", err)
 		}
@@ -128,4 +128,14 @@ func (p *Plugin) writeTarget(ctx context.Context) (*dialect.Target, error) {
 	}
 	u.write = t
 	return t, nil
+}
+
+// User is the default Model, table "users"; apps usually pass their own.
+// LastSeenAt has no index on purpose: on PostgreSQL an indexed column makes
+// every flushed row a non-HOT update (PostgreSQL manual, "Heap-Only
+// Tuples"), written at a fraction of the rate. Count users online with
+// Plugin.Online; see Plugin.TableHealth.
+type User struct {
+	ID         uint64     `gorm:"primaryKey"` // the user's id, as given to Touch
+	LastSeenAt *time.Time // last seen (UTC); NULL until the first flush
 }
