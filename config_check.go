@@ -127,7 +127,7 @@ func checkSchedule(name, specs string) error {
 		return invalid("%s %q has no cron spec", name, specs)
 	}
 	for _, spec := range list {
-		if _, err := cron.ParseStandard(spec); err != nil {
+		if _, err := parseSpec(spec); err != nil {
 			return invalid("%s %q: %v", name, spec, err)
 		}
 		if every, ok := strings.CutPrefix(withoutZone(spec), "@every"); ok {
@@ -137,6 +137,21 @@ func checkSchedule(name, specs string) error {
 		}
 	}
 	return nil
+}
+
+// parseSpec parses one spec as robfig/cron's standard parser does, whose
+// v3.0.1 panics on a time zone without a schedule ("TZ=UTC"): that is an
+// error here.
+func parseSpec(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("not a cron spec (%v)", r)
+		}
+	}()
+	if withoutZone(spec) == spec && (strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=")) {
+		return nil, fmt.Errorf("a time zone without a schedule")
+	}
+	return cron.ParseStandard(spec)
 }
 
 // withoutZone returns spec without robfig/cron's "TZ=Zone " or

@@ -159,6 +159,8 @@ func TestConfigMistakes(t *testing.T) {
 				"LockTTL 5s cannot cover one purge batch: it must be longer than PurgeBatchTimeout (6s)"},
 			{"negative FlushTimeout", func(c *lastseen.Config) { c.Flush.Timeout = -time.Second }, "Flush.Timeout is -1s, want at least 100ms"},
 			{"FlushTimeout of 1ns", func(c *lastseen.Config) { c.Flush.Timeout = 1 }, "Flush.Timeout is 1ns, want at least 100ms"},
+			{"FlushSchedule a zone alone", func(c *lastseen.Config) { c.Flush.Schedule = "TZ=UTC" },
+				`Flush.Schedule "TZ=UTC": a time zone without a schedule`},
 			{"FlushSchedule every 100ms behind a zone", func(c *lastseen.Config) { c.Flush.Schedule = "TZ=UTC @every 100ms" },
 				`Flush.Schedule "TZ=UTC @every 100ms": the interval must be at least 1s`},
 			{"PurgeSchedule every -5m behind a zone", func(c *lastseen.Config) { c.Sessions.Schedule = "CRON_TZ=UTC @every -5m" },
