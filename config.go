@@ -52,6 +52,10 @@ const (
 // scheduler; Flush and PurgeExpiredSessions still work when called.
 const scheduleOff = "off"
 
+// maxThrottle is the longest throttle window: Redis's scripts compute
+// window ends in microseconds as Lua numbers (doubles), exact to 2^53.
+const maxThrottle = 31 * 24 * time.Hour
+
 // maxIDLengthLimit is the largest MaxIDLength: ids are Redis key suffixes
 // and bound parameters of every batch, so they stay small.
 const maxIDLengthLimit = 4096
@@ -80,7 +84,7 @@ type Config struct {
 	// Throttle is the throttle window: a user is recorded at most once per
 	// window, so the column lags the truth by at most Throttle plus the
 	// flush interval. Raise it to write less, lower it for fresher values.
-	// Default 5m; at least 1ms.
+	// Default 5m; 1ms to 31 days.
 	Throttle time.Duration
 	// Logger gets one line per job run and rate-limited warnings. Default
 	// slog.Default().

@@ -27,7 +27,7 @@ func checkConfig(c settings, d *dialect.Dialect) error {
 	for _, s := range []struct {
 		name, spec string
 		off        bool
-	}{{"Flush.Schedule", c.FlushSchedule, c.DisableFlush}, {"Sessions.Schedule", c.PurgeSchedule, c.UnscheduledPurge || c.DisablePurge}} {
+	}{{"Flush.Schedule", c.FlushSchedule, c.DisableFlush}, {"Sessions.Schedule", c.PurgeSchedule, c.UnscheduledPurge}} {
 		if s.off {
 			continue
 		}
@@ -62,6 +62,8 @@ func checkBuffer(c settings, _ *dialect.Dialect) error {
 		return invalid("Buffer.Shards is %d, want 1 to 1024", c.Shards)
 	case c.Throttle < time.Millisecond:
 		return invalid("Throttle is %v, want at least 1ms", c.Throttle)
+	case c.Throttle > maxThrottle:
+		return invalid("Throttle is %v, want at most %v (31 days)", c.Throttle, maxThrottle)
 	case c.TouchTimeout < time.Millisecond:
 		return invalid("Buffer.TouchTimeout is %v, want at least 1ms", c.TouchTimeout)
 	case c.BacklogSize < 0:
@@ -91,8 +93,8 @@ func checkFlush(c settings, d *dialect.Dialect) error {
 		return invalid("StatementTimeout is %v, want a positive duration", c.StatementTimeout)
 	case c.LockTTL <= c.StatementTimeout:
 		return invalid("LockTTL %v cannot cover one flush statement: it must be longer than StatementTimeout (%v)", c.LockTTL, c.StatementTimeout)
-	case c.FlushTimeout <= 0:
-		return invalid("Flush.Timeout is %v, want a positive duration", c.FlushTimeout)
+	case c.FlushTimeout < 100*time.Millisecond:
+		return invalid("Flush.Timeout is %v, want at least 100ms", c.FlushTimeout)
 	}
 	return nil
 }
@@ -128,13 +130,24 @@ func checkSchedule(name, specs string) error {
 		if _, err := cron.ParseStandard(spec); err != nil {
 			return invalid("%s %q: %v", name, spec, err)
 		}
-		if every, ok := strings.CutPrefix(spec, "@every"); ok {
+		if every, ok := strings.CutPrefix(withoutZone(spec), "@every"); ok {
 			if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
 				return invalid("%s %q: the interval must be at least 1s", name, spec)
 			}
 		}
 	}
 	return nil
+}
+
+// withoutZone returns spec without robfig/cron's "TZ=Zone " or
+// "CRON_TZ=Zone " prefix.
+func withoutZone(spec string) string {
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		if _, rest, ok := strings.Cut(spec, " "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return spec
 }
 
 // splitSpecs splits a ";"-separated schedule into its non-empty specs.

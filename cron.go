@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -16,10 +17,11 @@ import (
 // give, leaves v3.0.1's SkipIfStillRunning holding its token forever after
 // a panic, so the job never runs again.)
 type scheduler struct {
-	cron   *cron.Cron
-	chain  cron.Chain
-	ctx    context.Context // canceled by stop: jobs end between batches
-	cancel context.CancelFunc
+	cron    *cron.Cron
+	chain   cron.Chain
+	ctx     context.Context // canceled by stop: jobs end between batches
+	cancel  context.CancelFunc
+	running atomic.Int64 // jobs running now: stop waits for none when 0
 }
 
 func newScheduler(log *slog.Logger) *scheduler {
@@ -38,6 +40,8 @@ func newScheduler(log *slog.Logger) *scheduler {
 // PurgeTimeout), so a run never outlives it, even when Redis never answers.
 func (s *scheduler) job(timeout time.Duration, fn func(context.Context)) cron.Job {
 	return s.chain.Then(cron.FuncJob(func() {
+		s.running.Add(1)
+		defer s.running.Add(-1)
 		ctx, cancel := context.WithTimeout(s.ctx, timeout)
 		defer cancel()
 		fn(ctx)
@@ -63,6 +67,9 @@ func (s *scheduler) start() { s.cron.Start() }
 func (s *scheduler) stop(ctx context.Context) error {
 	done := s.cron.Stop()
 	s.cancel()
+	if s.running.Load() == 0 { // a job starting after this runs on the canceled context and stops at once
+		return nil
+	}
 	select {
 	case <-done.Done():
 		return nil

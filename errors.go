@@ -19,12 +19,14 @@ var (
 	ErrInvalidUserID = idcodec.ErrInvalid
 	// ErrNotInitialized is returned by methods called before db.Use(p).
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
-	// ErrClosed is returned by Flush and PurgeExpiredSessions after Close.
+	// ErrClosed is returned after Close by Flush, PurgeExpiredSessions and,
+	// without Redis, by touches.
 	ErrClosed = errors.New("lastseen: plugin closed")
 	// ErrLocked: another instance holds the purge lock.
 	ErrLocked = errors.New("lastseen: another instance holds the lock")
-	// ErrInvalidTime: a zero time, one before 1970, or more than
-	// MaxClockSkew ahead of the plugin's clock.
+	// ErrInvalidTime: a zero time, one before 1970 or more than an hour
+	// ahead of the plugin's clock, or an Online window or ActiveUsers range
+	// out of bounds.
 	ErrInvalidTime = errors.New("lastseen: invalid time")
 	// ErrSchema (wrapped, naming the Config field to fix): the table is
 	// missing or lacks a configured column; touches stay buffered.
@@ -41,8 +43,6 @@ var (
 	// ErrSystemic (wrapped): a refusal no row causes (read-only database,
 	// missing privilege); the flush keeps every entry, the purge stops.
 	ErrSystemic = errors.New("lastseen: the database refuses every write")
-	// ErrInvalidRange: an Online window or ActiveUsers range out of bounds.
-	ErrInvalidRange = errors.New("lastseen: invalid range")
 	// ErrCountsDisabled: Online or ActiveUsers turned off by a negative
 	// Presence setting.
 	ErrCountsDisabled = errors.New("lastseen: presence counts are turned off")

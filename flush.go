@@ -74,9 +74,19 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	start := time.Now()
 	ctx, observed := p.observeFlush(ctx)
 	res := FlushResult{}
-	if err := p.recheckRedis(ctx); err != nil { // a buffer of another layout: write nothing
-		p.stats.flushes.Add(1)
-		p.stats.flushErrors.Add(1)
+	if err := p.recheckRedis(ctx); err != nil {
+		if errors.Is(err, ErrInvalidConfig) { // a buffer of another layout: write nothing
+			p.stats.flushes.Add(1)
+			p.stats.flushErrors.Add(1)
+			return res, err
+		}
+		// Redis did not answer whether the buffer is this layout's: this
+		// process's own backlog still goes to the table, as in an outage.
+		errs := append([]error{err}, p.backlogToTable(ctx, &res)...)
+		res.Duration = time.Since(start)
+		err = errors.Join(errs...)
+		p.countFlush(res, err)
+		observed(res, err)
 		return res, err
 	}
 	errs := p.replay(ctx, &res)
@@ -108,15 +118,22 @@ func (p *Plugin) replay(ctx context.Context, res *FlushResult) []error {
 	if err == nil {
 		return nil
 	}
-	errs := []error{err}
-	if h, ok := p.tracker.buf.(buffer.Backlog); ok && ctx.Err() == nil {
-		r, err := p.writeBacklog(ctx, h)
-		res.merge(r)
-		if err != nil {
-			errs = append(errs, err)
-		}
+	return append([]error{err}, p.backlogToTable(ctx, res)...)
+}
+
+// backlogToTable writes the Redis buffer's backlog to the table directly
+// (writeBacklog), while Redis does not answer.
+func (p *Plugin) backlogToTable(ctx context.Context, res *FlushResult) []error {
+	h, ok := p.tracker.buf.(buffer.Backlog)
+	if !ok || ctx.Err() != nil {
+		return nil
 	}
-	return errs
+	r, err := p.writeBacklog(ctx, h)
+	res.merge(r)
+	if err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 // flushShards flushes the active shards, FlushConcurrency at a time, into

@@ -50,7 +50,7 @@ func (p *Plugin) withHook(db *gorm.DB, batch []entry, write func(tx *gorm.DB) (b
 		if br, err = write(tx); err != nil {
 			return err
 		}
-		if err := hook(tx.Session(&gorm.Session{NewDB: true}), p.seen(batch)); err != nil {
+		if err := runHook(hook, tx.Session(&gorm.Session{NewDB: true}), p.seen(batch)); err != nil {
 			return fmt.Errorf("%w: %w", ErrOnBatch, err)
 		}
 		return nil
@@ -95,4 +95,16 @@ func kindClass(k reflect.Kind) int {
 		return 2
 	}
 	return 0
+}
+
+// runHook calls the app's OnBatch hook, turning a panic into an error so
+// that the batch rolls back and stays buffered: the hook runs on one of the
+// flush's own goroutines, where the app cannot recover it.
+func runHook(hook func(*gorm.DB, []Seen) error, tx *gorm.DB, batch []Seen) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return hook(tx, batch)
 }

@@ -38,11 +38,12 @@ type Plugin struct {
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
 	idLenSet  bool // Config.MaxIDLength was set: a key column shorter than it is an error, not a lower default
 
-	mu        sync.Mutex // guards db during Initialize and closed
-	db        *gorm.DB
-	closed    bool
-	closeErr  error
-	closeDone chan struct{} // closed when the first Close returns
+	mu          sync.Mutex // guards db during Initialize and closed
+	db          *gorm.DB
+	closed      bool
+	closeErr    error
+	closeDone   chan struct{} // closed when the first Close returns
+	touchClosed atomic.Bool   // set by Close after its final flush without Redis: touches get ErrClosed
 
 	users    *userTarget
 	sessions *sessionTarget
@@ -51,6 +52,7 @@ type Plugin struct {
 	tracker   *tracker // the request path; tracker.buf is the buffer (openBuffer)
 	sched     *scheduler
 	runs      sync.WaitGroup  // flushes and purges running now; Close waits for them (startRun)
+	running   atomic.Int64    // how many: Close with an ended context waits for none when 0
 	closing   context.Context // canceled by Close: running purges stop after their batch
 	closeRuns context.CancelFunc
 	stats     counters
@@ -126,6 +128,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	}
 	if err := p.validate(db); err != nil {
 		return err
+	}
+	if o := p.columnTaken(db); o != nil { // the same column by another name (Field by Go name, then by column)
+		return fmt.Errorf("%w: lastseen: column %s.%s is already tracked by %s on this *gorm.DB", gorm.ErrRegistered,
+			p.users.model.table, p.users.model.time.DBName, o.name)
 	}
 	if err := p.resolvePrefix(db); err != nil {
 		return err
@@ -227,11 +233,15 @@ func (p *Plugin) startRun() (db *gorm.DB, done func(), err error) {
 		return nil, nil, ErrClosed
 	}
 	p.runs.Add(1) // under mu, before closed is set: Close's Wait comes after
-	return p.db, p.runs.Done, nil
+	p.running.Add(1)
+	return p.db, func() { p.running.Add(-1); p.runs.Done() }, nil
 }
 
 // waitRuns waits for the flushes and purges running now, or for ctx to end.
 func (p *Plugin) waitRuns(ctx context.Context) error {
+	if p.running.Load() == 0 { // none, and none can start once closed is set
+		return nil
+	}
 	done := make(chan struct{})
 	go func() {
 		p.runs.Wait()
@@ -249,7 +259,9 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // batch) and flushes once more, within Flush.Timeout when ctx has no
 // deadline; it returns that flush's error or ctx's, and later calls the
 // same. Touches left in the backlog are dropped (Stats.BacklogDropped);
-// touches after Close are never flushed; Flush and PurgeExpiredSessions
+// touches after Close still reach Redis, for the other instances to flush,
+// while without Redis they return ErrClosed (false and no error inside a
+// throttle window the local cache knows); Flush and PurgeExpiredSessions
 // return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
@@ -295,6 +307,9 @@ func (p *Plugin) Close(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if !hasRedis(p.cfg) { // after the final flush nothing would flush an in-process touch
+		p.touchClosed.Store(true)
 	}
 	if err := p.tracker.close(); err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: close: %w", err))

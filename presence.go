@@ -44,7 +44,7 @@ func keepDays(c *settings) time.Duration {
 // last d - Throttle, none last seen more than d + 1m ago. It is Redis
 // PFCOUNT over minute HyperLogLogs, one pipelined round trip and no SQL,
 // with 0.81% standard error per shard (exact for a few hundred users per
-// shard). Errors: ErrInvalidRange (d below Throttle or above
+// shard). Errors: ErrInvalidTime (d below Throttle or above
 // Presence.OnlineWindow), ErrCountsDisabled, ErrNotInitialized, or Redis's
 // error wrapped.
 func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
@@ -55,7 +55,7 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 	case c.OnlineWindow < 0:
 		return 0, fmt.Errorf("%w: Online needs Presence.OnlineWindow >= 0", ErrCountsDisabled)
 	case d < c.Throttle || d > c.OnlineWindow:
-		return 0, fmt.Errorf("%w: online window %v, want %v (Throttle) to %v (Presence.OnlineWindow)", ErrInvalidRange, d, c.Throttle, c.OnlineWindow)
+		return 0, fmt.Errorf("%w: online window %v, want %v (Throttle) to %v (Presence.OnlineWindow)", ErrInvalidTime, d, c.Throttle, c.OnlineWindow)
 	}
 	now := p.now()
 	first, last := now.Add(-d).Unix()/60, now.Unix()/60
@@ -71,7 +71,7 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 // ActiveUsers returns how many distinct users opened a throttle window on
 // the UTC days from from's day to to's, both included (daily, weekly,
 // monthly active users), by the day of TouchAt's at. It is Redis PFCOUNT
-// over daily HyperLogLogs, as Online. Errors: ErrInvalidRange (to before
+// over daily HyperLogLogs, as Online. Errors: ErrInvalidTime (to before
 // from, or from older than Presence.ActiveUsersRetention), ErrCountsDisabled,
 // ErrNotInitialized, or Redis's error wrapped.
 func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, error) {
@@ -87,11 +87,11 @@ func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, er
 	oldest := now.UTC().Truncate(24 * time.Hour).Add(-keepDays(c))
 	switch {
 	case last.Before(first):
-		return 0, fmt.Errorf("%w: active users from %s to %s ends before it starts", ErrInvalidRange, first.Format(dayLayout), last.Format(dayLayout))
+		return 0, fmt.Errorf("%w: active users from %s to %s ends before it starts", ErrInvalidTime, first.Format(dayLayout), last.Format(dayLayout))
 	case first.Before(oldest):
-		return 0, fmt.Errorf("%w: active users from %s: the oldest day kept is %s (Presence.ActiveUsersRetention %v)", ErrInvalidRange, first.Format(dayLayout), oldest.Format(dayLayout), c.ActiveUsersRetention)
+		return 0, fmt.Errorf("%w: active users from %s: the oldest day kept is %s (Presence.ActiveUsersRetention %v)", ErrInvalidTime, first.Format(dayLayout), oldest.Format(dayLayout), c.ActiveUsersRetention)
 	}
-	if newest := now.Add(MaxClockSkew).UTC().Truncate(24 * time.Hour); last.After(newest) {
+	if newest := now.Add(maxClockSkew).UTC().Truncate(24 * time.Hour); last.After(newest) {
 		last = newest
 	}
 	if last.Before(first) {

@@ -106,6 +106,19 @@ func sessionPluginsOf(db *gorm.DB, table string) []*Plugin {
 	return append(tracking, others...)
 }
 
+// columnTaken returns the other initialized lastseen plugin on db that
+// tracks the same table and column as p, or nil: GORM refuses a second
+// plugin of the same Name, and this catches the same column named another
+// way (Field by Go field name in one, by column name in the other).
+func (p *Plugin) columnTaken(db *gorm.DB) *Plugin {
+	for _, o := range pluginsOn(db) {
+		if o != p && o.users.model.table == p.users.model.table && o.users.model.time.DBName == p.users.model.time.DBName {
+			return o
+		}
+	}
+	return nil
+}
+
 // prefixTaken returns the other initialized lastseen plugin on db whose
 // buffer shares buf's namespace (Buffer.Shared: the Redis Prefix), or nil:
 // two tracked models in one buffer would write one model's ids into the
@@ -121,17 +134,22 @@ func (p *Plugin) prefixTaken(db *gorm.DB, buf buffer.Buffer) *Plugin {
 
 // schedulesPurge reports whether this plugin's scheduled purge runs: the
 // scheduled purge of a session table runs in one plugin per *gorm.DB, the
-// first of sessionPluginsOf among those whose purge is scheduled (the
-// plugin that tracks the sessions' activity if one does, else the least
-// Name). PurgeExpiredSessions called directly always runs.
+// first of sessionPluginsOf whose purge is scheduled (the plugin that
+// tracks the sessions' activity if one does, else the least Name), or,
+// when none is, the first with sessions in use (its purge job run by hand).
+// PurgeExpiredSessions called directly always runs.
 func (p *Plugin) schedulesPurge() bool {
-	if !p.cfg.purgeScheduled() {
+	if p.cfg.DisablePurge {
 		return false
 	}
+	var first *Plugin // the first with sessions in use, when none is scheduled
 	for _, o := range sessionPluginsOf(p.db, p.sessions.model.table) {
-		if o.cfg.purgeScheduled() {
+		switch {
+		case o.cfg.purgeScheduled():
 			return o == p
+		case first == nil && !o.cfg.DisablePurge:
+			first = o
 		}
 	}
-	return true
+	return first == nil || first == p
 }

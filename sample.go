@@ -62,21 +62,14 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	return s, nil
 }
 
-// BreakerState is the state of the touch path's circuit breaker in front
-// of Redis (sony/gobreaker's), which tries Redis again 5s after opening.
-type BreakerState string
-
-// The breaker's states.
-const (
-	BreakerClosed   BreakerState = "closed"    // touches call Redis
-	BreakerHalfOpen BreakerState = "half-open" // one touch probes Redis
-	BreakerOpen     BreakerState = "open"      // touches go straight to the backlog
-)
-
-// Breaker returns the breaker's state (BreakerClosed without Redis).
-func (p *Plugin) Breaker() BreakerState {
+// Breaker returns the state of the touch path's circuit breaker in front
+// of Redis (sony/gobreaker's): "closed" (touches call Redis), "open"
+// (touches go straight to the in-process backlog; Redis is tried again 5s
+// after opening) or "half-open" (up to 64 touches probe Redis). Always
+// "closed" without Redis.
+func (p *Plugin) Breaker() string {
 	if p.tracker == nil {
-		return BreakerClosed
+		return "closed"
 	}
-	return BreakerState(p.tracker.buf.Breaker())
+	return string(p.tracker.buf.Breaker())
 }

@@ -15,7 +15,7 @@ type ShardStatus struct {
 	InFlight int64     // users taken by a running flush or left by a failed one; written first
 	Oldest   time.Time // oldest timestamp of the shard (UTC); zero when empty
 	// Unreadable counts entries a flush would drop as Rejected: an id not
-	// fitting the key, or not a timestamp from 1970 to now + MaxClockSkew.
+	// fitting the key, or not a timestamp from 1970 to an hour past now.
 	Unreadable int64
 }
 

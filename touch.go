@@ -14,10 +14,10 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// MaxClockSkew is how far in the future a timestamp may lie, against the
+// maxClockSkew is how far in the future a timestamp may lie, against the
 // plugin's clock, and still be accepted by TouchAt or by a flush reading it
 // back from the buffer: one hour.
-const MaxClockSkew = buffer.MaxClockSkew
+const maxClockSkew = buffer.MaxClockSkew
 
 // tracker is the request path: it normalizes ids, answers from the local
 // throttle cache, and records the rest in the buffer (openBuffer).
@@ -113,8 +113,8 @@ func (t *tracker) checkTime(at, now time.Time) error {
 	if at.IsZero() || at.Unix() <= 0 {
 		return fmt.Errorf("%w: %s is before 1970", ErrInvalidTime, at.Format(time.RFC3339Nano))
 	}
-	if limit := now.Add(MaxClockSkew); at.After(limit) {
-		return fmt.Errorf("%w: %s is more than %v ahead of the clock", ErrInvalidTime, at.UTC().Format(time.RFC3339Nano), MaxClockSkew)
+	if limit := now.Add(maxClockSkew); at.After(limit) {
+		return fmt.Errorf("%w: %s is more than %v ahead of the clock", ErrInvalidTime, at.UTC().Format(time.RFC3339Nano), maxClockSkew)
 	}
 	return nil
 }
@@ -167,6 +167,9 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 		p.stats.invalid.Add(1)
 		return false, err
 	}
+	if p.touchClosed.Load() { // nothing would ever flush it
+		return false, ErrClosed
+	}
 	recorded, ttl, err := t.buf.Touch(ctx, uid, at, now, t.window(at, now))
 	if err != nil {
 		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, touchError(err))
@@ -201,9 +204,13 @@ func (t *tracker) cached(userID any) bool {
 // a past time (a late event, a replay) opens only what is left of its own
 // window, and one whose window has already ended opens none (1ms, Redis's
 // PX floor) and never holds back the user's current touch. A time ahead of
-// now (within MaxClockSkew) opens a whole window.
+// now (within maxClockSkew) opens a whole window.
 func (t *tracker) window(at, now time.Time) time.Duration {
-	return max(time.Millisecond, min(t.throttle, t.throttle-now.Sub(at)))
+	elapsed := now.Sub(at)
+	if elapsed <= 0 { // at is now or ahead of it: a whole window
+		return t.throttle
+	}
+	return max(time.Millisecond, t.throttle-elapsed)
 }
 
 // touchError is the error of a touch the buffer did not take: ErrBuffered

@@ -396,7 +396,9 @@ func TestCloseWaitsForScheduledFlush(t *testing.T) {
 }
 
 // TestCloseFlushesMemoryBuffer: Close writes every touch recorded before it;
-// Flush and PurgeExpiredSessions return ErrClosed afterwards.
+// Flush, PurgeExpiredSessions and a touch that would open a throttle window
+// return ErrClosed afterwards (nothing would ever flush it); a touch the
+// local cache knows is throttled stays a no-op.
 func TestCloseFlushesMemoryBuffer(t *testing.T) {
 	forEachMemory(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -420,5 +422,27 @@ func TestCloseFlushesMemoryBuffer(t *testing.T) {
 		equal(t, "flush after Close", err, lastseen.ErrClosed)
 		_, err = p.PurgeExpiredSessions(ctx)
 		equal(t, "purge after Close", err, lastseen.ErrClosed)
+		ok, err := p.TouchAt(ctx, 41, mustTime("2026-03-01T09:01:00Z"))
+		equal(t, "new touch after Close", fmt.Sprint(ok, " ", err), "false lastseen: plugin closed")
+		ok, err = p.Touch(ctx, 40)
+		equal(t, "throttled touch after Close", fmt.Sprint(ok, " ", err), "false <nil>")
+		equal(t, "recorded after Close", p.Stats().Recorded, 40)
+	})
+}
+
+// TestCloseWithEndedContext: Close with a context that already ended waits
+// for no run when none is running: its error is the final flush's, not a
+// wait for a run that does not exist.
+func TestCloseWithEndedContext(t *testing.T) {
+	forEachMemory(t, func(t *testing.T, h *harness) {
+		p, db := h.plugin(h.config())
+		seedUsers(t, db, 1)
+		_, err := p.TouchAt(context.Background(), 1, mustTime("2026-03-01T09:20:00Z"))
+		must(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = p.Close(ctx)
+		equal(t, "Close with an ended context: a wait", strings.Contains(fmt.Sprint(err), "waiting for"), false)
+		equal(t, "Close with an ended context: context.Canceled", errors.Is(err, context.Canceled), true)
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 )
 
@@ -192,5 +193,36 @@ func TestOnBatchFailureRollsBackBatch(t *testing.T) {
 		equal(t, "client 1", clientRow(t, db, 1), "2026-03-01T10:00:50Z 2026-03-01T10:01:50Z")
 		equal(t, "client 3", clientRow(t, db, 3), "2026-03-01T10:00:50Z 2026-03-01T10:01:50Z")
 		equal(t, "client 3 pending after", pendingAt(t, clients, int64(3)), "none")
+	})
+}
+
+// TestOnBatchPanicRollsBackBatch: a hook that panics runs on one of the
+// flush's goroutines, where the app cannot recover it; the flush recovers
+// it into ErrOnBatch, the batch rolls back and stays buffered, and the next
+// flush with a fixed hook writes it.
+func TestOnBatchPanicRollsBackBatch(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		panics := true
+		cfg := h.config()
+		cfg.Flush.OnBatch = func(*gorm.DB, []lastseen.Seen) error {
+			if panics {
+				panic("hook bug")
+			}
+			return nil
+		}
+		p, db := h.plugin(cfg)
+		seedUsers(t, db, 1)
+		_, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:20:00Z"))
+		must(t, err)
+		res, err := p.Flush(ctx)
+		equal(t, "flush error", fmt.Sprint(err), "lastseen: flush shard "+fmt.Sprint(keys.ShardOf("1", p.Config().Buffer.Shards))+": lastseen: OnBatch failed: panic: hook bug")
+		equal(t, "failed flush", fmt.Sprintf("drained=%d written=%d", res.Drained, res.Written), "drained=0 written=0")
+		equal(t, "pending after the panic", pendingAt(t, p, 1), "2026-03-01T09:20:00Z")
+		panics = false
+		res, err = p.Flush(ctx)
+		must(t, err)
+		equal(t, "written after the fix", res.Written, 1)
+		equal(t, "column", columnsByID(t, db, "users", "id", "last_seen_at")["1"], "2026-03-01T09:20:00Z")
 	})
 }

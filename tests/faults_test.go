@@ -464,6 +464,48 @@ func TestRedisOutageRequestPath(t *testing.T) {
 	})
 }
 
+// TestRedisDownFromTheStart: with Redis unreachable before db.Use, the
+// buffer's manifest cannot be read, yet the flush writes this process's
+// backlog straight to the table, and Close's final flush writes what came
+// after: nothing is dropped. A manifest that disagrees still stops the
+// flush (TestManifestCheckedByFirstFlush).
+func TestRedisDownFromTheStart(t *testing.T) {
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			rs := startPrivateRedis(t)
+			px := startFaultProxy(t, rs.Addr())
+			px.Down()
+			rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { rdb.Close() })
+			h := newHarness(t, d, clientKind(rdb))
+			ctx := context.Background()
+			cfg := h.config()
+			cfg.Buffer.TouchTimeout = requestBudget
+			p, db := h.plugin(cfg)
+			want := seedFaultUsers(t, db, 4)
+			for id := 1; id <= 3; id++ {
+				ok, err := p.TouchAt(ctx, id, mustTime("2026-03-01T10:00:00Z"))
+				equal(t, fmt.Sprint("touch ", id, " kept in the backlog"), ok == false && errors.Is(err, lastseen.ErrBuffered), true)
+				want[id] = "2026-03-01T10:00:00Z"
+			}
+			res, err := p.Flush(ctx)
+			if err == nil {
+				t.Fatal("flush with Redis down from the start returned no error")
+			}
+			equal(t, "written from the backlog", res.Written, 3)
+			equal(t, "backlog after the flush", p.Stats().Backlog, 0)
+			checkFaultColumns(t, db, "after the flush", want)
+
+			_, err = p.TouchAt(ctx, 4, mustTime("2026-03-01T10:01:00Z"))
+			equal(t, "touch 4 kept in the backlog", errors.Is(err, lastseen.ErrBuffered), true)
+			want[4] = "2026-03-01T10:01:00Z"
+			_ = p.Close(ctx) // its final flush reports Redis unreachable
+			checkFaultColumns(t, db, "after Close", want)
+			equal(t, "backlog dropped", p.Stats().BacklogDropped, 0)
+		})
+	}
+}
+
 // ------------------------------------- 2. touches kept while Redis is down --
 
 // TestBacklogReplayedAfterOutage: touches made while

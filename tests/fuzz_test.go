@@ -183,7 +183,7 @@ func TestHandWrittenPendingValues(t *testing.T) {
 		p, db := h.plugin(cfg)
 		want := seedFaultUsers(t, db, 12)
 		ten := strconv.FormatInt(mustTime("2026-03-01T10:00:00Z").UnixMicro(), 10)
-		hour := strconv.FormatInt(mustTime("2026-03-01T11:00:00Z").UnixMicro(), 10) // now + MaxClockSkew
+		hour := strconv.FormatInt(mustTime("2026-03-01T11:00:00Z").UnixMicro(), 10) // now + 1h, the most a timestamp may lie ahead
 		for field, value := range map[string]string{
 			"1":   ten,                    // valid
 			"007": hour,                   // valid, non-canonical id, at the skew limit

@@ -27,7 +27,7 @@ func TestMemoryBufferChosenWithoutRedis(t *testing.T) {
 	p, _ := h.plugin(h.config())
 	isMemory := buf(p).Memory()
 	equal(t, "memory buffer", isMemory, true)
-	equal(t, "breaker", p.Breaker(), lastseen.BreakerClosed)
+	equal(t, "breaker", p.Breaker(), "closed")
 	equal(t, "backlog", p.Stats().Backlog, 0)
 }
 

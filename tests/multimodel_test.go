@@ -46,9 +46,14 @@ func TestSeveralModelsRegister(t *testing.T) {
 
 	again := lastseen.New(cfg("users2", &lastseen.User{}, "LastSeenAt"))
 	equal(t, "same model and field again", errors.Is(db.Use(again), gorm.ErrRegistered), true)
+	byColumn := lastseen.New(cfg("users3", &lastseen.User{}, "last_seen_at"))
+	err := db.Use(byColumn)
+	equal(t, "same column by its column name", fmt.Sprint(err),
+		"registered: lastseen: column users.last_seen_at is already tracked by lastseen:github.com/lastseen/lastseen.User.LastSeenAt on this *gorm.DB")
+	equal(t, "is gorm.ErrRegistered", errors.Is(err, gorm.ErrRegistered), true)
 
 	sharing := lastseen.New(cfg("devices", &lastseen.Session{}, "ExpiresAt"))
-	err := db.Use(sharing)
+	err = db.Use(sharing)
 	equal(t, "same Prefix, another model", fmt.Sprint(err),
 		`lastseen: invalid config: Buffer.Prefix "`+h.prefix+`:devices" is already the buffer of lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing on this *gorm.DB: give each tracked model its own Buffer.Prefix`)
 	equal(t, "is ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -45,5 +46,25 @@ func TestPastTouchDoesNotHoldBackCurrentTouch(t *testing.T) {
 		must(t, err)
 		equal(t, "user 1", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:30:00.001Z")
 		equal(t, "user 2", lastSeenColumn(t, db, "users", "id", "last_seen_at", 2), "2026-03-01T09:27:00Z")
+	})
+}
+
+// TestFutureTouchOpensWholeWindow: a touch ahead of the clock (within the
+// hour allowed) opens a whole throttle window, also with the largest
+// Throttle, 31 days (the window's arithmetic must not overflow).
+func TestFutureTouchOpensWholeWindow(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		cfg := h.config()
+		cfg.Throttle = 31 * 24 * time.Hour
+		cfg.Presence.OnlineWindow, cfg.Presence.ActiveUsersRetention = -1, -1
+		p, db := h.plugin(cfg)
+		seedUsers(t, db, 1)
+		ahead := h.clock.Now().Add(30 * time.Minute)
+		for i, want := range []bool{true, false, false} {
+			ok, err := p.TouchAt(ctx, 1, ahead)
+			must(t, err)
+			equal(t, fmt.Sprint("future touch ", i), ok, want)
+		}
 	})
 }

@@ -586,7 +586,7 @@ func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 }
 
 // TestTouchAtTimes: TouchAt refuses a zero time, a time before 1970 and one
-// more than MaxClockSkew ahead of the clock, with ErrInvalidTime.
+// more than an hour ahead of the clock, with ErrInvalidTime.
 func TestTouchAtTimes(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()

@@ -140,7 +140,22 @@ func (r *demoRun) setupPlugin(context.Context) error {
 	if c.Verbose {
 		level = slog.LevelInfo
 	}
-	r.p = lastseen.New(lastseen.Config{Redis: r.rdb, Throttle: c.Throttle, Model: &demoUser{}, Logger: slog.New(slog.NewTextHandler(c.errOut, &slog.HandlerOptions{Level: level})), Buffer: lastseen.BufferConfig{Prefix: r.res.Prefix, TouchTimeout: time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: now}})
+	schedule := "@every " + c.FlushEvery.String()
+	if c.Fast {
+		schedule = "off" // --fast flushes by hand, between phases
+	}
+	r.p = lastseen.New(lastseen.Config{
+		Redis:    r.rdb,
+		Throttle: c.Throttle,
+		Model:    &demoUser{},
+		Logger:   slog.New(slog.NewTextHandler(c.errOut, &slog.HandlerOptions{Level: level})),
+		// Generous TouchTimeout, so that a loaded machine does not push
+		// touches into the in-process backlog and the exact checks hold.
+		Buffer:   lastseen.BufferConfig{Prefix: r.res.Prefix, TouchTimeout: time.Second},
+		Flush:    lastseen.FlushConfig{Schedule: schedule},
+		Sessions: lastseen.SessionConfig{Disabled: true}, // the demo app keeps no sessions table
+		Test:     lastseen.TestConfig{Now: now},
+	})
 	if err := r.db.Use(r.p); err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync/atomic"
 
-	"github.com/lastseen/lastseen"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -111,7 +110,7 @@ func (i *Instrumentation) observe(ctx context.Context, o metric.Observer) error 
 	o.ObserveInt64(g.backlogDrops, s.BacklogDropped, i.with())
 	o.ObserveInt64(g.evictions, s.Evictions, i.with())
 	state := i.p.Breaker()
-	for _, st := range []lastseen.BreakerState{lastseen.BreakerClosed, lastseen.BreakerHalfOpen, lastseen.BreakerOpen} {
+	for _, st := range []string{"closed", "half-open", "open"} {
 		v := int64(0)
 		if st == state {
 			v = 1

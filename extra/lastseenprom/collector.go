@@ -215,7 +215,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.backlogDropped, s.BacklogDropped)
 	counter(c.evictions, s.Evictions)
 	state := c.p.Breaker()
-	for _, st := range []lastseen.BreakerState{lastseen.BreakerClosed, lastseen.BreakerHalfOpen, lastseen.BreakerOpen} {
+	for _, st := range []string{"closed", "half-open", "open"} {
 		gauge(c.breaker, map[bool]float64{true: 1}[st == state], string(st))
 	}
 	c.collectBuffer(ch, gauge)
