@@ -1,6 +1,7 @@
 package lastseen
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/timecol"
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -69,8 +71,7 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 	if exact, ok := p.dialect.ExactIn(pk, []any{id}); ok && p.users.ids.Kind == idcodec.String {
 		q = q.Where(exact) // the row of exactly this id, not one its collation folds onto
 	}
-	row := q.Limit(1).Row()
-	switch err := row.Scan(&col); {
+	switch err := scanOne(q.Limit(1), &col); {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
 		return at, ok, fmt.Errorf("lastseen: last seen of user %s: %w", uid, err)
@@ -158,8 +159,8 @@ func (p *Plugin) columns(ctx context.Context, uids []string, latest map[string]t
 		for i, uid := range part {
 			vals[i], _ = codec.Parse(uid) // canonical text: parses
 		}
-		rows, err := p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?, ?", pk, col).
-			Where(clause.IN{Column: pk, Values: vals}).Rows()
+		rows, err := queryRows(p.db.WithContext(ctx).Table("?", clause.Table{Name: m.table}).Select("?, ?", pk, col).
+			Where(clause.IN{Column: pk, Values: vals}))
 		if err != nil {
 			return fmt.Errorf("lastseen: last seen of %d users: %w", len(uids), err)
 		}
@@ -196,4 +197,43 @@ func scanColumns(rows rowScanner, codec idcodec.Codec, enc *timecol.Codec, lates
 		}
 	}
 	return rows.Err()
+}
+
+// queryRows runs q's query for its rows. GORM's prepared-statement mode
+// (PrepareStmt) can hand back no rows and no error when preparing failed
+// (a canceled context, a closed pool): that is an error here, never a nil
+// *sql.Rows to scan.
+func queryRows(q *gorm.DB) (*sql.Rows, error) {
+	rows, err := q.Rows()
+	if err == nil && rows == nil {
+		err = errors.New("the database returned no result")
+		if ctx := q.Statement.Context; ctx != nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		if rows != nil {
+			rows.Close()
+		}
+		return nil, err
+	}
+	return rows, nil
+}
+
+// scanOne scans the first row of q's query into dest; sql.ErrNoRows when
+// there is none (as *sql.Row.Scan), without the *sql.Row that GORM's
+// prepared-statement mode may leave empty.
+func scanOne(q *gorm.DB, dest any) error {
+	rows, err := queryRows(q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return cmp.Or(rows.Err(), sql.ErrNoRows)
+	}
+	if err := rows.Scan(dest); err != nil {
+		return err
+	}
+	return rows.Close()
 }

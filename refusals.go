@@ -142,7 +142,7 @@ func (p *Plugin) findUncomparable(db *gorm.DB, t *dialect.Target, ids []any) ([]
 		return nil, nil
 	}
 	codec := p.users.ids
-	rows, err := q.Rows()
+	rows, err := queryRows(q)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.
 	}
 	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
 	at := timecol.Scan{Codec: m.enc} // the column's encoding; SQLite may return text
-	err = q().Select("?", col).Order(sortTime(db, m.enc, col)).Limit(1).Row().Scan(&at)
+	err = scanOne(q().Select("?", col).Order(sortTime(db, m.enc, col)).Limit(1), &at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows): // purged between the two queries
 		return count, time.Time{}, nil

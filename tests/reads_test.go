@@ -242,3 +242,27 @@ func TestLastSeenManyWithRedisDown(t *testing.T) {
 	equal(t, "user 2 (backlog)", got[1].Format(time.RFC3339), "2026-03-01T09:00:02Z")
 	equal(t, "user 3 (never seen)", got[2].IsZero(), true)
 }
+
+// TestReadsUnderPrepareStmt: with GORM's PrepareStmt (as GORM's docs
+// recommend for speed), a statement whose prepare fails leaves an empty row
+// behind; every read returns the error (here the canceled context) instead
+// of panicking on it.
+func TestReadsUnderPrepareStmt(t *testing.T) {
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			db := d.New(t).OpenWith(t, &gorm.Config{PrepareStmt: true, Logger: testenv.Quiet().Logger})
+			must(t, db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
+			must(t, db.Create(&lastseen.User{ID: 1}).Error)
+			p := testenv.Use(t, db, lastseen.Config{Logger: testenv.Discard,
+				Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, _, err := p.LastSeen(ctx, 1)
+			equal(t, "LastSeen with a canceled context", errors.Is(err, context.Canceled), true)
+			_, err = p.LastSeenMany(ctx, []any{1})
+			equal(t, "LastSeenMany with a canceled context", errors.Is(err, context.Canceled), true)
+			_, _, err = p.ExpiredSessions(ctx)
+			equal(t, "ExpiredSessions with a canceled context", errors.Is(err, context.Canceled), true)
+		})
+	}
+}
