@@ -261,7 +261,13 @@ func TestConfigRedisUnreachableAtStart(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	var logs testenv.Logs
 	db := dialectOnly(t, "sqlite")
-	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Seam: &testseam.Seam{}}})
+	p := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+		Test:     lastseen.TestConfig{Seam: &testseam.Seam{}},
+	})
 	must(t, db.Use(p))
 	t.Cleanup(func() { internals(p).StopTracker() })
 	equal(t, "start-up warnings", logs.Count(`level=WARN msg="lastseen: redis unreachable at start; touches are kept in memory until it is back"`), 1)

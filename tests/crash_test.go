@@ -282,7 +282,12 @@ func runCrashChild(t *testing.T, spec *childSpec) {
 		},
 		BeforeUnlink: func(shard int) { stop("before-unlink", shard) },
 	}
-	p := childPlugin(t, spec, lastseen.Config{Throttle: time.Minute, Buffer: lastseen.BufferConfig{Shards: crashShards}, Flush: lastseen.FlushConfig{BatchSize: crashBatch}, Test: lastseen.TestConfig{Now: func() time.Time { return now }, Seam: &testseam.Seam{Flush: hooks}}})
+	p := childPlugin(t, spec, lastseen.Config{
+		Throttle: time.Minute,
+		Buffer:   lastseen.BufferConfig{Shards: crashShards},
+		Flush:    lastseen.FlushConfig{BatchSize: crashBatch},
+		Test:     lastseen.TestConfig{Now: func() time.Time { return now }, Seam: &testseam.Seam{Flush: hooks}},
+	})
 	_, err := p.Flush(context.Background())
 	t.Fatalf("flush ended (%v) without reaching %s", err, spec.Point)
 }
@@ -466,7 +471,13 @@ const (
 // Any error other than ErrLocked fails it.
 func runInstanceChild(t *testing.T, spec *childSpec) {
 	ctx := context.Background()
-	p := childPlugin(t, spec, lastseen.Config{Throttle: 20 * time.Millisecond, Buffer: lastseen.BufferConfig{TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{BatchSize: 50}, Sessions: lastseen.SessionConfig{BatchSize: 100}, Test: lastseen.TestConfig{Seam: &testseam.Seam{PurgePause: -1}}})
+	p := childPlugin(t, spec, lastseen.Config{
+		Throttle: 20 * time.Millisecond,
+		Buffer:   lastseen.BufferConfig{TouchTimeout: 2 * time.Second},
+		Flush:    lastseen.FlushConfig{BatchSize: 50},
+		Sessions: lastseen.SessionConfig{BatchSize: 100},
+		Test:     lastseen.TestConfig{Seam: &testseam.Seam{PurgePause: -1}},
+	})
 	f, err := os.Create(spec.Log)
 	must(t, err)
 	w := bufio.NewWriter(f)

@@ -89,8 +89,25 @@ func Example_severalModels() {
 	db.Create(&Account{ID: 1})
 	db.Create(&APIToken{ID: 7, ExpiresAt: now.Add(time.Hour)})
 
-	accounts := lastseen.New(lastseen.Config{Redis: rdb, Model: &Account{}, Logger: quiet, Buffer: lastseen.BufferConfig{Prefix: "app:accounts"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: clock}})
-	tokens := lastseen.New(lastseen.Config{Redis: rdb, Model: &APIToken{}, Field: "LastUsedAt", Logger: quiet, Buffer: lastseen.BufferConfig{Prefix: "app:tokens"}, Flush: lastseen.FlushConfig{OnBatch: slideTokenExpiry, Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: clock}})
+	accounts := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Model:    &Account{},
+		Logger:   quiet,
+		Buffer:   lastseen.BufferConfig{Prefix: "app:accounts"},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Disabled: true},
+		Test:     lastseen.TestConfig{Now: clock},
+	})
+	tokens := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Model:    &APIToken{},
+		Field:    "LastUsedAt",
+		Logger:   quiet,
+		Buffer:   lastseen.BufferConfig{Prefix: "app:tokens"},
+		Flush:    lastseen.FlushConfig{OnBatch: slideTokenExpiry, Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Disabled: true},
+		Test:     lastseen.TestConfig{Now: clock},
+	})
 	if err := db.Use(accounts); err != nil {
 		log.Fatal(err)
 	}
@@ -150,7 +167,16 @@ func Example_slidingSession() {
 		{ID: "old", UserID: 4, ExpiresAt: now.Add(-time.Minute), LastActiveAt: at(now.Add(-time.Minute))},
 	})
 
-	sessions := lastseen.New(lastseen.Config{Redis: rdb, Model: &lastseen.Session{}, Field: "LastActiveAt", Logger: slog.New(slog.DiscardHandler), Buffer: lastseen.BufferConfig{Prefix: "app:sessions"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{IdleTimeout: 30 * time.Minute, Schedule: "off"}, Test: lastseen.TestConfig{Now: clock}})
+	sessions := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Model:    &lastseen.Session{},
+		Field:    "LastActiveAt",
+		Logger:   slog.New(slog.DiscardHandler),
+		Buffer:   lastseen.BufferConfig{Prefix: "app:sessions"},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{IdleTimeout: 30 * time.Minute, Schedule: "off"},
+		Test:     lastseen.TestConfig{Now: clock},
+	})
 	if err := db.Use(sessions); err != nil {
 		log.Fatal(err)
 	}
@@ -185,7 +211,14 @@ func Example_status() {
 	defer done()
 	now := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	db.AutoMigrate(&lastseen.User{})
-	presence := lastseen.New(lastseen.Config{Redis: rdb, Logger: slog.New(slog.DiscardHandler), Buffer: lastseen.BufferConfig{Prefix: "app:presence", Shards: 2}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Test: lastseen.TestConfig{Now: func() time.Time { return now }}})
+	presence := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Logger:   slog.New(slog.DiscardHandler),
+		Buffer:   lastseen.BufferConfig{Prefix: "app:presence", Shards: 2},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Disabled: true},
+		Test:     lastseen.TestConfig{Now: func() time.Time { return now }},
+	})
 	if err := db.Use(presence); err != nil {
 		log.Fatal(err)
 	}

@@ -110,7 +110,14 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, h *harness)) {
 // config returns a test Config: this harness's Redis, prefix and clock, no
 // scheduler, logs discarded, and a test seam of its own.
 func (h *harness) config() lastseen.Config {
-	return lastseen.Config{Redis: h.r.Client, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Prefix: h.prefix, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: h.clock.Now, Seam: &testseam.Seam{}}}
+	return lastseen.Config{
+		Redis:    h.r.Client,
+		Logger:   testenv.Discard,
+		Buffer:   lastseen.BufferConfig{Prefix: h.prefix, TouchTimeout: 2 * time.Second},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+		Test:     lastseen.TestConfig{Now: h.clock.Now, Seam: &testseam.Seam{}},
+	}
 }
 
 // plugin registers a plugin with cfg on a new handle to the harness's

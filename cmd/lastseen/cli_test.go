@@ -161,7 +161,12 @@ func TestWrongIDTypeFailsDryRunAndPurge(t *testing.T) {
 	// library refuses a text key before the command checks the column.
 	_, errOut, code := runExit(t, now, append([]string{"flush", "--user-id-type", "string"}, base...)...)
 	equal(t, "flush: exit code", code, exitFailed)
-	derived := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+	derived := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Logger:   discard,
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+	})
 	must(t, app.Use(derived))
 	prefix := derived.Config().Buffer.Prefix
 	equal(t, "flush: stderr", errOut, fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for key type "integer", `+
@@ -186,14 +191,26 @@ func TestWarnsWhenPrefixOrShardsMatchNoBuffer(t *testing.T) {
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&[]lastseen.User{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}}).Error)
 	clock := testenv.ClockAt("2026-03-01T09:30:00Z")
-	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Buffer: lastseen.BufferConfig{Prefix: "app", Shards: 64, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: clock.Now}})
+	p := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Logger:   discard,
+		Buffer:   lastseen.BufferConfig{Prefix: "app", Shards: 64, TouchTimeout: 2 * time.Second},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+		Test:     lastseen.TestConfig{Now: clock.Now},
+	})
 	must(t, app.Use(p))
 	for id := range uint64(4) {
 		_, err := p.TouchAt(ctx, id+1, mustTime("2026-03-01T09:00:00Z"))
 		must(t, err)
 	}
 	base := append([]string{"--redis", mr.Addr()}, d.Flags()...)
-	derived := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+	derived := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Logger:   discard,
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+	})
 	must(t, d.Open(t).Use(derived)) // what the CLI derives without --prefix
 
 	for _, cmd := range []string{"status", "flush"} {

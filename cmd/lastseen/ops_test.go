@@ -89,7 +89,15 @@ func TestOpsDefaultModels(t *testing.T) {
 			{ID: "s3", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:00Z")}, // expires now: expired
 			{ID: "s4", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:01Z")},
 		}).Error)
-		p := lastseen.New(lastseen.Config{Redis: r.Client, Throttle: time.Minute, Logger: discard, Buffer: lastseen.BufferConfig{Prefix: prefix, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: clock.Now}})
+		p := lastseen.New(lastseen.Config{
+			Redis:    r.Client,
+			Throttle: time.Minute,
+			Logger:   discard,
+			Buffer:   lastseen.BufferConfig{Prefix: prefix, TouchTimeout: 2 * time.Second},
+			Flush:    lastseen.FlushConfig{Schedule: "off"},
+			Sessions: lastseen.SessionConfig{Schedule: "off"},
+			Test:     lastseen.TestConfig{Now: clock.Now},
+		})
 		must(t, app.Use(p))
 		for _, touch := range []struct {
 			id uint64
@@ -222,7 +230,16 @@ func TestOpsAppModels(t *testing.T) {
 		must(t, app.Delete(&sessions[1]).Error) // soft-deleted and expired
 		must(t, app.Delete(&sessions[3]).Error) // soft-deleted, live
 
-		p := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Model: &account{}, Field: "SeenAt", Buffer: lastseen.BufferConfig{TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off", Model: &appSession{}, ExpiresField: "ValidUntil"}, Test: lastseen.TestConfig{Now: clock.Now}})
+		p := lastseen.New(lastseen.Config{
+			Redis:    rdb,
+			Logger:   discard,
+			Model:    &account{},
+			Field:    "SeenAt",
+			Buffer:   lastseen.BufferConfig{TouchTimeout: 2 * time.Second},
+			Flush:    lastseen.FlushConfig{Schedule: "off"},
+			Sessions: lastseen.SessionConfig{Schedule: "off", Model: &appSession{}, ExpiresField: "ValidUntil"},
+			Test:     lastseen.TestConfig{Now: clock.Now},
+		})
 		must(t, app.Use(p))
 		_, err := p.TouchAt(ctx, "6f1c0d9e-0000-4000-8000-000000000002", mustTime("2026-03-01T11:58:00Z"))
 		must(t, err)
@@ -320,7 +337,12 @@ func TestPurgeLocked(t *testing.T) {
 	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
-	p := lastseen.New(lastseen.Config{Redis: rdb, Logger: discard, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+	p := lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Logger:   discard,
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+	})
 	must(t, app.Use(p))
 	prefix := p.Config().Buffer.Prefix
 	equal(t, "derived prefix", strings.HasPrefix(prefix, "lastseen:users:"), true)
@@ -342,7 +364,14 @@ func TestOpsDerivedPrefix(t *testing.T) {
 		clock := testenv.ClockAt("2026-03-01T09:30:00Z")
 		app := d.Open(t)
 		must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
-		p := lastseen.New(lastseen.Config{Redis: r.Client, Logger: discard, Buffer: lastseen.BufferConfig{TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: clock.Now}})
+		p := lastseen.New(lastseen.Config{
+			Redis:    r.Client,
+			Logger:   discard,
+			Buffer:   lastseen.BufferConfig{TouchTimeout: 2 * time.Second},
+			Flush:    lastseen.FlushConfig{Schedule: "off"},
+			Sessions: lastseen.SessionConfig{Schedule: "off"},
+			Test:     lastseen.TestConfig{Now: clock.Now},
+		})
 		must(t, app.Use(p))
 		prefix := p.Config().Buffer.Prefix
 		t.Cleanup(func() { testenv.DeleteKeys(context.Background(), r.Client, keys.All(prefix)) })

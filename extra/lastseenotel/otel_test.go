@@ -43,7 +43,14 @@ func newEnv(t *testing.T) *env {
 	db := testenv.SQLite().New(t).Open(t)
 	must(t, db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	c := testenv.NewClock(start)
-	p := testenv.Use(t, db, lastseen.Config{Redis: rdb, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Concurrency: 1, Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off", BatchSize: 2}, Test: lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}}})
+	p := testenv.Use(t, db, lastseen.Config{
+		Redis:    rdb,
+		Logger:   testenv.Discard,
+		Buffer:   lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second},
+		Flush:    lastseen.FlushConfig{Concurrency: 1, Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off", BatchSize: 2},
+		Test:     lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}},
+	})
 
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

@@ -42,7 +42,15 @@ func newEnv(t *testing.T, userModel any) *env {
 	db := testenv.SQLite().New(t).Open(t)
 	must(t, db.AutoMigrate(userModel, &lastseen.Session{}))
 	c := testenv.NewClock(start)
-	p := testenv.Use(t, db, lastseen.Config{Redis: r.Client, Model: userModel, Logger: testenv.Discard, Buffer: lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}}})
+	p := testenv.Use(t, db, lastseen.Config{
+		Redis:    r.Client,
+		Model:    userModel,
+		Logger:   testenv.Discard,
+		Buffer:   lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+		Test:     lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}},
+	})
 	return &env{p: p, db: db, r: r, clock: c}
 }
 

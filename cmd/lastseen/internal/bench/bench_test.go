@@ -108,7 +108,12 @@ func TestFillMatchesLibraryLayout(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Miniredis().Open(t).Client.(*redis.Client)
 	db := testenv.SQLite().New(t).Open(t)
-	p := testenv.Use(t, db, lastseen.Config{Redis: rdb, Buffer: lastseen.BufferConfig{Prefix: "b", LocalCacheSize: -1}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+	p := testenv.Use(t, db, lastseen.Config{
+		Redis:    rdb,
+		Buffer:   lastseen.BufferConfig{Prefix: "b", LocalCacheSize: -1},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+	})
 	base := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 	e := &env{plain: rdb}
 	testenv.Must(t, e.fillPending(ctx, "b", 3000, lastseen.DefaultShards, base, 1))

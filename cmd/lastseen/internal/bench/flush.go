@@ -216,7 +216,13 @@ func (e *env) pendingForLibrary(ctx context.Context, db *gorm.DB, res *flushRun,
 		return nil, err
 	}
 	res.FillWall = time.Since(f0)
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Logger: e.pluginLogger(), Buffer: lastseen.BufferConfig{Prefix: keyPrefix}, Flush: lastseen.FlushConfig{Schedule: "off", Concurrency: c.FlushConcurrency}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+	p := lastseen.New(lastseen.Config{
+		Redis:    e.timed,
+		Logger:   e.pluginLogger(),
+		Buffer:   lastseen.BufferConfig{Prefix: keyPrefix},
+		Flush:    lastseen.FlushConfig{Schedule: "off", Concurrency: c.FlushConcurrency},
+		Sessions: lastseen.SessionConfig{Disabled: true}, // the flush's tables have no sessions table
+	})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}

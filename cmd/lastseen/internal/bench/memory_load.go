@@ -197,7 +197,15 @@ func (c *Cmd) openMemoryPlugin(row *memoryRow) (p *lastseen.Plugin, rdb *redis.C
 		closeDB()
 		return nil, nil, nil, fmt.Errorf("lastseen: bench: memory: create users: %w", err)
 	}
-	p = lastseen.New(lastseen.Config{Redis: rdb, Throttle: c.Throttle, Logger: c.warnLogger(), Buffer: lastseen.BufferConfig{Prefix: row.Prefix, LocalCacheSize: -1, TouchTimeout: 10 * time.Second}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Disabled: true}, Presence: lastseen.PresenceConfig{OnlineWindow: -1, ActiveUsersRetention: -1}})
+	p = lastseen.New(lastseen.Config{
+		Redis:    rdb,
+		Throttle: c.Throttle,
+		Logger:   c.warnLogger(),
+		Buffer:   lastseen.BufferConfig{Prefix: row.Prefix, LocalCacheSize: -1, TouchTimeout: 10 * time.Second},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Disabled: true},
+		Presence: lastseen.PresenceConfig{OnlineWindow: -1, ActiveUsersRetention: -1},
+	})
 	if err := db.Use(p); err != nil {
 		closeDB()
 		return nil, nil, nil, fmt.Errorf("lastseen: bench: memory: db.Use: %w", err)

@@ -124,7 +124,14 @@ func (e *env) libraryPurge(ctx context.Context, db *gorm.DB, res *purgeResult) e
 	if pause == 0 {
 		pause = -1 // the library's "no pause"
 	}
-	p := lastseen.New(lastseen.Config{Redis: e.timed, Logger: e.pluginLogger(), Buffer: lastseen.BufferConfig{Prefix: e.prefix + "-purge"}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Seam: &testseam.Seam{PurgePause: pause}}})
+	p := lastseen.New(lastseen.Config{
+		Redis:    e.timed,
+		Logger:   e.pluginLogger(),
+		Buffer:   lastseen.BufferConfig{Prefix: e.prefix + "-purge"},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+		Test:     lastseen.TestConfig{Seam: &testseam.Seam{PurgePause: pause}},
+	})
 	if err := db.Use(p); err != nil {
 		return fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}

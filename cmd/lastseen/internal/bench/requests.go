@@ -568,7 +568,14 @@ type lastseenDesign struct {
 // openLastseen registers a plugin on db: the given prefix and local cache
 // size (-1 off, 0 the default), the run's throttle window, no scheduler.
 func (e *env) openLastseen(db *gorm.DB, prefix string, localCache int, boxed []any) (*lastseenDesign, error) {
-	p := lastseen.New(lastseen.Config{Redis: e.rdb, Throttle: e.cmd.Throttle, Logger: e.pluginLogger(), Buffer: lastseen.BufferConfig{Prefix: prefix, LocalCacheSize: localCache, TouchTimeout: e.cmd.TouchTimeout}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+	p := lastseen.New(lastseen.Config{
+		Redis:    e.rdb,
+		Throttle: e.cmd.Throttle,
+		Logger:   e.pluginLogger(),
+		Buffer:   lastseen.BufferConfig{Prefix: prefix, LocalCacheSize: localCache, TouchTimeout: e.cmd.TouchTimeout},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+	})
 	if err := db.Use(p); err != nil {
 		return nil, fmt.Errorf("lastseen: bench: db.Use: %w", err)
 	}
