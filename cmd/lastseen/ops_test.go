@@ -10,6 +10,7 @@ import (
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/tests/testenv"
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
 
@@ -33,6 +34,21 @@ func forEachOpsEnv(t *testing.T, fn func(t *testing.T, d *testenv.DB, r *testenv
 
 // discard drops the plugin's logs in tests that do not read them.
 var discard = testenv.Discard
+
+// appConfig is the Config of the app whose buffer the commands operate on:
+// its Redis and Prefix, a 1m throttle window, nothing scheduled (the tests
+// flush and purge by hand), and the tests' clock.
+func appConfig(rdb redis.UniversalClient, prefix string, now func() time.Time) lastseen.Config {
+	return lastseen.Config{
+		Redis:    rdb,
+		Throttle: time.Minute,
+		Logger:   discard,
+		Buffer:   lastseen.BufferConfig{Prefix: prefix, TouchTimeout: 2 * time.Second},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Schedule: "off"},
+		Test:     lastseen.TestConfig{Now: now},
+	}
+}
 
 // shardTable is the status command's table: 16 shards, the given ones with
 // their figures, every other one empty.
@@ -89,15 +105,7 @@ func TestOpsDefaultModels(t *testing.T) {
 			{ID: "s3", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:00Z")}, // expires now: expired
 			{ID: "s4", UserID: 2, ExpiresAt: mustTime("2026-03-01T09:30:01Z")},
 		}).Error)
-		p := lastseen.New(lastseen.Config{
-			Redis:    r.Client,
-			Throttle: time.Minute,
-			Logger:   discard,
-			Buffer:   lastseen.BufferConfig{Prefix: prefix, TouchTimeout: 2 * time.Second},
-			Flush:    lastseen.FlushConfig{Schedule: "off"},
-			Sessions: lastseen.SessionConfig{Schedule: "off"},
-			Test:     lastseen.TestConfig{Now: clock.Now},
-		})
+		p := lastseen.New(appConfig(r.Client, prefix, clock.Now))
 		must(t, app.Use(p))
 		for _, touch := range []struct {
 			id uint64

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
@@ -23,15 +22,7 @@ func TestStatusJSON(t *testing.T) {
 			{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")},
 			{ID: "s2", UserID: 1, ExpiresAt: mustTime("2026-03-01T09:30:01Z")},
 		}).Error)
-		p := lastseen.New(lastseen.Config{
-			Redis:    r.Client,
-			Throttle: time.Minute,
-			Logger:   discard,
-			Buffer:   lastseen.BufferConfig{Prefix: prefix, TouchTimeout: 2 * time.Second},
-			Flush:    lastseen.FlushConfig{Schedule: "off"},
-			Sessions: lastseen.SessionConfig{Schedule: "off"},
-			Test:     lastseen.TestConfig{Now: clock.Now},
-		})
+		p := lastseen.New(appConfig(r.Client, prefix, clock.Now))
 		must(t, app.Use(p))
 		for id, at := range map[uint64]string{9: "2026-03-01T09:00:00Z", 10: "2026-03-01T09:10:00Z", 1: "2026-03-01T09:29:30Z"} {
 			_, err := p.TouchAt(ctx, id, mustTime(at))
