@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
 )
 
 // The buffer knows what it belongs to. Its manifest, the hash
@@ -59,13 +61,13 @@ type manifestField struct {
 	name, label, value string
 }
 
-// manifest returns this instance's manifest, in the order the check
-// compares it. The server and the throttle window are recorded but only
-// logged on a mismatch: with an explicit Prefix, a failover to a server of
+// manifest returns this instance's manifest layout, in the order the check
+// compares it. The server, the throttle window and the model are recorded
+// but not compared: with an explicit Prefix, a failover to a server of
 // another identity must not stop the app, and a rolling deploy may change
 // Throttle (instances whose windows differ do not see each other's throttle
-// markers, which live in hashes per generation of one window:
-// they write more often, nothing is lost).
+// markers, which live in hashes per generation of one window: they write
+// more often, nothing is lost); a mismatch of the first two is logged.
 func (p *Plugin) manifest() []manifestField {
 	key := "text"
 	if p.users.ids.Integer() {
@@ -81,7 +83,56 @@ func (p *Plugin) manifest() []manifestField {
 		{"shards", "Shards", strconv.Itoa(p.cfg.Shards)},
 		{"server", "server", p.target.Server},
 		{"throttle", "Throttle", p.cfg.Throttle.String()},
+		{"model", "Model", p.users.model.typ.String()},
 	}
+}
+
+// manifestSettings are the app's rules the operator tools read from the
+// manifest to act as the app does: kept current by every instance at
+// start (the last one started wins), never compared. Their names and
+// values are the manifest format's; "" is an unset rule.
+func (p *Plugin) manifestSettings() []string {
+	m, c := p.users.model, p.cfg
+	loc := ""
+	if c.ColumnLocation != nil {
+		loc = c.ColumnLocation.String()
+	}
+	kv := []string{
+		"id_column", m.pk.DBName,
+		"encoding", m.enc.Encoding().String(),
+		"location", loc,
+		"upsert", strconv.FormatBool(c.WriteMode == upsert),
+		"batch", strconv.Itoa(c.BatchSize),
+	}
+	s := p.sessions
+	rule := map[string]string{}
+	if !c.DisablePurge && s != nil {
+		rule = map[string]string{
+			"sessions_table": s.model.table, "sessions_id_column": s.model.pk.DBName,
+			"sessions_key": keyType(s.model.pk), "expires_column": s.model.time.DBName,
+			"expires_encoding": s.model.enc.Encoding().String(),
+			"idle_timeout": c.IdleTimeout.String(), "sessions_batch": strconv.Itoa(c.PurgeBatchSize),
+		}
+		if s.active != nil {
+			rule["active_column"], rule["active_encoding"] = s.active.DBName, s.activeEnc.Encoding().String()
+		}
+	}
+	for _, name := range []string{"sessions_table", "sessions_id_column", "sessions_key", "expires_column",
+		"expires_encoding", "idle_timeout", "active_column", "active_encoding", "sessions_batch"} {
+		kv = append(kv, name, rule[name])
+	}
+	return kv
+}
+
+// keyType is the manifest's key type of a primary key: "integer" for Go
+// integer kinds, else "text".
+func keyType(f *schema.Field) string {
+	switch f.FieldType.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	}
+	return "text"
 }
 
 // resolvePrefix reads the database's identity and, when Config.Prefix is
@@ -120,14 +171,14 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		fields = append(fields, f.name, f.value)
 	}
 	key := manifestKey(p.cfg.Prefix)
-	got, err := p.rbuf.Manifest(ctx, fields)
+	got, err := p.rbuf.Manifest(ctx, fields, p.manifestSettings())
 	if err != nil {
 		return fmt.Errorf("lastseen: buffer manifest %s: %w", key, err)
 	}
 	for _, f := range want {
 		have := got[f.name]
 		switch {
-		case have == f.value:
+		case have == f.value, f.name == "model":
 		case p.warnedManifest(f.name, have):
 		case f.name == "server":
 			p.log.Warn("lastseen: the buffer was created for another database server; touches of both go to this instance's table",

@@ -35,37 +35,84 @@ func (s Session) Expired(now time.Time, idle time.Duration) bool {
 	return idle > 0 && s.LastActiveAt != nil && !now.Add(-idle).Before(*s.LastActiveAt)
 }
 
-// ExpiredSessions reads what a purge started now would delete: the number
-// of expired session rows (soft-deleted included; also those with newer
-// activity still buffered, which the purge keeps) and their earliest
-// expiry (UTC; zero if none). Errors: ErrNotInitialized, ErrClosed, or the
-// database's.
-func (p *Plugin) ExpiredSessions(ctx context.Context) (count int64, oldest time.Time, err error) {
+// ExpiredCount is what a purge started now would do (Plugin.ExpiredSessions).
+type ExpiredCount struct {
+	Expired int64     // rows the purge would delete (soft-deleted included)
+	Kept    int64     // rows the rule selects that the purge keeps: newer activity still buffered
+	Oldest  time.Time // earliest expiry among Expired and Kept (UTC; zero if none)
+	Cutoff  time.Time // the instant the rule was applied at (UTC)
+}
+
+// ExpiredSessions counts what a purge started now would delete, with the
+// purge's own checks: the Expired rule, then, when a plugin tracks the
+// sessions' activity, its buffer in batches of Sessions.BatchSize (a
+// session idle in the column whose newer activity is buffered is Kept).
+// Errors: ErrNotInitialized, ErrClosed, or the database's.
+func (p *Plugin) ExpiredSessions(ctx context.Context) (ExpiredCount, error) {
 	db, err := p.ready()
 	if err != nil {
-		return 0, time.Time{}, err
+		return ExpiredCount{}, err
 	}
 	m := p.sessions.model
-	expired := p.expired(db, p.now())
+	res := ExpiredCount{Cutoff: p.now().UTC()}
+	expired := p.expired(db, res.Cutoff)
 	q := func() *gorm.DB {
 		return fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).Where(expired)
 	}
-	if err := q().Count(&count).Error; err != nil {
-		return 0, time.Time{}, fmt.Errorf("lastseen: count expired sessions: %w", err)
+	var all int64
+	if err := q().Count(&all).Error; err != nil {
+		return ExpiredCount{}, fmt.Errorf("lastseen: count expired sessions: %w", err)
 	}
-	if count == 0 {
-		return 0, time.Time{}, nil
+	if all == 0 {
+		return res, nil
 	}
+	if res.Expired, err = p.deletable(ctx, db, q(), res.Cutoff, all); err != nil {
+		return ExpiredCount{}, err
+	}
+	res.Kept = all - res.Expired
 	col := clause.Column{Table: clause.CurrentTable, Name: m.time.DBName}
 	at := timecol.Scan{Codec: m.enc} // the column's encoding; SQLite may return text
 	err = scanOne(q().Select("?", col).Order(sortTime(db, m.enc, col)).Limit(1), &at)
 	switch {
-	case errors.Is(err, sql.ErrNoRows): // purged between the two queries
-		return count, time.Time{}, nil
+	case errors.Is(err, sql.ErrNoRows): // purged between the queries
+		return res, nil
 	case err != nil:
-		return count, time.Time{}, fmt.Errorf("lastseen: oldest expired session: %w", err)
+		return ExpiredCount{}, fmt.Errorf("lastseen: oldest expired session: %w", err)
 	}
-	return count, at.Time.UTC(), nil
+	res.Oldest = at.Time.UTC()
+	return res, nil
+}
+
+// deletable counts the rows of the expired query q that a purge at cutoff
+// would delete: all of them without an activity tracker, else, batch by
+// batch of primary keys, the rows matching the purge's own condition
+// (purgeCondition), which reads the tracker's buffer.
+func (p *Plugin) deletable(ctx context.Context, db *gorm.DB, q *gorm.DB, cutoff time.Time, all int64) (int64, error) {
+	if p.activityTracker() == nil {
+		return all, nil
+	}
+	m := p.sessions.model
+	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
+	dest := reflect.New(reflect.SliceOf(m.typ))
+	var n int64
+	err := q.Select("?", pk).FindInBatches(dest.Interface(), p.cfg.PurgeBatchSize, func(_ *gorm.DB, _ int) error {
+		rows := dest.Elem()
+		ids := make([]any, 0, rows.Len())
+		for i := range rows.Len() {
+			if v, zero := m.pk.ValueOf(ctx, rows.Index(i)); !zero {
+				ids = append(ids, v)
+			}
+		}
+		var c int64
+		err := fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).
+			Where(p.purgeCondition(ctx, db, ids, cutoff)).Count(&c).Error
+		n += c
+		return err
+	}).Error
+	if err != nil {
+		return 0, fmt.Errorf("lastseen: count the expired sessions a purge would delete: %w", err)
+	}
+	return n, nil
 }
 
 // Sessions that expire by inactivity. With Config.IdleTimeout > 0 a session

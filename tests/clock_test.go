@@ -28,7 +28,8 @@ func TestOneClockFromGormNowFunc(t *testing.T) {
 		var scoped []string
 		must(t, db.Model(&lastseen.Session{}).Scopes(lastseen.Expired).Order("id").Pluck("id", &scoped).Error)
 		equal(t, "Expired scope", joinIDs(scoped), "a,b")
-		n, oldest, err := p.ExpiredSessions(ctx)
+		ec, err := p.ExpiredSessions(ctx)
+		n, oldest := ec.Expired, ec.Oldest
 		must(t, err)
 		equal(t, "dry run count", n, 2)
 		equal(t, "dry run oldest", oldest.Format(time.RFC3339), "2026-03-01T11:00:00Z")

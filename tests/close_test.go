@@ -339,7 +339,7 @@ func TestCloseWaitsForPurge(t *testing.T) {
 		if _, err := p.PurgeExpiredSessions(context.Background()); err != lastseen.ErrClosed {
 			t.Errorf("purge after Close: err = %v, want ErrClosed", err)
 		}
-		if _, _, err := p.ExpiredSessions(context.Background()); err != lastseen.ErrClosed {
+		if _, err := p.ExpiredSessions(context.Background()); err != lastseen.ErrClosed {
 			t.Errorf("ExpiredSessions after Close: err = %v, want ErrClosed", err)
 		}
 	})

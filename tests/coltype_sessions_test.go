@@ -77,7 +77,8 @@ func TestColumnTypesSessions(t *testing.T) {
 				db.Config.NowFunc = func() time.Time { return now }
 				equal(t, "Expired", pluck(t, db.Table(tc.table).Scopes(lastseen.Expired), "id"), "a,c")
 				equal(t, "ExpiredAt(now - 0.5s)", pluck(t, db.Table(tc.table).Scopes(lastseen.ExpiredAt(now.Add(-500*time.Millisecond))), "id"), "")
-				n, oldest, err := p.ExpiredSessions(ctx)
+				ec, err := p.ExpiredSessions(ctx)
+				n, oldest := ec.Expired, ec.Oldest
 				must(t, err)
 				equal(t, "ExpiredSessions", fmt.Sprintf("%d %s", n, oldest.Format(time.RFC3339)), "2 2026-03-01T09:30:00Z")
 				res, err := p.PurgeExpiredSessions(ctx)

@@ -89,9 +89,9 @@ func TestIdleSessionsExpired(t *testing.T) {
 		}
 		equal(t, "Session.Expired", strings.Join(byMethod, ","), "a,c,e,f,g,h")
 
-		n, oldest, err := sessions.ExpiredSessions(context.Background())
+		ec, err := sessions.ExpiredSessions(context.Background())
 		must(t, err)
-		equal(t, "ExpiredSessions", fmt.Sprintf("%d %s", n, oldest.Format(time.RFC3339)), "6 2026-03-01T09:00:00Z")
+		equal(t, "ExpiredSessions", fmt.Sprintf("%d kept %d %s", ec.Expired, ec.Kept, ec.Oldest.Format(time.RFC3339)), "6 kept 0 2026-03-01T09:00:00Z")
 
 		// Without the plugins, the scope is the expiry alone.
 		plain := h.openDB()
@@ -112,6 +112,9 @@ func TestIdlePurgeKeepsBufferedActivity(t *testing.T) {
 			_, err := sessions.TouchAt(ctx, id, mustTime(at))
 			must(t, err)
 		}
+		ec, err := sessions.ExpiredSessions(ctx) // the purge's own checks: e is kept
+		must(t, err)
+		equal(t, "ExpiredSessions before the purge", fmt.Sprintf("expired=%d kept=%d", ec.Expired, ec.Kept), "expired=5 kept=1")
 		res, err := sessions.PurgeExpiredSessions(ctx)
 		must(t, err)
 		equal(t, "purge", fmt.Sprintf("deleted=%d batches=%d", res.Deleted, res.Batches), "deleted=5 batches=1")

@@ -118,7 +118,10 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		must(t, err)
 		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
 		delete(m, "database")
-		equal(t, "manifest", fmt.Sprint(m), "map[column:last_seen_at dialect:sqlite format:2 key:integer server:sqlite shards:16 table:users throttle:5m0s]")
+		equal(t, "manifest", fmt.Sprint(m), "map[active_column: active_encoding: batch:1000 column:last_seen_at dialect:sqlite encoding:time "+
+			"expires_column:expires_at expires_encoding:time format:2 id_column:id idle_timeout:0s key:integer location: "+
+			"model:lastseen.User server:sqlite sessions_batch:1000 sessions_id_column:id "+
+			"sessions_key:text sessions_table:sessions shards:16 table:users throttle:5m0s upsert:false]")
 	})
 }
 

@@ -261,7 +261,7 @@ func TestReadsUnderPrepareStmt(t *testing.T) {
 			equal(t, "LastSeen with a canceled context", errors.Is(err, context.Canceled), true)
 			_, err = p.LastSeenMany(ctx, []any{1})
 			equal(t, "LastSeenMany with a canceled context", errors.Is(err, context.Canceled), true)
-			_, _, err = p.ExpiredSessions(ctx)
+			_, err = p.ExpiredSessions(ctx)
 			equal(t, "ExpiredSessions with a canceled context", errors.Is(err, context.Canceled), true)
 		})
 	}

@@ -140,7 +140,9 @@ func TestSoftDeletedExpiredSessions(t *testing.T) {
 		equal(t, "Expired scope", ids(db), "1")
 		equal(t, "Unscoped Expired scope", ids(db.Unscoped()), "1,2")
 
-		count, oldest, err := p.ExpiredSessions(ctx)
+		ec, err := p.ExpiredSessions(ctx)
+
+		count, oldest := ec.Expired, ec.Oldest
 		must(t, err)
 		equal(t, "dry-run count", count, 2)
 		equal(t, "dry-run oldest", oldest.Format(time.RFC3339), "2026-03-01T11:00:00Z")
@@ -842,7 +844,7 @@ func TestPurgeNotInitialized(t *testing.T) {
 	if _, err := p.PurgeExpiredSessions(context.Background()); err != lastseen.ErrNotInitialized {
 		t.Errorf("PurgeExpiredSessions: err = %v, want ErrNotInitialized", err)
 	}
-	if _, _, err := p.ExpiredSessions(context.Background()); err != lastseen.ErrNotInitialized {
+	if _, err := p.ExpiredSessions(context.Background()); err != lastseen.ErrNotInitialized {
 		t.Errorf("ExpiredSessions: err = %v, want ErrNotInitialized", err)
 	}
 }
@@ -854,14 +856,16 @@ func TestExpiredSessionsDryRun(t *testing.T) {
 		ctx := context.Background()
 		p, db := h.plugin(purgeConfig(h, 1000))
 		seedSessions(t, db)
-		count, oldest, err := p.ExpiredSessions(ctx)
+		ec, err := p.ExpiredSessions(ctx)
+		count, oldest := ec.Expired, ec.Oldest
 		must(t, err)
 		equal(t, "empty: count", count, 0)
 		equal(t, "empty: oldest is zero", oldest.IsZero(), true)
 
 		must(t, db.Create(&[]lastseen.Session{sess("a", "2026-03-01T09:00:00Z"), sess("b", "2026-02-27T23:59:58.5Z"),
 			sess("c", "2026-03-01T09:30:00Z"), sess("z", "2026-03-01T09:30:01Z")}).Error)
-		count, oldest, err = p.ExpiredSessions(ctx)
+		ec, err = p.ExpiredSessions(ctx)
+		count, oldest = ec.Expired, ec.Oldest
 		must(t, err)
 		equal(t, "count", count, 3)
 		equal(t, "oldest", oldest.Format(time.RFC3339Nano), "2026-02-27T23:59:58.5Z")
@@ -925,7 +929,8 @@ FROM n`, len(rows), now.Format("2006-01-02 15:04:05"), now).Error)
 		must(t, db.Model(&lastseen.Session{}).Where("id IN ?", []string{"s00000", "s00006", "s29994"}).Count(&live).Error)
 		equal(t, "rows left", left, 5000)
 		equal(t, "sampled live rows left", live, 3)
-		count, _, err := p.ExpiredSessions(ctx)
+		ec, err := p.ExpiredSessions(ctx)
+		count := ec.Expired
 		must(t, err)
 		equal(t, "expired left", count, 0)
 	})
@@ -1023,7 +1028,8 @@ func TestPurgeIgnoresHandleState(t *testing.T) {
 		must(t, err)
 		other := []lastseen.Session{sess("x", "2026-03-01T08:00:00Z"), sess("z", "2026-03-02T00:00:00Z")}
 		must(t, base.Create(&other).Error) // leaves Model = &other on the plugin's handle
-		count, _, err := p.ExpiredSessions(ctx)
+		ec, err := p.ExpiredSessions(ctx)
+		count := ec.Expired
 		must(t, err)
 		equal(t, "dry-run count", count, 4)
 		res, err := p.PurgeExpiredSessions(ctx)

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/tests/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestCommandLineMistakesExit2: a mistake on the command line prints one
@@ -24,13 +27,15 @@ func TestCommandLineMistakesExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "lastseen: expected one of \"demo\", \"status\", \"flush\", \"purge\", \"bench\"\n" +
+		{nil, "lastseen: expected one of \"demo\", \"status\", \"flush\", \"purge\", \"buffers\", ...\n" +
 			"run \"lastseen --help\" for the commands\n"},
 		{[]string{"nosuch"}, "lastseen: unexpected argument nosuch\nrun \"lastseen --help\" for the commands\n"},
 		{[]string{"flush", "--prefx", "x"}, "lastseen: unknown flag --prefx, did you mean \"--prefix\"?\n" +
 			"run \"lastseen flush --help\" for its flags\n"},
-		{[]string{"flush", "--user-id-type", "uuid"}, "lastseen: --user-id-type must be one of \"int\",\"string\" but got \"uuid\"\n" +
-			"run \"lastseen flush --help\" for its flags\n"},
+		{[]string{"purge", "--session-id-type", "uuid"}, "lastseen: --session-id-type must be one of \"int\",\"string\" but got \"uuid\"\n" +
+			"run \"lastseen purge --help\" for its flags\n"},
+		{[]string{"drop", "--redis", mr.Addr()}, "lastseen: missing flags: --prefix=STRING\n" +
+			"run \"lastseen drop --help\" for its flags\n"},
 		{[]string{"status", "--postgres", "x", "--sqlite", "y"}, "lastseen: --postgres and --sqlite can't be used together\n" +
 			"run \"lastseen status --help\" for its flags\n"},
 		{[]string{"demo", "--users", "abc"}, "lastseen: --users: expected a valid 64 bit int but got \"abc\"\n" +
@@ -47,8 +52,8 @@ func TestCommandLineMistakesExit2(t *testing.T) {
 			"lastseen: [<what>] must be one of \"requests\",\"flush\",\"purge\",\"all\",\"memory\" but got \"nosuch\"\nrun \"lastseen bench --help\" for its flags\n"},
 		{[]string{"status", "--redis", mr.Addr()},
 			"lastseen: no database: give one of --postgres, --mysql or --sqlite\nrun \"lastseen status --help\" for its flags\n"},
-		{[]string{"purge", "--sqlite", missing},
-			"lastseen: no redis: give --redis or --redis-cluster\nrun \"lastseen purge --help\" for its flags\n"},
+		{[]string{"flush", "--sqlite", missing},
+			"lastseen: no redis: give --redis or --redis-cluster\nrun \"lastseen flush --help\" for its flags\n"},
 	} {
 		out, errOut, code := runExit(t, nil, c.args...)
 		equal(t, strings.Join(c.args, " ")+": exit code", code, exitUsage)
@@ -74,18 +79,14 @@ func TestFlagDefaultsComeFromTheLibrary(t *testing.T) {
 	_, err = parser.Parse([]string{"status"})
 	must(t, err)
 	f := c.Status.targetFlags
-	equal(t, "prefix", f.Prefix, "") // derived by the library, as Config.Prefix left empty (TestOpsDerivedPrefix)
-	equal(t, "shards", f.Shards, lastseen.DefaultShards)
-	equal(t, "batch size", f.BatchSize, lastseen.DefaultBatchSize)
+	equal(t, "prefix", f.Prefix, "") // found in the manifests (TestOpsDerivedPrefix)
 	equal(t, "purge batch size", f.PurgeBatchSize, lastseen.DefaultBatchSize)
-	equal(t, "users table", f.UsersTable, "users")
-	equal(t, "user id column", f.UserIDColumn, "id")
-	equal(t, "user id type", f.UserIDType, "int")
-	equal(t, "last-seen column", f.LastSeenColumn, "last_seen_at")
 	equal(t, "sessions table", f.SessionsTable, "sessions")
 	equal(t, "session id column", f.SessionIDColumn, "id")
 	equal(t, "session id type", f.SessionIDType, "string")
 	equal(t, "expires column", f.ExpiresColumn, "expires_at")
+	equal(t, "idle timeout", f.IdleTimeout, time.Duration(0))
+	equal(t, "active column", f.ActiveColumn, "last_active_at")
 	_, err = parser.Parse([]string{"bench", "--postgres", "x", "--redis", "y"})
 	must(t, err)
 	equal(t, "bench throttle", c.Bench.Throttle, lastseen.DefaultThrottle)
@@ -114,41 +115,50 @@ func TestSQLiteMustExist(t *testing.T) {
 // TestFailuresExit1: a command that runs and fails prints its error (one
 // line, starting with "lastseen:") and exits 1.
 func TestFailuresExit1(t *testing.T) {
-	mr, _ := testRedis(t)
+	mr, rdb := testRedis(t)
 	d := testenv.SQLite().New(t)
 	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.User{}))
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
+	noBuffer := "lastseen: no buffer for this database in this Redis: is the app's Redis this one? (lastseen buffers lists the buffers it holds)\n"
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"flush", "--users-table", "members"}, "lastseen: table \"members\" not found (set --users-table)\n"},
-		{[]string{"flush", "--last-seen-column", "seen"}, "lastseen: table \"users\" has no column \"seen\" (set --last-seen-column)\n"},
+		{[]string{"flush", "--redis", mr.Addr()}, noBuffer},
+		{[]string{"status", "--redis", mr.Addr()}, noBuffer},
+		{[]string{"purge", "--redis", mr.Addr()}, noBuffer},
+		{[]string{"status", "--redis", mr.Addr(), "--prefix", "typo"}, "lastseen: no buffer at prefix \"typo\" in this Redis (lastseen buffers lists them)\n"},
 		{[]string{"purge"}, "lastseen: table \"sessions\" not found (set --sessions-table)\n"},
+		{[]string{"drop", "--redis", mr.Addr(), "--prefix", "typo"}, "lastseen: no buffer at prefix \"typo\" in this Redis (lastseen buffers lists them)\n"},
 	} {
-		args := append(append(append([]string{}, c.args...), "--redis", mr.Addr()), d.Flags()...)
+		args := append(append([]string{}, c.args...), d.Flags()...)
+		if c.args[0] == "drop" {
+			args = c.args
+		}
 		out, errOut, code := runExit(t, now, args...)
 		equal(t, strings.Join(c.args, " ")+": exit code", code, exitFailed)
 		equal(t, strings.Join(c.args, " ")+": stderr", errOut, c.want)
 		equal(t, strings.Join(c.args, " ")+": stdout", out, "")
 	}
+	keysLeft, err := rdb.Keys(context.Background(), "*").Result()
+	must(t, err)
+	equal(t, "keys the failed commands wrote", strings.Join(keysLeft, ","), "")
 }
 
-// TestWrongIDTypeFailsDryRunAndPurge: a --session-id-type (or
-// --user-id-type) that does not match the column fails the dry run exactly
-// as it fails the real purge, before anything is read or deleted.
+// TestWrongIDTypeFailsDryRunAndPurge: without Redis the flags give the
+// session rule; a --session-id-type that does not match the column fails
+// the dry run exactly as it fails the real purge, before anything is read
+// or deleted.
 func TestWrongIDTypeFailsDryRunAndPurge(t *testing.T) {
-	mr, rdb := testRedis(t)
 	d := testenv.SQLite().New(t)
 	app := d.Open(t)
-	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
+	must(t, app.AutoMigrate(&lastseen.Session{}))
 	must(t, app.Create(&lastseen.Session{ID: "s1", UserID: 1, ExpiresAt: mustTime("2026-02-28T09:30:00Z")}).Error)
 	now := func() time.Time { return mustTime("2026-03-01T09:30:00Z") }
-	base := append([]string{"--redis", mr.Addr()}, d.Flags()...)
 	const wantSession = "lastseen: column \"id\" of table \"sessions\" is text, not --session-id-type int (set --session-id-type string)\n"
 	for _, args := range [][]string{{"purge", "--dry-run", "--session-id-type", "int"}, {"purge", "--session-id-type", "int"}} {
-		out, errOut, code := runExit(t, now, append(args, base...)...)
+		out, errOut, code := runExit(t, now, append(args, d.Flags()...)...)
 		equal(t, strings.Join(args, " ")+": exit code", code, exitFailed)
 		equal(t, strings.Join(args, " ")+": stderr", errOut, wantSession)
 		equal(t, strings.Join(args, " ")+": stdout", out, "")
@@ -156,34 +166,14 @@ func TestWrongIDTypeFailsDryRunAndPurge(t *testing.T) {
 	var n int64
 	must(t, app.Model(&lastseen.Session{}).Count(&n).Error)
 	equal(t, "sessions left", n, 1)
-
-	// The purges above wrote the buffer's manifest (integer keys): the
-	// library refuses a text key before the command checks the column.
-	_, errOut, code := runExit(t, now, append([]string{"flush", "--user-id-type", "string"}, base...)...)
-	equal(t, "flush: exit code", code, exitFailed)
-	derived := lastseen.New(lastseen.Config{
-		Redis:    rdb,
-		Logger:   discard,
-		Flush:    lastseen.FlushConfig{Schedule: "off"},
-		Sessions: lastseen.SessionConfig{Schedule: "off"},
-	})
-	must(t, app.Use(derived))
-	prefix := derived.Config().Buffer.Prefix
-	equal(t, "flush: stderr", errOut, fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was created for key type "integer", `+
-		`this instance has key type "text": set another Buffer.Prefix (or leave Buffer.Prefix empty to derive one from the database and table), `+
-		"or flush the buffer empty with the old setting and delete the key %s:manifest\n", prefix, prefix))
-	// On a fresh buffer the command's own check names the flag.
-	must(t, rdb.Del(context.Background(), keys.Manifest(prefix)).Err())
-	_, errOut, code = runExit(t, now, append([]string{"flush", "--user-id-type", "string"}, base...)...)
-	equal(t, "flush on a fresh buffer: exit code", code, exitFailed)
-	equal(t, "flush on a fresh buffer: stderr", errOut, "lastseen: column \"id\" of table \"users\" is integer, not --user-id-type string (set --user-id-type int)\n")
 }
 
-// TestWarnsWhenPrefixOrShardsMatchNoBuffer: status and flush warn on
-// stderr (and still exit 0) when --prefix has no key at all (the manifest
-// they write themselves does not count), or when shards past --shards hold
-// entries; a --shards that disagrees with the buffer's manifest is refused.
-func TestWarnsWhenPrefixOrShardsMatchNoBuffer(t *testing.T) {
+// TestReadOnlyCommandsWriteNothing: status (text and JSON), buffers and
+// purge --dry-run leave every Redis key as it was, on the app's prefix and
+// without one (found in the manifests), and so does a status with a
+// mistyped --prefix (refused). Shards past the manifest's that hold
+// entries are warned about.
+func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := testRedis(t)
 	d := testenv.SQLite().New(t)
@@ -191,45 +181,75 @@ func TestWarnsWhenPrefixOrShardsMatchNoBuffer(t *testing.T) {
 	must(t, app.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
 	must(t, app.Create(&[]lastseen.User{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}}).Error)
 	clock := testenv.ClockAt("2026-03-01T09:30:00Z")
-	p := lastseen.New(lastseen.Config{
-		Redis:    rdb,
-		Logger:   discard,
-		Buffer:   lastseen.BufferConfig{Prefix: "app", Shards: 64, TouchTimeout: 2 * time.Second},
-		Flush:    lastseen.FlushConfig{Schedule: "off"},
-		Sessions: lastseen.SessionConfig{Schedule: "off"},
-		Test:     lastseen.TestConfig{Now: clock.Now},
-	})
+	cfg := appConfig(rdb, "app", clock.Now)
+	cfg.Buffer.Shards = 64
+	p := lastseen.New(cfg)
 	must(t, app.Use(p))
 	for id := range uint64(4) {
 		_, err := p.TouchAt(ctx, id+1, mustTime("2026-03-01T09:00:00Z"))
 		must(t, err)
 	}
+	before := snapshot(t, rdb)
 	base := append([]string{"--redis", mr.Addr()}, d.Flags()...)
-	derived := lastseen.New(lastseen.Config{
-		Redis:    rdb,
-		Logger:   discard,
-		Flush:    lastseen.FlushConfig{Schedule: "off"},
-		Sessions: lastseen.SessionConfig{Schedule: "off"},
-	})
-	must(t, d.Open(t).Use(derived)) // what the CLI derives without --prefix
-
-	for _, cmd := range []string{"status", "flush"} {
-		_, errOut, code := runExit(t, clock.Now, append([]string{cmd}, base...)...)
-		equal(t, cmd+" default prefix: exit code", code, exitOK)
-		equal(t, cmd+" default prefix: stderr", errOut,
-			fmt.Sprintf("lastseen: warning: no Redis key under prefix %q: set --prefix to the app's Config.Prefix\n", derived.Config().Buffer.Prefix))
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"status", "--prefix", "app"}, {"status", "--table", "users"},
+		{"purge", "--dry-run"}, {"buffers"}} {
+		a := append(append([]string{}, args...), base...)
+		if args[0] == "buffers" {
+			a = append(args, "--redis", mr.Addr())
+		}
+		_, errOut, code := runExit(t, clock.Now, a...)
+		equal(t, strings.Join(args, " ")+": exit code", code, exitOK)
+		equal(t, strings.Join(args, " ")+": stderr", errOut, "")
+		equal(t, strings.Join(args, " ")+": Redis unchanged", snapshot(t, rdb), before)
 	}
-	// The buffer "app" was created with Shards 64: --shards 16 is refused.
-	_, errOut, code := runExit(t, clock.Now, append([]string{"status", "--prefix", "app"}, base...)...)
-	equal(t, "status --shards 16: exit code", code, exitFailed)
-	equal(t, "status --shards 16: stderr", errOut,
-		`lastseen: invalid config: the buffer at prefix "app" was created with Buffer.Shards 64, this instance has Buffer.Shards 16: `+
-			"set Buffer.Shards: 64, or flush the buffer empty with Buffer.Shards 64 and delete the key app:manifest\n")
-	_, errOut, code = runExit(t, clock.Now, append([]string{"flush", "--prefix", "app", "--shards", "64"}, base...)...)
-	equal(t, "flush --shards 64: exit code", code, exitOK)
-	equal(t, "flush --shards 64: stderr", errOut, "")
-	// Flushed: no buffer, but the throttle markers are still under "app".
-	_, errOut, code = runExit(t, clock.Now, append([]string{"status", "--prefix", "app", "--shards", "64"}, base...)...)
-	equal(t, "status after flush: exit code", code, exitOK)
-	equal(t, "status after flush: stderr", errOut, "")
+	_, _, code := runExit(t, clock.Now, append([]string{"status", "--prefix", "ap"}, base...)...)
+	equal(t, "status --prefix ap: exit code", code, exitFailed)
+	equal(t, "status --prefix ap: Redis unchanged", snapshot(t, rdb), before)
+
+	// Entries in a shard past the manifest's 64 (an instance with more).
+	must(t, rdb.HSet(ctx, keys.ForShard("app", 70, 128).Pending(0), "5", "1772355600000000").Err())
+	_, errOut, code := runExit(t, clock.Now, append([]string{"status"}, base...)...)
+	equal(t, "status with shard 70: exit code", code, exitOK)
+	equal(t, "status with shard 70: stderr", errOut,
+		"lastseen: warning: shards 70 of prefix \"app\" hold buffered entries but the buffer has 64 shards: an instance ran with another Buffer.Shards\n")
+}
+
+// snapshot is every key of rdb with its type and value (hashes field by
+// field, HyperLogLogs by their count), in key order.
+func snapshot(t testing.TB, rdb redis.UniversalClient) string {
+	t.Helper()
+	ctx := context.Background()
+	names, err := rdb.Keys(ctx, "*").Result()
+	must(t, err)
+	slices.Sort(names)
+	var b strings.Builder
+	for _, k := range names {
+		typ, err := rdb.Type(ctx, k).Result()
+		must(t, err)
+		switch typ {
+		case "hash":
+			m, err := rdb.HGetAll(ctx, k).Result()
+			must(t, err)
+			fields := slices.Sorted(maps.Keys(m))
+			fmt.Fprintf(&b, "%s hash", k)
+			for _, f := range fields {
+				fmt.Fprintf(&b, " %s=%s", f, m[f])
+			}
+		case "string":
+			if n, err := rdb.PFCount(ctx, k).Result(); err == nil {
+				fmt.Fprintf(&b, "%s hll %d", k, n)
+				break
+			}
+			v, err := rdb.Get(ctx, k).Result()
+			must(t, err)
+			fmt.Fprintf(&b, "%s string %s", k, v)
+		default:
+			fmt.Fprintf(&b, "%s %s", k, typ)
+			if n, err := rdb.PFCount(ctx, k).Result(); err == nil {
+				fmt.Fprintf(&b, " %d", n)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }

@@ -38,14 +38,15 @@ var (
 )
 
 // checkExisting refuses what the operator commands must not do: run
-// without a database or a Redis, or open a --sqlite path that does not
+// without a database, or without a Redis unless noRedis (the purge of an
+// app on the in-process buffer), or open a --sqlite path that does not
 // exist (SQLite would create an empty database there, and the commands
 // would then report an empty app).
-func (c *connFlags) checkExisting() error {
+func (c *connFlags) checkExisting(noRedis bool) error {
 	switch {
 	case !c.hasDB():
 		return errNoDB
-	case !c.hasRedis():
+	case !c.hasRedis() && !noRedis:
 		return errNoRedis
 	case c.SQLite == "":
 		return nil
@@ -160,14 +161,14 @@ func closeDB(db *gorm.DB) {
 }
 
 // tableNamer is GORM's default naming strategy with table names chosen per
-// Go type and column names chosen per Go field, so that the commands can
-// point fixed Go models at the app's own table and columns. Keys of tables
-// are Go type names without type arguments ("userRow" for userRow[int64]);
-// keys of columns are Go field names, which the models keep unique.
+// Go type and column names chosen per table and Go field, so that the
+// commands can point their own Go models at the app's tables and columns.
+// Keys of tables are Go type names without type arguments ("usersRow" for
+// usersRow[int64, *time.Time]).
 type tableNamer struct {
 	schema.NamingStrategy
 	tables  map[string]string
-	columns map[string]string
+	columns map[string]map[string]string
 }
 
 // TableName returns the table chosen for the Go type name, else GORM's
@@ -180,10 +181,10 @@ func (n tableNamer) TableName(typeName string) string {
 	return n.NamingStrategy.TableName(typeName)
 }
 
-// ColumnName returns the column chosen for the Go field name, else GORM's
-// default.
+// ColumnName returns the column chosen for the table's Go field name, else
+// GORM's default.
 func (n tableNamer) ColumnName(table, field string) string {
-	if c, ok := n.columns[field]; ok {
+	if c, ok := n.columns[table][field]; ok {
 		return c
 	}
 	return n.NamingStrategy.ColumnName(table, field)

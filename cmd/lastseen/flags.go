@@ -32,6 +32,7 @@ func flagVars() kong.Vars {
 		"default_session_id_column": session.PrioritizedPrimaryField.DBName,
 		"default_session_id_type":   idType(session.PrioritizedPrimaryField),
 		"default_expires_column":    session.LookUpField(def.Sessions.ExpiresField).DBName,
+		"default_active_column":     session.LookUpField(def.Sessions.ActiveField).DBName,
 	}
 }
 

@@ -6,6 +6,9 @@
 //	go -C cmd/lastseen run . status --postgres DSN --redis ADDR
 //	go -C cmd/lastseen run . flush  --postgres DSN --redis ADDR
 //	go -C cmd/lastseen run . purge  --postgres DSN --redis ADDR [--dry-run]
+//	go -C cmd/lastseen run . purge  --postgres DSN [--idle-timeout D] # an app without Redis
+//	go -C cmd/lastseen run . buffers --redis ADDR
+//	go -C cmd/lastseen run . drop   --redis ADDR --prefix P [--force]
 //	go -C cmd/lastseen run . bench  --postgres DSN --redis ADDR
 //	go -C cmd/lastseen run . bench memory          # starts its own redis-server
 //
@@ -15,6 +18,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +28,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/lastseen/lastseen/cmd/lastseen/internal/bench"
 	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
+	"github.com/redis/go-redis/v9"
 )
 
 // Exit codes, as the README states them.
@@ -35,16 +40,24 @@ const (
 
 // cli is the command line: one command each, with its flags.
 type cli struct {
-	Demo   demoCmd   `cmd:"" help:"Run a realistic workload through the HTTP middleware and print a summary (SQLite and in-process Redis unless --postgres/--redis are given)."`
-	Status statusCmd `cmd:"" help:"Print pending users per shard, the oldest pending age, the users table's health (indexes on the last-seen column, HOT share, fillfactor) and the expired sessions."`
-	Flush  flushCmd  `cmd:"" help:"Flush pending timestamps into the database now. The app's Config.OnBatch hook does not run here: derived columns are not updated."`
-	Purge  purgeCmd  `cmd:"" help:"Delete expired sessions now."`
-	Bench  bench.Cmd `cmd:"" help:"Benchmark lastseen against writing last_seen_at on every request."`
+	Demo    demoCmd    `cmd:"" help:"Run a realistic workload through the HTTP middleware and print a summary (SQLite and in-process Redis unless --postgres/--redis are given)."`
+	Status  statusCmd  `cmd:"" help:"Print pending users per shard, the oldest pending age, the users table's health (indexes on the last-seen column, HOT share, fillfactor) and the expired sessions."`
+	Flush   flushCmd   `cmd:"" help:"Flush pending timestamps into the database now. The app's Config.OnBatch hook does not run here: derived columns are not updated."`
+	Purge   purgeCmd   `cmd:"" help:"Delete expired sessions now, by the app's rule (--dry-run: count what it would delete)."`
+	Buffers buffersCmd `cmd:"" help:"List the buffers in a Redis: prefix, tracked table and column, model, shards, pending and in-flight counts."`
+	Drop    dropCmd    `cmd:"" help:"Delete an abandoned buffer (refused while it holds timestamps, unless --force)."`
+	Bench   bench.Cmd  `cmd:"" help:"Benchmark lastseen against writing last_seen_at on every request."`
 }
 
 func main() {
 	os.Exit(run(&cli{}, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// quietRedis drops go-redis's own log lines (a failed dial, a pool
+// message): the command reports the error itself, on one line.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // exitRequest carries kong's exit (after --help) out of the parser.
 type exitRequest struct{ code int }
@@ -54,6 +67,7 @@ type exitRequest struct{ code int }
 // test set a command's writers already.
 func run(c *cli, args []string, stdout, stderr io.Writer) (code int) {
 	c.setWriters(stdout, stderr)
+	redis.SetLogger(quietRedis{}) // errors reach the user as the command's one line
 	defer func() {
 		if r := recover(); r != nil {
 			e, ok := r.(exitRequest)
@@ -127,6 +141,7 @@ func (c *cli) setWriters(stdout, stderr io.Writer) {
 	for _, w := range []struct{ out, err *io.Writer }{
 		{&c.Demo.out, &c.Demo.errOut}, {&c.Status.out, &c.Status.errOut},
 		{&c.Flush.out, &c.Flush.errOut}, {&c.Purge.out, &c.Purge.errOut},
+		{&c.Buffers.out, &c.Buffers.errOut}, {&c.Drop.out, &c.Drop.errOut},
 	} {
 		if *w.out == nil {
 			*w.out = stdout

@@ -13,148 +13,193 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
 
-// targetFlags point the operator commands at the app's tables. The CLI
-// cannot know the app's Go models, so it uses two fixed models (userRow,
-// sessionRow) whose table and column names come from these flags; the
-// defaults are those of lastseen.User and lastseen.Session. Prefix and
-// Shards must be the app's Config values, or the commands look at other
-// Redis keys; an empty Prefix is derived by the library from the database
-// and table exactly as the app's is (openOps then sets it), and the
-// buffer's manifest refuses a Shards, table or column that differs from
-// the app's.
+// targetFlags choose the buffer an operator command acts on. With Redis
+// the commands read the app's rules from the buffer's manifest (tables,
+// columns, key types, encodings, batch sizes, write mode, the session
+// rule): --prefix or --table picks the buffer when the app's database has
+// several. Without Redis (an app on the in-process buffer) only purge
+// runs, with the session rule the flags give.
 type targetFlags struct {
-	Prefix          string `help:"Redis key prefix (the app's Config.Prefix); empty: derived from the database, --users-table and --last-seen-column, as the app derives it." group:"App"`
-	Shards          int    `default:"${default_shards}" help:"Number of pending shards (the app's Config.Shards)." group:"App"`
-	UsersTable      string `default:"${default_users_table}" help:"Users table (may be schema-qualified, e.g. app.users)." group:"App"`
-	UserIDColumn    string `default:"${default_user_id_column}" help:"Primary key column of the users table." group:"App"`
-	UserIDType      string `default:"${default_user_id_type}" enum:"int,string" help:"Kind of the user primary key: int (any integer type) or string (text, UUID)." group:"App"`
-	LastSeenColumn  string `default:"${default_last_seen_column}" help:"Last-seen column of the users table." group:"App"`
-	WriteMode       string `default:"update" enum:"update,upsert" help:"Write mode: upsert when the app sets Config.Flush.Upsert, else update." group:"App"`
-	BatchSize       int    `default:"${default_batch_size}" help:"Users per SQL statement in a flush." group:"App"`
-	SessionsTable   string `default:"${default_sessions_table}" help:"Sessions table." group:"App"`
-	SessionIDColumn string `default:"${default_session_id_column}" help:"Primary key column of the sessions table." group:"App"`
-	SessionIDType   string `default:"${default_session_id_type}" enum:"int,string" help:"Kind of the session primary key: int or string." group:"App"`
-	ExpiresColumn   string `default:"${default_expires_column}" help:"Expiry column of the sessions table." group:"App"`
-	PurgeBatchSize  int    `default:"${default_purge_batch_size}" help:"Sessions deleted per transaction." group:"App"`
-}
+	Prefix string `help:"The buffer's Redis key prefix (the app's Buffer.Prefix, or the one it derived: lastseen buffers lists them). Needed when the database has several buffers and --table does not pick one." group:"Buffer"`
+	Table  string `help:"Pick the buffer that tracks this table (as lastseen buffers prints it)." group:"Buffer"`
 
-// userRow and sessionRow are the models the operator commands hand to the
-// plugin; tableNamer maps their type names to the tables and their field
-// names (unique across both) to the columns of targetFlags.
-type userRow[K int64 | string] struct {
-	UserID     K `gorm:"primaryKey"`
-	LastSeenAt *time.Time
-}
-
-type sessionRow[K int64 | string] struct {
-	SessionID K `gorm:"primaryKey"`
-	ExpiresAt time.Time
-}
-
-func (f *targetFlags) namer() tableNamer {
-	return tableNamer{
-		tables: map[string]string{"userRow": f.UsersTable, "sessionRow": f.SessionsTable},
-		columns: map[string]string{
-			"UserID": f.UserIDColumn, "LastSeenAt": f.LastSeenColumn,
-			"SessionID": f.SessionIDColumn, "ExpiresAt": f.ExpiresColumn,
-		},
-	}
-}
-
-func (f *targetFlags) userModel() any {
-	if f.UserIDType == "string" {
-		return &userRow[string]{}
-	}
-	return &userRow[int64]{}
-}
-
-func (f *targetFlags) sessionModel() any {
-	if f.SessionIDType == "int" {
-		return &sessionRow[int64]{}
-	}
-	return &sessionRow[string]{}
+	SessionsTable   string        `default:"${default_sessions_table}" help:"Without Redis: the sessions table." group:"Without Redis"`
+	SessionIDColumn string        `default:"${default_session_id_column}" help:"Without Redis: primary key column of the sessions table." group:"Without Redis"`
+	SessionIDType   string        `default:"${default_session_id_type}" enum:"int,string" help:"Without Redis: kind of the session primary key: int or string." group:"Without Redis"`
+	ExpiresColumn   string        `default:"${default_expires_column}" help:"Without Redis: expiry column of the sessions table (Sessions.ExpiresField)." group:"Without Redis"`
+	ExpiresEncoding string        `default:"time" enum:"time,unix,unixmilli" help:"Without Redis: how the expiry column stores an instant." group:"Without Redis"`
+	IdleTimeout     time.Duration `help:"Without Redis: the app's Sessions.IdleTimeout (0: sessions expire by their expiry alone)." group:"Without Redis"`
+	ActiveColumn    string        `default:"${default_active_column}" help:"Without Redis: last-active column read by --idle-timeout (Sessions.ActiveField)." group:"Without Redis"`
+	ActiveEncoding  string        `default:"time" enum:"time,unix,unixmilli" help:"Without Redis: how the last-active column stores an instant." group:"Without Redis"`
+	PurgeBatchSize  int           `default:"${default_purge_batch_size}" help:"Without Redis: sessions deleted per transaction (Sessions.BatchSize)." group:"Without Redis"`
 }
 
 // opsEnv is an operator command's plugin and connections.
 type opsEnv struct {
 	p   *lastseen.Plugin
 	db  *gorm.DB
-	rdb redis.UniversalClient
+	rdb redis.UniversalClient // nil without Redis
+	buf bufferInfo            // the buffer acted on (zero without Redis)
+	cfg lastseen.Config       // p's Config as built, before db.Use
 	f   *targetFlags
 
 	errOut io.Writer // warnings
 }
 
-// openOps connects and registers a plugin without scheduler or local cache.
-// The commands never call Plugin.Close, whose final flush would change what
-// status and purge report; close releases the connections instead.
-func openOps(ctx context.Context, conn *connFlags, f *targetFlags, now func() time.Time, errOut io.Writer) (*opsEnv, error) {
+// sessionsTable is the session table the command's rule purges ("" when
+// the buffer's plugin has no session rule).
+func (e *opsEnv) sessionsTable() string {
+	if e.rdb == nil {
+		return e.f.SessionsTable
+	}
+	return e.buf.get("sessions_table")
+}
+
+// openOps connects and registers the plugins of the buffer the flags pick,
+// built from its manifest, without scheduler or local cache; for a purge
+// whose session rule reads another buffer's activity, that buffer's plugin
+// too. A command run with noRedis allowed and no Redis flag runs on the
+// in-process buffer with the flags' session rule. The commands never call
+// Plugin.Close, whose final flush would change what status and purge
+// report; close releases the connections instead.
+func openOps(ctx context.Context, conn *connFlags, f *targetFlags, purge bool, now func() time.Time, errOut io.Writer) (*opsEnv, error) {
 	if now == nil {
 		now = time.Now
 	}
-	if err := conn.checkExisting(); err != nil {
+	if err := conn.checkExisting(purge); err != nil {
 		return nil, err
 	}
+	l := newLayout()
+	db, err := conn.openDB(ctx, l.namer())
+	if err != nil {
+		return nil, err
+	}
+	e := &opsEnv{db: db, f: f, errOut: errOut}
+	base := lastseen.Config{
+		Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelError})),
+		Test:   lastseen.TestConfig{Now: now},
+	}
+	var extra []lastseen.Config
+	if conn.hasRedis() {
+		extra, err = e.fromManifest(ctx, conn, f, l, base, purge)
+	} else {
+		e.cfg, err = l.flagsRule(f, base)
+	}
+	if err == nil {
+		err = e.use(append([]lastseen.Config{e.cfg}, extra...))
+	}
+	if errors.Is(err, lastseen.ErrSchema) && e.rdb == nil { // a column the flags name is missing: say which flag
+		err = cmp.Or(e.checkSessions(), err)
+	}
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// fromManifest opens Redis, picks the buffer and builds its Config (and,
+// for a purge, the Config of the buffer that tracks the session activity,
+// returned) from the manifests.
+func (e *opsEnv) fromManifest(ctx context.Context, conn *connFlags, f *targetFlags, l *layout, base lastseen.Config, purge bool) ([]lastseen.Config, error) {
 	rdb, err := conn.openRedis(ctx)
 	if err != nil {
 		return nil, err
 	}
-	db, err := conn.openDB(ctx, f.namer())
+	e.rdb = rdb
+	base.Redis = rdb
+	all, err := listBuffers(ctx, rdb)
 	if err != nil {
-		rdb.Close()
 		return nil, err
 	}
-	p := lastseen.New(lastseen.Config{
-		Redis:    rdb,
-		Model:    f.userModel(),
-		Logger:   slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelError})),
-		Buffer:   lastseen.BufferConfig{Prefix: f.Prefix, Shards: f.Shards, LocalCacheSize: -1},
-		Flush:    lastseen.FlushConfig{BatchSize: f.BatchSize, Upsert: f.WriteMode == "upsert", Schedule: "off"},
-		Sessions: lastseen.SessionConfig{Model: f.sessionModel(), BatchSize: f.PurgeBatchSize, Schedule: "off"},
-		Test:     lastseen.TestConfig{Now: now},
-	})
-	e := &opsEnv{p: p, db: db, rdb: rdb, f: f, errOut: errOut}
-	if err := db.Use(p); err != nil {
-		if errors.Is(err, lastseen.ErrSchema) { // a column the flags name is missing: say which flag
-			if cerr := cmp.Or(e.checkUsers(), e.checkSessions()); cerr != nil {
-				err = cerr
-			}
+	sel, err := selectorFor(ctx, e.db, f, purge)
+	if err != nil {
+		return nil, err
+	}
+	if e.buf, err = sel.pick(all); err != nil {
+		return nil, err
+	}
+	if e.cfg, err = l.config(e.buf, base); err != nil {
+		return nil, err
+	}
+	act, ok := activityBuffer(all, e.buf)
+	if !ok || !purge {
+		return nil, nil
+	}
+	if err := act.complete(); err != nil {
+		return nil, err
+	}
+	c, err := l.config(act, base)
+	return []lastseen.Config{c}, err
+}
+
+// selectorFor is the selector of the flags for the database db.
+func selectorFor(ctx context.Context, db *gorm.DB, f *targetFlags, purge bool) (selector, error) {
+	d := dialect.Lookup(db.Dialector.Name())
+	if d == nil {
+		return selector{}, fmt.Errorf("lastseen: database dialect %q is not one lastseen supports", db.Dialector.Name())
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	id, err := d.Identity(ictx, db)
+	if err != nil {
+		return selector{}, fmt.Errorf("lastseen: read the database's identity (to find its buffers): %w", err)
+	}
+	return selector{prefix: f.Prefix, table: f.Table, dialect: d.Name(), database: id.Database, purge: purge}, nil
+}
+
+// use registers a plugin for each Config on e.db; the first is e.p.
+func (e *opsEnv) use(cfgs []lastseen.Config) error {
+	for i, c := range cfgs {
+		p := lastseen.New(c)
+		if err := e.db.Use(p); err != nil {
+			return err
 		}
-		e.close()
-		return nil, err
+		if i == 0 {
+			e.p = p
+		}
 	}
-	f.Prefix = p.Config().Buffer.Prefix // derived by the library when --prefix was not given
-	return e, nil
+	return nil
 }
 
 func (e *opsEnv) close() {
 	closeDB(e.db)
-	e.rdb.Close()
+	if e.rdb != nil {
+		e.rdb.Close()
+	}
 }
 
-// checkTable returns a clear error when model's table or one of its
-// columns is missing, or when the primary key column's type is not the
-// kind idFlag says: the flags name them, so a mistake should say which.
-func (e *opsEnv) checkTable(model any, table, tableFlag string, columns map[string]string, idColumn, idFlag, idKind string) error {
+// checkSessions returns a clear error, naming the flag to set, when the
+// flags' session table or one of its columns is missing, or when its
+// primary key column is not of the kind --session-id-type says (without
+// Redis, where the flags give the session rule).
+func (e *opsEnv) checkSessions() error {
+	f := e.f
+	model := e.cfg.Sessions.Model
 	m := e.db.Migrator()
 	if !m.HasTable(model) {
-		return fmt.Errorf("lastseen: table %q not found (set --%s)", table, tableFlag)
+		return fmt.Errorf("lastseen: table %q not found (set --sessions-table)", f.SessionsTable)
 	}
-	for _, field := range slices.Sorted(maps.Keys(columns)) {
-		if !m.HasColumn(model, field) {
-			return fmt.Errorf("lastseen: table %q has no column %q (set --%s)", table, e.f.namer().columns[field], columns[field])
+	cols := map[string]string{f.SessionIDColumn: "session-id-column", f.ExpiresColumn: "expires-column"}
+	if f.IdleTimeout > 0 {
+		cols[f.ActiveColumn] = "active-column"
+	}
+	for _, col := range slices.Sorted(maps.Keys(cols)) {
+		if !m.HasColumn(model, col) {
+			return fmt.Errorf("lastseen: table %q has no column %q (set --%s)", f.SessionsTable, col, cols[col])
 		}
 	}
 	types, err := m.ColumnTypes(model)
 	if err != nil {
-		return fmt.Errorf("lastseen: read the columns of %q: %w", table, err)
+		return fmt.Errorf("lastseen: read the columns of %q: %w", f.SessionsTable, err)
 	}
 	for _, ct := range types {
-		if ct.Name() != idColumn {
+		if ct.Name() != f.SessionIDColumn {
 			continue
 		}
 		dbType := ct.DatabaseTypeName()
@@ -163,22 +208,10 @@ func (e *opsEnv) checkTable(model any, table, tableFlag string, columns map[stri
 		if strings.Contains(upper, "INT") || strings.Contains(upper, "SERIAL") {
 			want = "int"
 		}
-		if want != idKind {
-			return fmt.Errorf("lastseen: column %q of table %q is %s, not --%s %s (set --%s %s)",
-				idColumn, table, dbType, idFlag, idKind, idFlag, want)
+		if want != f.SessionIDType {
+			return fmt.Errorf("lastseen: column %q of table %q is %s, not --session-id-type %s (set --session-id-type %s)",
+				f.SessionIDColumn, f.SessionsTable, dbType, f.SessionIDType, want)
 		}
 	}
 	return nil
-}
-
-func (e *opsEnv) checkUsers() error {
-	return e.checkTable(e.f.userModel(), e.f.UsersTable, "users-table",
-		map[string]string{"UserID": "user-id-column", "LastSeenAt": "last-seen-column"},
-		e.f.UserIDColumn, "user-id-type", e.f.UserIDType)
-}
-
-func (e *opsEnv) checkSessions() error {
-	return e.checkTable(e.f.sessionModel(), e.f.SessionsTable, "sessions-table",
-		map[string]string{"SessionID": "session-id-column", "ExpiresAt": "expires-column"},
-		e.f.SessionIDColumn, "session-id-type", e.f.SessionIDType)
 }

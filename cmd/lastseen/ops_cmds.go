@@ -12,13 +12,13 @@ import (
 	"github.com/lastseen/lastseen"
 )
 
-// statusCmd prints the Redis buffer per shard, the users table's health
+// statusCmd prints the Redis buffer per shard, the tracked table's health
 // (indexes on the last-seen column, HOT share, fillfactor) and the expired
-// sessions.
+// sessions. It writes nothing.
 type statusCmd struct {
 	connFlags   `embed:""`
 	targetFlags `embed:""`
-	JSON        bool `name:"json" help:"Print one JSON object (status_json.go) instead of the text report."`
+	JSON        bool `name:"json" help:"Print one JSON object instead of the text report."`
 
 	out    io.Writer        // the report; run sets it
 	errOut io.Writer        // warnings; run sets it
@@ -27,7 +27,7 @@ type statusCmd struct {
 
 func (c *statusCmd) Run() error {
 	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now, c.errOut)
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, false, c.now, c.errOut)
 	if err != nil {
 		return err
 	}
@@ -36,14 +36,14 @@ func (c *statusCmd) Run() error {
 	if err != nil {
 		return err
 	}
-	if err := e.warnNoBuffer(ctx, st.Pending+st.InFlight > 0); err != nil {
+	if err := e.warnExtraShards(ctx); err != nil {
 		return err
 	}
 	if c.JSON {
 		return c.writeJSON(ctx, e, st)
 	}
 	out := c.out
-	fmt.Fprintf(out, "redis buffer (prefix %q, %d shards) at %s\n", c.Prefix, c.Shards, st.At.Format(time.RFC3339))
+	fmt.Fprintf(out, "redis buffer (prefix %q, %d shards, %s) at %s\n", e.buf.Prefix, e.buf.shards(), e.buf.target(), st.At.Format(time.RFC3339))
 	fmt.Fprintln(out, evictionLine(st))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "shard\tpending\tin-flight\toldest")
@@ -58,19 +58,30 @@ func (c *statusCmd) Run() error {
 	if err := e.printHealth(ctx, out); err != nil { // ops_health.go
 		return err
 	}
-	if err := e.checkSessions(); err != nil {
+	return e.printExpired(ctx, out, st.At)
+}
+
+// printExpired prints the status line of the expired sessions.
+func (e *opsEnv) printExpired(ctx context.Context, out io.Writer, at time.Time) error {
+	table := e.sessionsTable()
+	if table == "" {
+		fmt.Fprintln(out, "expired sessions: the app purges no sessions with this buffer (Sessions.Disabled)")
+		return nil
+	}
+	ec, err := e.p.ExpiredSessions(ctx)
+	if err != nil {
 		fmt.Fprintf(out, "expired sessions: not counted: %s\n", strings.TrimPrefix(err.Error(), "lastseen: "))
 		return nil
 	}
-	n, oldest, err := e.p.ExpiredSessions(ctx)
-	if err != nil {
-		return err
+	kept := ""
+	if ec.Kept > 0 {
+		kept = fmt.Sprintf(" (and %d kept: newer activity buffered)", ec.Kept)
 	}
-	if n == 0 {
-		fmt.Fprintf(out, "expired sessions in %q: 0\n", c.SessionsTable)
+	if ec.Expired+ec.Kept == 0 {
+		fmt.Fprintf(out, "expired sessions in %q: 0\n", table)
 		return nil
 	}
-	fmt.Fprintf(out, "expired sessions in %q: %d, oldest expiry %s\n", c.SessionsTable, n, when(oldest, st.At))
+	fmt.Fprintf(out, "expired sessions in %q: %d%s, oldest expiry %s\n", table, ec.Expired, kept, when(ec.Oldest, at))
 	return nil
 }
 
@@ -86,15 +97,12 @@ type flushCmd struct {
 
 func (c *flushCmd) Run() error {
 	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now, c.errOut)
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, false, c.now, c.errOut)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	if err := e.checkUsers(); err != nil {
-		return err
-	}
-	if err := e.warnNoBuffer(ctx, false); err != nil {
+	if err := e.warnExtraShards(ctx); err != nil {
 		return err
 	}
 	res, err := e.p.Flush(ctx)
@@ -113,39 +121,51 @@ func (c *flushCmd) Run() error {
 	return err
 }
 
-// purgeCmd deletes expired sessions now, or with --dry-run counts them.
+// purgeCmd deletes expired sessions now, or with --dry-run counts what it
+// would delete, with the app's rule read from the buffer's manifest.
 type purgeCmd struct {
 	connFlags   `embed:""`
 	targetFlags `embed:""`
-	DryRun      bool `help:"Only count the expired sessions and print the oldest expiry; delete nothing."`
+	DryRun      bool `help:"Only count what the purge would delete now, and the expired sessions it keeps because newer activity is buffered; delete nothing."`
 
 	out    io.Writer
 	errOut io.Writer
 	now    func() time.Time
 }
 
+// errNoSessionRule is purge's error for a buffer whose app purges no
+// sessions.
+var errNoSessionRule = errors.New("lastseen: the app purges no sessions with this buffer (Sessions.Disabled): pick the buffer whose app does with --prefix")
+
 func (c *purgeCmd) Run() error {
 	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, c.now, c.errOut)
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, true, c.now, c.errOut)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	if err := e.checkSessions(); err != nil {
-		return err
+	if e.sessionsTable() == "" {
+		return errNoSessionRule
+	}
+	if e.rdb == nil {
+		if err := e.checkSessions(); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.errOut, "lastseen: warning: without Redis this purge cannot see activity still in the app's memory: "+
+			"a session idle in the table but active since the app's last flush counts as idle (purge in the app, Plugin.PurgeExpiredSessions, to check it)")
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	if c.DryRun {
-		cutoff := e.p.Config().Test.Now().UTC()
-		n, oldest, err := e.p.ExpiredSessions(ctx)
+		ec, err := e.p.ExpiredSessions(ctx)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(tw, "dry run\tnothing deleted\n")
-		fmt.Fprintf(tw, "cutoff\t%s\n", cutoff.Format(time.RFC3339))
-		fmt.Fprintf(tw, "expired\t%d\n", n)
-		fmt.Fprintf(tw, "oldest\t%s\n", when(oldest, cutoff))
+		fmt.Fprintf(tw, "cutoff\t%s\n", ec.Cutoff.Format(time.RFC3339))
+		fmt.Fprintf(tw, "expired\t%d\n", ec.Expired)
+		fmt.Fprintf(tw, "kept\t%d\n", ec.Kept)
+		fmt.Fprintf(tw, "oldest\t%s\n", when(ec.Oldest, ec.Cutoff))
 		return nil
 	}
 	res, err := e.p.PurgeExpiredSessions(ctx)

@@ -130,7 +130,7 @@ func TestOpsDefaultModels(t *testing.T) {
 		if r.Mini != nil { // neither CONFIG nor INFO memory
 			policy = "redis maxmemory-policy: unknown"
 		}
-		want := append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix), policy},
+		want := append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards, users.last_seen_at) at 2026-03-01T09:30:00Z", prefix), policy},
 			shardTable(map[int]string{
 				4:  "2        0          2026-03-01T09:00:00Z (30m0s ago)",
 				5:  "1        0          2026-03-01T09:20:00Z (10m0s ago)",
@@ -167,7 +167,7 @@ func TestOpsDefaultModels(t *testing.T) {
 		equal(t, "rows for unknown user 99", ghosts, 0)
 
 		out = run("status")
-		want = append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix), policy},
+		want = append([]string{fmt.Sprintf("redis buffer (prefix %q, 16 shards, users.last_seen_at) at 2026-03-01T09:30:00Z", prefix), policy},
 			shardTable(nil, "0        0          -")...)
 		want = append(append(want, healthLines(d.Dialect)...), `expired sessions in "sessions": 3, oldest expiry 2026-02-28T09:30:00Z (24h0m0s ago)`)
 		equalLines(t, "status after flush", settled(out), want)
@@ -176,6 +176,7 @@ func TestOpsDefaultModels(t *testing.T) {
 			"dry run  nothing deleted",
 			"cutoff   2026-03-01T09:30:00Z",
 			"expired  3",
+			"kept     0",
 			"oldest   2026-02-28T09:30:00Z (24h0m0s ago)",
 		})
 		out = run("purge")
@@ -192,6 +193,7 @@ func TestOpsDefaultModels(t *testing.T) {
 			"dry run  nothing deleted",
 			"cutoff   2026-03-01T09:30:00Z",
 			"expired  0",
+			"kept     0",
 			"oldest   -",
 		})
 	})
@@ -203,7 +205,7 @@ func TestOpsDefaultModels(t *testing.T) {
 type account struct {
 	ID     string `gorm:"primaryKey;size:36"`
 	Email  string `gorm:"not null;size:190"`
-	SeenAt *time.Time
+	SeenAt int64  `lastseen:"unix"`
 }
 
 func (account) TableName() string { return "accounts" }
@@ -216,8 +218,9 @@ type appSession struct {
 
 func (appSession) TableName() string { return "app_sessions" }
 
-// TestOpsAppModels points the commands at the app's own tables and columns
-// with the flags, and checks the flush writes the app's column and the
+// TestOpsAppModels: the commands find the app's own tables, columns, key
+// types and encodings in the buffer's manifest, with no flag but the
+// connections: the flush writes the app's Unix-seconds column and the
 // purge deletes expired sessions, soft-deleted ones included.
 func TestOpsAppModels(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d *testenv.DB) {
@@ -252,9 +255,7 @@ func TestOpsAppModels(t *testing.T) {
 		_, err := p.TouchAt(ctx, "6f1c0d9e-0000-4000-8000-000000000002", mustTime("2026-03-01T11:58:00Z"))
 		must(t, err)
 
-		flags := append(append([]string{}, d.Flags()...), "--redis", mr.Addr(),
-			"--users-table", "accounts", "--user-id-type", "string", "--last-seen-column", "seen_at",
-			"--sessions-table", "app_sessions", "--session-id-type", "int", "--expires-column", "valid_until")
+		flags := append(append([]string{}, d.Flags()...), "--redis", mr.Addr())
 		run := func(args ...string) string {
 			t.Helper()
 			out, err := runCLI(t, clock.Now, append(args, flags...)...)
@@ -278,13 +279,14 @@ func TestOpsAppModels(t *testing.T) {
 		var accounts []account
 		must(t, app.Order("id").Find(&accounts).Error)
 		equal(t, "accounts", len(accounts), 2)
-		equal(t, "account 1 seen_at", accounts[0].SeenAt == nil, true)
-		equal(t, "account 2 seen_at", accounts[1].SeenAt.UTC().Format(time.RFC3339), "2026-03-01T11:58:00Z")
+		equal(t, "account 1 seen_at", accounts[0].SeenAt, 0)
+		equal(t, "account 2 seen_at", accounts[1].SeenAt, mustTime("2026-03-01T11:58:00Z").Unix())
 
 		equalLines(t, "purge --dry-run", run("purge", "--dry-run"), []string{
 			"dry run  nothing deleted",
 			"cutoff   2026-03-01T12:00:00Z",
 			"expired  2",
+			"kept     0",
 			"oldest   2026-03-01T11:00:00Z (1h0m0s ago)",
 		})
 		equalLines(t, "purge", splitDuration(t, run("purge")), []string{
@@ -313,27 +315,20 @@ func TestOpsErrors(t *testing.T) {
 	}{
 		{[]string{"status", "--redis", mr.Addr()}, "lastseen: no database: give one of --postgres, --mysql or --sqlite"},
 		{append([]string{"flush"}, d.Flags()...), "lastseen: no redis: give --redis or --redis-cluster"},
+		{append([]string{"status"}, d.Flags()...), "lastseen: no redis: give --redis or --redis-cluster"},
 		{append([]string{"flush", "--redis", "127.0.0.1:1"}, d.Flags()...), "lastseen: redis 127.0.0.1:1 does not answer: "},
-		{append([]string{"flush", "--redis", mr.Addr(), "--last-seen-column", "seen"}, d.Flags()...),
-			`lastseen: table "users" has no column "seen" (set --last-seen-column)`},
-		{append([]string{"flush", "--redis", mr.Addr(), "--users-table", "members"}, d.Flags()...),
-			`lastseen: table "members" not found (set --users-table)`},
-		{append([]string{"purge", "--redis", mr.Addr()}, d.Flags()...),
-			`lastseen: table "sessions" not found (set --sessions-table)`},
-		{append([]string{"flush", "--redis", mr.Addr(), "--batch-size", "40000"}, d.Flags()...),
-			"lastseen: invalid config: Flush.BatchSize 40000 exceeds the sqlite limit"},
+		{append([]string{"purge", "--expires-column", "ends_at"}, d.Flags()...), `lastseen: table "sessions" not found (set --sessions-table)`},
 	} {
 		_, err := runCLI(t, now, c.args...)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
 		}
 	}
-
-	// status without a sessions table still prints the buffer.
-	out, err := runCLI(t, now, append([]string{"status", "--redis", mr.Addr()}, d.Flags()...)...)
-	must(t, err)
-	ls := lines(out)
-	equal(t, "status last line", ls[len(ls)-1], `expired sessions: not counted: table "sessions" not found (set --sessions-table)`)
+	must(t, app.AutoMigrate(&lastseen.Session{}))
+	_, err := runCLI(t, now, append([]string{"purge", "--expires-column", "ends_at"}, d.Flags()...)...)
+	equal(t, "purge --expires-column ends_at", fmt.Sprint(err), `lastseen: table "sessions" has no column "ends_at" (set --expires-column)`)
+	_, err = runCLI(t, now, append([]string{"purge", "--idle-timeout", "30m", "--active-column", "seen"}, d.Flags()...)...)
+	equal(t, "purge --active-column seen", fmt.Sprint(err), `lastseen: table "sessions" has no column "seen" (set --active-column)`)
 }
 
 // TestPurgeLocked: while another instance (an app that left Prefix empty)
@@ -363,9 +358,9 @@ func TestPurgeLocked(t *testing.T) {
 	equal(t, "sessions left", n, 1)
 }
 
-// TestOpsDerivedPrefix: an app that leaves Prefix empty and the status
-// command without --prefix derive the same prefix from the database and
-// table (through the library), so status sees the app's pending users.
+// TestOpsDerivedPrefix: for an app that leaves Prefix empty, the status
+// command without --prefix finds the app's derived prefix in the
+// manifests, so status sees the app's pending users.
 func TestOpsDerivedPrefix(t *testing.T) {
 	forEachOpsEnv(t, func(t *testing.T, d *testenv.DB, r *testenv.Redis, _ string) {
 		ctx := context.Background()
@@ -389,7 +384,7 @@ func TestOpsDerivedPrefix(t *testing.T) {
 		out, err := runCLI(t, clock.Now, append(append([]string{"status"}, d.Flags()...), []string{"--redis", r.Addr}...)...)
 		must(t, err)
 		ls := lines(out)
-		equal(t, "header", ls[0], fmt.Sprintf("redis buffer (prefix %q, 16 shards) at 2026-03-01T09:30:00Z", prefix))
+		equal(t, "header", ls[0], fmt.Sprintf("redis buffer (prefix %q, 16 shards, users.last_seen_at) at 2026-03-01T09:30:00Z", prefix))
 		total := ""
 		for _, l := range ls {
 			if strings.HasPrefix(l, "total  ") {

@@ -16,6 +16,8 @@ import (
 type statusJSON struct {
 	At               string      `json:"at"`
 	Prefix           string      `json:"prefix"`
+	Table            string      `json:"table"`
+	Column           string      `json:"column"`
 	Pending          int64       `json:"pending"`
 	InFlight         int64       `json:"in_flight"`
 	Unreadable       int64       `json:"unreadable"`
@@ -36,12 +38,15 @@ type shardJSON struct {
 	Oldest   *string `json:"oldest"`
 }
 
-// expiredJSON is the expired-sessions part: Error is set (and Count is 0)
-// when the sessions table could not be read, as the text report says "not
-// counted".
+// expiredJSON is the expired-sessions part: Count is what a purge would
+// delete now, Kept the expired sessions it keeps (newer activity
+// buffered); Error is set (and the counts are 0) when the sessions table
+// could not be read, as the text report says "not counted", or the app
+// purges no sessions with the buffer.
 type expiredJSON struct {
 	Table  string  `json:"table"`
 	Count  int64   `json:"count"`
+	Kept   int64   `json:"kept"`
 	Oldest *string `json:"oldest"`
 	Error  string  `json:"error,omitempty"`
 }
@@ -57,24 +62,22 @@ func jsonTime(t time.Time) *string {
 // writeJSON prints st and the expired sessions as one indented JSON object.
 func (c *statusCmd) writeJSON(ctx context.Context, e *opsEnv, st lastseen.Status) error {
 	out := statusJSON{
-		At: st.At.UTC().Format(time.RFC3339Nano), Prefix: c.Prefix,
+		At: st.At.UTC().Format(time.RFC3339Nano), Prefix: e.buf.Prefix, Table: e.buf.get("table"), Column: e.buf.get("column"),
 		Pending: st.Pending, InFlight: st.InFlight, Unreadable: st.Unreadable,
 		Oldest: jsonTime(st.Oldest), OldestAgeSeconds: st.OldestAge().Seconds(),
 		Shards:          make([]shardJSON, 0, len(st.Shards)),
-		ExpiredSessions: expiredJSON{Table: c.SessionsTable},
+		ExpiredSessions: expiredJSON{Table: e.sessionsTable()},
 		EvictionPolicy:  st.EvictionPolicy, EvictionRisk: st.EvictionRisk,
 	}
 	for _, s := range st.Shards {
 		out.Shards = append(out.Shards, shardJSON{Shard: s.Shard, Pending: s.Pending, InFlight: s.InFlight, Oldest: jsonTime(s.Oldest)})
 	}
-	if err := e.checkSessions(); err != nil {
+	if out.ExpiredSessions.Table == "" {
+		out.ExpiredSessions.Error = "the app purges no sessions with this buffer (Sessions.Disabled)"
+	} else if ec, err := e.p.ExpiredSessions(ctx); err != nil {
 		out.ExpiredSessions.Error = strings.TrimPrefix(err.Error(), "lastseen: ")
 	} else {
-		n, oldest, err := e.p.ExpiredSessions(ctx)
-		if err != nil {
-			return err
-		}
-		out.ExpiredSessions.Count, out.ExpiredSessions.Oldest = n, jsonTime(oldest)
+		out.ExpiredSessions.Count, out.ExpiredSessions.Kept, out.ExpiredSessions.Oldest = ec.Expired, ec.Kept, jsonTime(ec.Oldest)
 	}
 	enc := json.NewEncoder(c.out)
 	enc.SetIndent("", "  ")

@@ -171,3 +171,10 @@ func escape(s string) string {
 	}
 	return string(out)
 }
+
+// Owned returns Redis SCAN/KEYS patterns matching the keys of the buffer
+// under prefix and no other buffer's, even one whose prefix starts with
+// prefix+":": the keys of its shards, its purge lock and its manifest.
+func Owned(prefix string) []string {
+	return []string{escape(prefix) + ":{*}:*", escape(PurgeLock(prefix)), escape(Manifest(prefix))}
+}

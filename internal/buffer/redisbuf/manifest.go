@@ -13,14 +13,18 @@ import (
 const Format = "2"
 
 // Manifest creates the buffer's manifest, the hash keys.Manifest(prefix),
-// from fields (name, value, name, value, ...) when it is absent, in one
-// atomic step, and returns what it holds now: created by this call or by an
-// earlier instance. It is bounded by ctx. On success the manifest is known
-// to exist (ManifestGone reports false until Active finds it gone again).
-func (b *Buffer) Manifest(ctx context.Context, fields []string) (map[string]string, error) {
-	args := make([]any, len(fields))
-	for i, f := range fields {
-		args[i] = f
+// from layout (name, value, name, value, ...) when it is absent, and sets
+// each of settings (name, value pairs) that differs from the stored value,
+// in one atomic step. It returns what the manifest held before the settings
+// were set: the layout created by this call or by an earlier instance. An
+// instance whose settings agree with the manifest writes nothing. It is
+// bounded by ctx. On success the manifest is known to exist (ManifestGone
+// reports false until Active finds it gone again).
+func (b *Buffer) Manifest(ctx context.Context, layout, settings []string) (map[string]string, error) {
+	args := make([]any, 0, 1+len(layout)+len(settings))
+	args = append(args, len(layout)/2)
+	for _, f := range append(layout[:len(layout):len(layout)], settings...) {
+		args = append(args, f)
 	}
 	var kv []string
 	err := b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/lastseen/lastseen"
+)
+
+// layout is what the commands hand GORM and the plugin for the buffers
+// they act on: the models' tables and columns (tableNamer) and one Config
+// per buffer, built from its manifest exactly as the app's plugin wrote it,
+// so that the plugin's start writes nothing to the manifest.
+type layout struct {
+	tables  map[string]string            // Go type name without type arguments -> table
+	columns map[string]map[string]string // table -> Go field name -> column
+}
+
+func newLayout() *layout {
+	return &layout{tables: map[string]string{}, columns: map[string]map[string]string{}}
+}
+
+func (l *layout) namer() tableNamer { return tableNamer{tables: l.tables, columns: l.columns} }
+
+// mapTable records that Go type name is table with the field -> column
+// map cols; a table two buffers map differently (a field on two columns)
+// is an error.
+func (l *layout) mapTable(name, table string, cols map[string]string) error {
+	if t, ok := l.tables[name]; ok && t != table {
+		return fmt.Errorf("lastseen: this CLI cannot act on tables %q and %q at once as %s", t, table, name)
+	}
+	l.tables[name] = table
+	have := l.columns[table]
+	if have == nil {
+		have = map[string]string{}
+		l.columns[table] = have
+	}
+	for f, c := range cols {
+		switch old := have[f]; {
+		case old == "" || old == unusedColumn:
+			have[f] = c
+		case c != unusedColumn && c != old:
+			return fmt.Errorf("lastseen: this CLI cannot act on table %q: two buffers read %s as %q and %q", table, f, old, c)
+		}
+	}
+	return nil
+}
+
+// or returns s, or unusedColumn when s is empty.
+func orUnused(s string) string {
+	if s == "" {
+		return unusedColumn
+	}
+	return s
+}
+
+// config returns the Config of buffer b's plugin, as its manifest
+// describes it, with nothing scheduled and no local cache, and maps its
+// tables.
+func (l *layout) config(b bufferInfo, base lastseen.Config) (lastseen.Config, error) {
+	table, column, key, enc := b.get("table"), b.get("column"), b.get("key"), b.get("encoding")
+	st, active := b.get("sessions_table"), b.get("active_column")
+	if err := checkKinds("buffer "+strconv.Quote(b.Prefix), []string{enc, b.get("expires_encoding"), b.get("active_encoding")}, key); err != nil {
+		return lastseen.Config{}, err
+	}
+	c := base
+	c.Buffer.Prefix, c.Buffer.Shards, c.Buffer.LocalCacheSize = b.Prefix, b.shards(), -1
+	c.Flush.Schedule, c.Flush.Upsert = "off", b.get("upsert") == "true"
+	var err error
+	if c.Flush.BatchSize, err = strconv.Atoi(b.get("batch")); err != nil {
+		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: batch %q: %w", b.Prefix, b.get("batch"), err)
+	}
+	if c.Throttle, err = time.ParseDuration(b.get("throttle")); err != nil {
+		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: throttle %q: %w", b.Prefix, b.get("throttle"), err)
+	}
+	if loc := b.get("location"); loc != "" {
+		if c.Flush.ColumnLocation, err = time.LoadLocation(loc); err != nil {
+			return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: the app's column location: %w", b.Prefix, err)
+		}
+	}
+	if !b.hasSessions() {
+		c.Sessions = lastseen.SessionConfig{Disabled: true}
+		c.Model, c.Field = newUsersRow(key, enc), "Seen"
+		return c, l.mapTable("usersRow", table, map[string]string{"ID": b.get("id_column"), "Seen": column})
+	}
+	if err := l.sessions(&c, b); err != nil {
+		return lastseen.Config{}, err
+	}
+	if st != table {
+		c.Model, c.Field = newUsersRow(key, enc), "Seen"
+		return c, l.mapTable("usersRow", table, map[string]string{"ID": b.get("id_column"), "Seen": column})
+	}
+	// The buffer tracks the session table itself (the sessions' activity).
+	if key != b.get("sessions_key") || b.get("id_column") != b.get("sessions_id_column") {
+		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q tracks table %q by key %s and purges it by key %s", b.Prefix, table, b.get("id_column"), b.get("sessions_id_column"))
+	}
+	seen, seenEnc := column, enc
+	c.Field = "Seen"
+	if column == active {
+		seen, seenEnc, c.Field = unusedColumn, "", "Active"
+	}
+	c.Model = newSessionsRow(key, seenEnc, b.get("expires_encoding"), b.get("active_encoding"))
+	c.Sessions.Model = c.Model
+	return c, l.mapTable("sessionsRow", st, map[string]string{"Seen": seen})
+}
+
+// sessions fills c.Sessions from b's session rule and maps the session
+// table.
+func (l *layout) sessions(c *lastseen.Config, b bufferInfo) error {
+	idle, err := time.ParseDuration(b.get("idle_timeout"))
+	if err != nil {
+		return fmt.Errorf("lastseen: buffer %q: idle_timeout %q: %w", b.Prefix, b.get("idle_timeout"), err)
+	}
+	batch, err := strconv.Atoi(b.get("sessions_batch"))
+	if err != nil {
+		return fmt.Errorf("lastseen: buffer %q: sessions_batch %q: %w", b.Prefix, b.get("sessions_batch"), err)
+	}
+	c.Sessions = lastseen.SessionConfig{
+		Model:        newSessionsRow(b.get("sessions_key"), "", b.get("expires_encoding"), b.get("active_encoding")),
+		ExpiresField: "Expires", ActiveField: "Active", IdleTimeout: idle, BatchSize: batch, Schedule: "off",
+	}
+	return l.mapTable("sessionsRow", b.get("sessions_table"), map[string]string{
+		"ID": b.get("sessions_id_column"), "Expires": b.get("expires_column"),
+		"Active": orUnused(b.get("active_column")), "Seen": unusedColumn,
+	})
+}
+
+// flagsRule is the session rule the purge flags give, for an app without
+// Redis (no manifest to read): one plugin on the in-process buffer that
+// tracks the session table's activity column (or, without one, its expiry
+// column; nothing is ever flushed).
+func (l *layout) flagsRule(f *targetFlags, base lastseen.Config) (lastseen.Config, error) {
+	key := keyText
+	if f.SessionIDType == "int" {
+		key = keyInteger
+	}
+	active := f.ActiveColumn
+	if f.IdleTimeout == 0 {
+		active = ""
+	}
+	c := base
+	c.Buffer.LocalCacheSize = -1
+	c.Flush.Schedule = "off"
+	c.Model = newSessionsRow(key, "", f.ExpiresEncoding, f.ActiveEncoding)
+	c.Field = "Active"
+	if active == "" {
+		c.Field = "Expires"
+	}
+	c.Sessions = lastseen.SessionConfig{
+		Model: c.Model, ExpiresField: "Expires", ActiveField: "Active", IdleTimeout: f.IdleTimeout,
+		BatchSize: f.PurgeBatchSize, Schedule: "off",
+	}
+	return c, l.mapTable("sessionsRow", f.SessionsTable, map[string]string{
+		"ID": f.SessionIDColumn, "Expires": f.ExpiresColumn, "Active": orUnused(active), "Seen": unusedColumn,
+	})
+}
