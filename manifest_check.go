@@ -111,7 +111,7 @@ func (p *Plugin) manifestSettings() []string {
 			"sessions_table": s.model.table, "sessions_id_column": s.model.pk.DBName,
 			"sessions_key": keyType(s.model.pk), "expires_column": s.model.time.DBName,
 			"expires_encoding": s.model.enc.Encoding().String(),
-			"idle_timeout": c.IdleTimeout.String(), "sessions_batch": strconv.Itoa(c.PurgeBatchSize),
+			"idle_timeout":     c.IdleTimeout.String(), "sessions_batch": strconv.Itoa(c.PurgeBatchSize),
 		}
 		if s.active != nil {
 			rule["active_column"], rule["active_encoding"] = s.active.DBName, s.activeEnc.Encoding().String()
