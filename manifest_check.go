@@ -61,6 +61,10 @@ type manifestField struct {
 	name, label, value string
 }
 
+// comparedFields is how many of the manifest's first fields must agree
+// for an instance to use the buffer: format to shards.
+const comparedFields = 7
+
 // manifest returns this instance's manifest layout, in the order the check
 // compares it. The server, the throttle window and the model are recorded
 // but not compared: with an explicit Prefix, a failover to a server of
@@ -171,7 +175,7 @@ func (p *Plugin) checkManifest(ctx context.Context) error {
 		fields = append(fields, f.name, f.value)
 	}
 	key := manifestKey(p.cfg.Prefix)
-	got, err := p.rbuf.Manifest(ctx, fields, p.manifestSettings())
+	got, err := p.rbuf.Manifest(ctx, fields, comparedFields, p.manifestSettings())
 	if err != nil {
 		return fmt.Errorf("lastseen: buffer manifest %s: %w", key, err)
 	}

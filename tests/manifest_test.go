@@ -318,3 +318,43 @@ func TestManifestRecreatedAfterDataLoss(t *testing.T) {
 	equal(t, "Throttle mismatch logged", logs.Count("the buffer was created with another Throttle"), 1)
 	equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:10:00Z")
 }
+
+// TestManifestSettingsFollowTheLastStart: the manifest's settings (the
+// rules operator tools act by) are those of the instance started last: an
+// instance that agrees with them writes nothing (the hash's fields keep
+// their values and none is added), one with another Sessions.IdleTimeout
+// and Flush.BatchSize rewrites those fields and keeps the layout.
+func TestManifestSettingsFollowTheLastStart(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		key := h.prefix + ":manifest"
+		_ = tryUse(t, h.openDB(), h.config())
+		first, err := h.r.Client.HGetAll(ctx, key).Result()
+		must(t, err)
+		must(t, h.r.Client.HSet(ctx, key, "marker", "kept").Err()) // a field no instance writes
+		_ = tryUse(t, h.openDB(), h.config())
+		again, err := h.r.Client.HGetAll(ctx, key).Result()
+		must(t, err)
+		delete(again, "marker")
+		equal(t, "manifest after an agreeing start", fmt.Sprint(again), fmt.Sprint(first))
+
+		cfg := h.config()
+		cfg.Model, cfg.Field = &lastseen.Session{}, "LastActiveAt"
+		cfg.Sessions.IdleTimeout = 30 * time.Minute
+		cfg.Flush.BatchSize = 500
+		err = tryUse(t, h.openDB(), cfg) // another table: refused, and nothing is written
+		equal(t, "another table refused", errors.Is(err, lastseen.ErrInvalidConfig), true)
+		refused, err := h.r.Client.HGetAll(ctx, key).Result()
+		must(t, err)
+		delete(refused, "marker")
+		equal(t, "manifest after a refused start", fmt.Sprint(refused), fmt.Sprint(first))
+		cfg.Model, cfg.Field = nil, ""
+		must(t, tryUse(t, h.openDB(), cfg))
+		got, err := h.r.Client.HGetAll(ctx, key).Result()
+		must(t, err)
+		for _, f := range []string{"batch", "idle_timeout", "active_column", "active_encoding", "table", "column", "shards", "marker"} {
+			equal(t, "field "+f, got[f], map[string]string{"batch": "500", "idle_timeout": "30m0s", "active_column": "last_active_at",
+				"active_encoding": "time", "table": "users", "column": "last_seen_at", "shards": "16", "marker": "kept"}[f])
+		}
+	})
+}

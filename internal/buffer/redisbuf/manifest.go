@@ -13,16 +13,17 @@ import (
 const Format = "2"
 
 // Manifest creates the buffer's manifest, the hash keys.Manifest(prefix),
-// from layout (name, value, name, value, ...) when it is absent, and sets
-// each of settings (name, value pairs) that differs from the stored value,
-// in one atomic step. It returns what the manifest held before the settings
-// were set: the layout created by this call or by an earlier instance. An
-// instance whose settings agree with the manifest writes nothing. It is
-// bounded by ctx. On success the manifest is known to exist (ManifestGone
+// from layout (name, value, name, value, ...) when it is absent, and, when
+// the first compared pairs of layout agree with it, sets each of settings
+// (name, value pairs) that differs from the stored value, in one atomic
+// step. It returns what the manifest held before the settings were set:
+// the layout created by this call or by an earlier instance. An instance
+// whose settings agree with the manifest writes nothing. It is bounded by
+// ctx. On success the manifest is known to exist (ManifestGone
 // reports false until Active finds it gone again).
-func (b *Buffer) Manifest(ctx context.Context, layout, settings []string) (map[string]string, error) {
-	args := make([]any, 0, 1+len(layout)+len(settings))
-	args = append(args, len(layout)/2)
+func (b *Buffer) Manifest(ctx context.Context, layout []string, compared int, settings []string) (map[string]string, error) {
+	args := make([]any, 0, 2+len(layout)+len(settings))
+	args = append(args, len(layout)/2, compared)
 	for _, f := range append(layout[:len(layout):len(layout)], settings...) {
 		args = append(args, f)
 	}
