@@ -10,6 +10,9 @@
 // carries a "table" constant label (the users table the plugin writes), so
 // that plugins of two tracked models register on one registry. No label
 // holds a user id.
+//
+// The module also ships a Grafana dashboard and Prometheus alerting rules
+// for these metrics; its README says how to load them.
 package lastseenprom
 
 import (

@@ -57,10 +57,12 @@ func newEnv(t *testing.T, userModel any) *env {
 var must = testenv.Must
 
 // register builds the collector on reg with a clock that steps 250ms per
-// read, so that every observed run lasts exactly 0.25s.
+// read, so that every observed run lasts exactly 0.25s, and a scrape
+// timeout of a minute (opts may set another), so that a slow machine does
+// not leave the buffer gauges out.
 func register(t *testing.T, reg prometheus.Registerer, e *env, opts ...Option) *Collector {
 	t.Helper()
-	c, err := New(reg, e.p, opts...)
+	c, err := New(reg, e.p, append([]Option{WithScrapeTimeout(time.Minute)}, opts...)...)
 	must(t, err)
 	c.now = testenv.SteppingClock(start, 250*time.Millisecond).Now
 	return c
