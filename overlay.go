@@ -17,28 +17,61 @@ import (
 // Redis fails it leaves the column's values and logs a rate-limited warning.
 // The query's result and error are never changed otherwise.
 
-// registerOverlay adds the overlay after gorm:query on db's callbacks
-// (Initialize, when Config.Overlay is set), named after the plugin
-// ("lastseen:<model>.<field>:overlay"), so each tracked model on one db has
-// its own.
+// registerOverlay adds the overlay right after gorm:query on db's
+// callbacks, before gorm:preload and so before gorm:after_query (a model's
+// AfterFind sees the fresh value), at Initialize when Config.Overlay is
+// set. It is named after the plugin ("lastseen:<model>.<field>:overlay"),
+// so each tracked model on one db has its own.
 func (p *Plugin) registerOverlay(db *gorm.DB) error {
-	return db.Callback().Query().After("gorm:query").Register(p.name+":overlay", p.overlay)
+	return db.Callback().Query().After("gorm:query").Before("gorm:preload").Register(p.name+":overlay", p.overlay)
 }
 
 // overlay is the callback. It works on db.Statement.ReflectValue: a struct
-// of the tracked model, or a slice or array of them or of pointers to them;
-// anything else (another model, maps, a projection into another type) is
-// left alone, as is a query that did not select the last-seen column.
+// of the tracked model, or a slice or array of them or of pointers to them,
+// and the tracked model's rows loaded by Joins into such a result (rows
+// loaded by Preload go through their own query, and so through the
+// overlay); anything else (maps, a projection into another type) is left
+// alone, as is a query that did not select the last-seen column.
 func (p *Plugin) overlay(db *gorm.DB) {
-	st, m, t := db.Statement, p.users.model, p.tracker
-	if db.Error != nil || t == nil || st.Schema == nil || st.Schema.ModelType != m.typ || !selects(st, m) {
+	st, t := db.Statement, p.tracker
+	if db.Error != nil || t == nil || st.Schema == nil {
 		return
 	}
-	rows := modelRows(st.ReflectValue, m.typ)
-	if len(rows) == 0 {
-		return
+	if rows := p.overlayRows(st); len(rows) > 0 {
+		p.overlayOn(st.Context, rows)
 	}
-	ctx := st.Context
+}
+
+// overlayRows returns the rows of the tracked model that the statement
+// loaded with the last-seen column: its own result's, or those its Joins
+// loaded.
+func (p *Plugin) overlayRows(st *gorm.Statement) []reflect.Value {
+	m := p.users.model
+	if st.Schema.ModelType == m.typ {
+		if !selects(st.Selects, st.Omits, m) {
+			return nil
+		}
+		return modelRows(st.ReflectValue, m.typ)
+	}
+	var rows []reflect.Value
+	for _, j := range st.Joins {
+		rel := st.Schema.Relationships.Relations[j.Name]
+		if rel == nil || rel.FieldSchema == nil || rel.FieldSchema.ModelType != m.typ || !selects(j.Selects, j.Omits, m) {
+			continue
+		}
+		for _, parent := range modelRows(st.ReflectValue, st.Schema.ModelType) {
+			if v := derefReflect(rel.Field.ReflectValueOf(st.Context, parent)); v.Kind() == reflect.Struct && v.CanAddr() {
+				rows = append(rows, v)
+			}
+		}
+	}
+	return rows
+}
+
+// overlayOn puts the freshest buffered value into each row's last-seen
+// field where it is newer than the column's.
+func (p *Plugin) overlayOn(ctx context.Context, rows []reflect.Value) {
+	m, t := p.users.model, p.tracker
 	uids := make([]string, len(rows))
 	var distinct []string
 	for i, rv := range rows {
@@ -81,16 +114,17 @@ func (p *Plugin) overlayRead(ctx context.Context, uids []string) map[string]time
 	return latest
 }
 
-// selects reports whether the statement loads the last-seen column: no
-// Select at all, "*", or the field by Go or column name, and no Omit of it.
-func selects(st *gorm.Statement, m *model) bool {
+// selects reports whether a statement (or a join) with these Select and
+// Omit lists loads the last-seen column: no Select at all, "*", or the
+// field by Go or column name, and no Omit of it.
+func selects(sel, omit []string, m *model) bool {
 	named := func(list []string) bool {
 		return slices.ContainsFunc(list, func(s string) bool { return s == m.time.Name || s == m.time.DBName || s == "*" })
 	}
-	if len(st.Omits) > 0 && named(st.Omits) {
+	if len(omit) > 0 && named(omit) {
 		return false
 	}
-	return len(st.Selects) == 0 || named(st.Selects)
+	return len(sel) == 0 || named(sel)
 }
 
 // modelRows returns the addressable struct values of type typ in rv: rv

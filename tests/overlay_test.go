@@ -174,3 +174,63 @@ func TestOverlayWithRedisBlackholed(t *testing.T) {
 		}
 	}
 }
+
+// hookMember is a tracked model whose AfterFind derives a field from the
+// last-seen column, and hookPost belongs to one.
+type hookMember struct {
+	ID         uint64 `gorm:"primaryKey"`
+	LastSeenAt *time.Time
+	Seen       string `gorm:"-"` // set by AfterFind
+}
+
+func (m *hookMember) AfterFind(*gorm.DB) error {
+	m.Seen = seenAt(lastseen.User{LastSeenAt: m.LastSeenAt})
+	return nil
+}
+
+type hookPost struct {
+	ID           uint64 `gorm:"primaryKey"`
+	HookMemberID uint64
+	HookMember   hookMember
+}
+
+// TestOverlayRunsBeforeAfterFindAndOnJoins: the overlay runs before the
+// model's AfterFind (which sees the buffered value, as the loaded field
+// does), and on rows loaded by Joins and by Preload as on a Find of the
+// model itself.
+func TestOverlayRunsBeforeAfterFindAndOnJoins(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		cfg := h.config()
+		cfg.Presence.Overlay, cfg.Model = true, &hookMember{}
+		p, db := h.plugin(cfg)
+		must(t, db.AutoMigrate(&hookMember{}, &hookPost{}))
+		must(t, db.Create(&[]hookMember{{ID: 1, LastSeenAt: ptr(mustTime("2026-03-01T09:00:00Z"))}, {ID: 2}}).Error)
+		must(t, db.Create(&[]hookPost{{ID: 10, HookMemberID: 1}, {ID: 11, HookMemberID: 2}}).Error)
+		for id, at := range map[int]string{1: "2026-03-01T09:30:00Z", 2: "2026-03-01T09:31:00Z"} {
+			_, err := p.TouchAt(ctx, id, mustTime(at))
+			must(t, err)
+		}
+		var members []hookMember
+		must(t, db.Order("id").Find(&members).Error)
+		for _, m := range members {
+			equal(t, fmt.Sprint("Find: member ", m.ID, " field and AfterFind"), seenAt(lastseen.User{LastSeenAt: m.LastSeenAt})+" "+m.Seen,
+				map[uint64]string{1: "2026-03-01T09:30:00Z 2026-03-01T09:30:00Z", 2: "2026-03-01T09:31:00Z 2026-03-01T09:31:00Z"}[m.ID])
+		}
+		for _, how := range []string{"Joins", "Preload"} {
+			var posts []hookPost
+			q := db.Order("hook_posts.id")
+			if how == "Joins" {
+				q = q.Joins("HookMember")
+			} else {
+				q = q.Preload("HookMember")
+			}
+			must(t, q.Find(&posts).Error)
+			equal(t, how+": posts", len(posts), 2)
+			for _, post := range posts {
+				equal(t, fmt.Sprint(how, ": post ", post.ID, "'s member"), seenAt(lastseen.User{LastSeenAt: post.HookMember.LastSeenAt}),
+					map[uint64]string{10: "2026-03-01T09:30:00Z", 11: "2026-03-01T09:31:00Z"}[post.ID])
+			}
+		}
+	})
+}
