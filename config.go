@@ -156,9 +156,10 @@ type FlushConfig struct {
 	// (daily visits, an audit log) in step with the column.
 	OnBatch func(tx *gorm.DB, batch []Seen) error
 	// ColumnLocation is the time zone of the wall times in a column without
-	// one (PostgreSQL timestamp, MySQL DATETIME). Set it to the zone the
-	// app's own reads assume when that is not the driver's. Default nil:
-	// the driver's location (UTC unless the DSN sets another).
+	// one (PostgreSQL timestamp, MySQL DATETIME). Set it when the app's own
+	// reads assume another. Default nil: on PostgreSQL the zone of GORM's
+	// NowFunc (pgx writes the app's times in their own zone), on MySQL the
+	// DSN's loc.
 	ColumnLocation *time.Location
 }
 

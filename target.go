@@ -61,11 +61,31 @@ func timeField(s *schema.Schema, field, fieldOpt string, enc timecol.Encoding, d
 	return f, c, nil
 }
 
+// columnLocation is the location of the wall times in naive columns: loc
+// when set; else, on PostgreSQL, the location of db's NowFunc when it is
+// not UTC, as pgx writes a naive timestamp as the wall clock of the value's
+// own zone and GORM's own times carry NowFunc's (time.Now().Local() by
+// default); else nil, the driver's location (go-sql-driver/mysql converts
+// every value to the DSN's loc).
+func columnLocation(loc *time.Location, db *gorm.DB, d *dialect.Dialect) *time.Location {
+	if loc != nil || d.Name() != "postgres" || db.Config.NowFunc == nil {
+		return loc
+	}
+	l := db.Config.NowFunc().Location()
+	year := time.Now().Year()
+	for _, t := range []time.Time{time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(year, 7, 1, 0, 0, 0, 0, time.UTC)} {
+		if _, off := t.In(l).Zone(); off != 0 {
+			return l
+		}
+	}
+	return nil
+}
+
 // resolveTargets resolves the user and session models against db (table,
 // primary key, time column) and the user ids' codec against dialect d.
 func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect.Dialect) error {
 	c := p.cfg
-	loc := c.ColumnLocation // nil: the driver's location
+	loc := columnLocation(c.ColumnLocation, db, d)
 	users, err := resolveModel(db, c.Model, c.Field, "Model", "Field", c.FieldEncoding, d, loc)
 	if err != nil {
 		return invalid("%v", err)

@@ -110,3 +110,42 @@ func TestNaiveColumnLocation(t *testing.T) {
 		}
 	})
 }
+
+// TestNaiveColumnFollowsNowFunc: with ColumnLocation nil and GORM's NowFunc
+// in Europe/Berlin (an app run with TZ=Europe/Berlin), the flush writes a
+// PostgreSQL naive timestamp as Berlin wall time, as pgx writes the app's
+// own GORM times beside it, and reads it back as the same instant; MySQL's
+// driver converts every value to the DSN's loc (UTC here), so its column
+// keeps UTC wall times, as the app's own do.
+func TestNaiveColumnFollowsNowFunc(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	must(t, err)
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		for _, ddl := range naiveDDL[h.dialect] {
+			must(t, h.db.Exec(ddl).Error)
+		}
+		db := h.openDB()
+		db.Config.NowFunc = func() time.Time { return time.Now().In(berlin) }
+		must(t, db.Create(&[]berlinUser{{ID: 1}, {ID: 2, Seen: ptr(mustTime("2026-03-01T09:00:00Z").In(berlin))}}).Error) // the app's own write
+		cfg := h.config()
+		cfg.Model, cfg.Field, cfg.Sessions.Model = &berlinUser{}, "Seen", &berlinSession{}
+		p := lastseen.New(cfg)
+		must(t, db.Use(p))
+		t.Cleanup(func() { _ = p.Close(context.Background()) })
+		_, err := p.TouchAt(ctx, int64(1), mustTime("2026-03-01T09:20:00Z"))
+		must(t, err)
+		_, err = p.Flush(ctx)
+		must(t, err)
+		if wall := map[string]string{"postgres": "to_char(seen, 'YYYY-MM-DD HH24:MI:SS')",
+			"mysql": "DATE_FORMAT(seen, '%Y-%m-%d %H:%i:%s')"}[h.dialect]; wall != "" {
+			var got []string
+			must(t, db.Raw("SELECT "+wall+" FROM naive_users ORDER BY id").Scan(&got).Error)
+			equal(t, "wall times (lastseen's, the app's)", strings.Join(got, ", "), map[string]string{
+				"postgres": "2026-03-01 10:20:00, 2026-03-01 10:00:00", "mysql": "2026-03-01 09:20:00, 2026-03-01 09:00:00"}[h.dialect])
+		}
+		at, _, err := p.LastSeen(ctx, int64(1))
+		must(t, err)
+		equal(t, "LastSeen(1)", at.UTC().Format(time.RFC3339), "2026-03-01T09:20:00Z")
+	})
+}
