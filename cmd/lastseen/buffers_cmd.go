@@ -17,9 +17,21 @@ type redisFlags struct {
 	RedisCluster []string `help:"Redis Cluster seed addresses, comma separated." xor:"redis" placeholder:"ADDRS" sep:"," group:"Connection"`
 }
 
-func (f *redisFlags) open(ctx context.Context) (redis.UniversalClient, error) {
+// withBuffers connects to the Redis the flags name and calls fn with it
+// and every buffer it holds (listBuffers).
+func (f *redisFlags) withBuffers(fn func(ctx context.Context, rdb redis.UniversalClient, all []bufferInfo) error) error {
+	ctx := context.Background()
 	c := connFlags{Redis: f.Redis, RedisCluster: f.RedisCluster}
-	return c.openRedis(ctx)
+	rdb, err := c.openRedis(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	all, err := listBuffers(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, rdb, all)
 }
 
 // buffersCmd lists the buffers in a Redis, from their manifests. It
@@ -31,17 +43,9 @@ type buffersCmd struct {
 	errOut io.Writer
 }
 
-func (c *buffersCmd) Run() error {
-	ctx := context.Background()
-	rdb, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	all, err := listBuffers(ctx, rdb)
-	if err != nil {
-		return err
-	}
+func (c *buffersCmd) Run() error { return c.withBuffers(c.list) }
+
+func (c *buffersCmd) list(ctx context.Context, rdb redis.UniversalClient, all []bufferInfo) error {
 	if len(all) == 0 {
 		fmt.Fprintln(c.out, "no lastseen buffer in this Redis")
 		return nil
@@ -84,17 +88,9 @@ type dropCmd struct {
 	errOut io.Writer
 }
 
-func (c *dropCmd) Run() error {
-	ctx := context.Background()
-	rdb, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	all, err := listBuffers(ctx, rdb)
-	if err != nil {
-		return err
-	}
+func (c *dropCmd) Run() error { return c.withBuffers(c.drop) }
+
+func (c *dropCmd) drop(ctx context.Context, rdb redis.UniversalClient, all []bufferInfo) error {
 	var b bufferInfo
 	for _, o := range all {
 		if o.Prefix == c.Prefix {
