@@ -17,7 +17,9 @@ var (
 	// 128 bytes or the column, or holds what it cannot (NUL on PostgreSQL
 	// and SQLite, invalid UTF-8 on PostgreSQL and MySQL).
 	ErrInvalidUserID = idcodec.ErrInvalid
-	// ErrNotInitialized is returned by methods called before db.Use(p).
+	// ErrNotInitialized is returned by methods called before db.Use(p);
+	// after db.Use refused p they return "lastseen: db.Use refused this
+	// plugin: " and db.Use's error, wrapping both.
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
 	// ErrClosed is returned after Close by Flush, PurgeExpiredSessions and,
 	// without Redis, by touches.

@@ -151,7 +151,7 @@ func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorde
 func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (recorded bool, err error) {
 	t := p.tracker
 	if t == nil {
-		return false, ErrNotInitialized
+		return false, p.notReady()
 	}
 	p.stats.touches.Add(1)
 	if err := t.checkTime(at, now); err != nil { // before the cache: a cached user's bad time is still an error
