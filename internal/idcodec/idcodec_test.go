@@ -51,7 +51,13 @@ func TestNormalize(t *testing.T) {
 		want  string // the canonical text, or the error
 	}{
 		{"int", ints, 42, "42"},
-		{"int text", ints, " 007", "7"},
+		{"int text", ints, "007", "7"},
+		{"int text, space before", ints, " 3", `lastseen: invalid user id: string " 3": leading or trailing spaces are not allowed for an integer key`},
+		{"int text, space after", ints, "3 ", `lastseen: invalid user id: string "3 ": leading or trailing spaces are not allowed for an integer key`},
+		{"int text, newline after", ints, "3\n", `lastseen: invalid user id: string "3\n": leading or trailing spaces are not allowed for an integer key`},
+		{"int text, tab before", ints, "\t3", `lastseen: invalid user id: string "\t3": leading or trailing spaces are not allowed for an integer key`},
+		{"int json, space", ints, json.Number(" 3"), `lastseen: invalid user id: json.Number " 3": leading or trailing spaces are not allowed for an integer key`},
+		{"unsigned text, space", uints, "+7 ", `lastseen: invalid user id: string "+7 ": leading or trailing spaces are not allowed for an integer key`},
 		{"int8", ints, int8(-5), "-5"},
 		{"float", ints, 42.0, "42"},
 		{"float32", ints, float32(7), "7"},
@@ -70,6 +76,7 @@ func TestNormalize(t *testing.T) {
 		{"unsigned max", uints, uint64(math.MaxInt64), "9223372036854775807"},
 		{"unsigned over max", uints, uint64(math.MaxInt64) + 1, `lastseen: invalid user id: uint64 "9223372036854775808": over 9223372036854775807, the largest key the database stores`},
 		{"string", strs, "Bob ", "Bob "},
+		{"string, spaces kept", strs, " 3\n", " 3\n"},
 		{"string number", strs, 42, "42"},
 		{"string float", strs, 4.0, "lastseen: invalid user id: float64 for a string primary key (a number is accepted for an integer key only)"},
 		{"string json", strs, json.Number("4.0"), "4.0"},
@@ -111,6 +118,7 @@ func TestParse(t *testing.T) {
 		{ints, "", "length 0, want 1 to 128 bytes"},
 		{ints, strings.Repeat("1", 129), "length 129, want 1 to 128 bytes"},
 		{ints, "4x", "not a 64-bit integer"},
+		{ints, "4 ", "leading or trailing spaces are not allowed for an integer key"},
 	} {
 		if _, err := c.codec.Parse(c.s); err == nil || err.Error() != c.want || errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%q) error %v, want %q", c.s, err, c.want)
