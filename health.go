@@ -16,6 +16,12 @@ const (
 	// measuredFillfactorHOT is the HOT share of the flush's updates on a
 	// freshly loaded table at fillfactor 90 and at 100 (every size).
 	measuredFillfactorHOT = "74% HOT updates at fillfactor 90 against 57% at 100"
+	// measuredIdleIndex is, for the last-active column of a session table
+	// of 200,000 rows (5,000 to purge) on PostgreSQL 15, the selection time
+	// of one idle-rule purge without and with an index on the column, and
+	// the flush rate with it as a share of without (median of 5 and 3 runs).
+	measuredIdleIndex = "the idle rule's purge selected in 0.75s without it against 0.20s with it, " +
+		"while flushes ran at 0.45× the rate with it, 0% HOT against 94%"
 )
 
 // TableHealth is what the tracked table's schema costs each flushed row,
@@ -73,24 +79,32 @@ func (p *Plugin) TableHealth(ctx context.Context) (TableHealth, error) {
 		}
 	}
 	h.HOT, h.Updates, h.HOTUpdates, h.FillFactor = dh.HOT, dh.Updates, dh.HOTUpdates, dh.FillFactor
-	h.Advice = advise(h)
+	h.Advice = advise(h, m.table == p.sessions.model.table)
 	return h, nil
 }
 
-// advise writes the findings of h.
-func advise(h TableHealth) []string {
+// advise writes the findings of h; sessions is set when the tracked table
+// is the session table, whose purge may read the column (the idle rule).
+func advise(h TableHealth, sessions bool) []string {
 	var out []string
 	names := make([]string, len(h.Indexes))
 	for i, x := range h.Indexes {
 		names[i] = x.Name
 	}
+	index := fmt.Sprintf("index %s includes %s: ", strings.Join(names, ", "), h.Column)
 	switch {
+	case len(names) > 0 && h.HOT && sessions:
+		out = append(out, index+"every row a flush writes is a non-HOT update; drop it unless a frequent query needs it: "+
+			"the idle rule (Sessions.IdleTimeout) does not (measured: "+measuredIdleIndex+")")
+	case len(names) > 0 && sessions:
+		out = append(out, index+"each row a flush writes also rewrites its entry there; drop it unless a frequent query needs it: "+
+			"the idle rule (Sessions.IdleTimeout) reads the column in primary-key order")
 	case len(names) > 0 && h.HOT:
-		out = append(out, fmt.Sprintf("index %s includes %s: every row a flush writes is a non-HOT update (0%% HOT; measured: %s× the rate without the index); "+
-			"drop it unless a frequent query needs it (who is online: Plugin.Online or an occasional SeenWithin scan)", strings.Join(names, ", "), h.Column, measuredIndexedCost))
+		out = append(out, index+"every row a flush writes is a non-HOT update (0% HOT; measured: "+measuredIndexedCost+"× the rate without the index); "+
+			"drop it unless a frequent query needs it (who is online: Plugin.Online or an occasional SeenWithin scan)")
 	case len(names) > 0:
-		out = append(out, fmt.Sprintf("index %s includes %s: each row a flush writes also rewrites its entry there; "+
-			"drop it unless a frequent query needs it (who is online: Plugin.Online or an occasional SeenWithin scan)", strings.Join(names, ", "), h.Column))
+		out = append(out, index+"each row a flush writes also rewrites its entry there; "+
+			"drop it unless a frequent query needs it (who is online: Plugin.Online or an occasional SeenWithin scan)")
 	default:
 		out = append(out, "ok: no index includes "+h.Column)
 	}

@@ -138,7 +138,7 @@ func (p *Plugin) Target() (Target, error) {
 	defer p.mu.Unlock()
 	t := Target{Prefix: p.cfg.Prefix}
 	if p.db == nil {
-		return t, ErrNotInitialized
+		return t, p.notReady()
 	}
 	t.Dialect, t.Table, t.SessionTable = p.dialect.Name(), p.users.model.table, p.sessions.model.table
 	return t, nil

@@ -34,7 +34,10 @@ import (
 // stop it with Close. All methods are safe for concurrent use.
 type Plugin struct {
 	cfg       settings
-	name      string // Name(): pluginName(Model, Field)
+	name      string // the identity, Name() once accepted: pluginName(Model, Field)
+	key       string // Name() until db.Use accepted the plugin: name + "#" + this value's address
+	accepted  atomic.Bool
+	useErr    atomic.Pointer[refusedError] // db.Use's last refusal; nil once accepted
 	log       *slog.Logger
 	now       func() time.Time
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
@@ -92,6 +95,7 @@ func New(c Config) *Plugin {
 	name := pluginName(cfg.Model, cfg.Field)
 	p := &Plugin{cfg: cfg, name: name, log: cfg.Logger.With("plugin", "lastseen", "tracks", name[len(namePrefix):]),
 		now: cfg.Now, realClock: realClock, idLenSet: idLenSet}
+	p.key = fmt.Sprintf("%s#%p", name, p)
 	if cfg.seam != nil {
 		p.hooks = &cfg.seam.Flush
 	}
@@ -100,11 +104,19 @@ func New(c Config) *Plugin {
 	return p
 }
 
-// Name is the name GORM registers the plugin under, one per Model and
-// Field: "lastseen:github.com/lastseen/lastseen.User.LastSeenAt" for the
-// default. A second plugin for the same pair makes db.Use return
-// gorm.ErrRegistered.
-func (p *Plugin) Name() string { return p.name }
+// Name is the key GORM registers the plugin under. Once db.Use accepted
+// the plugin it is "lastseen:" + the tracked model's Go type + "." + the Go
+// field name, the same whether Field names the field or its column:
+// "lastseen:github.com/lastseen/lastseen.User.LastSeenAt" for the default.
+// Before, it also ends in "#" and a token of this plugin value, so that
+// db.Use always asks the plugin, which refuses a second plugin for one
+// column with an error wrapping gorm.ErrRegistered that names the first.
+func (p *Plugin) Name() string {
+	if p.accepted.Load() {
+		return p.name
+	}
+	return p.key
+}
 
 // Config returns the configuration with defaults filled in; after db.Use
 // Buffer.Prefix is the one in use, derived when it was empty.
@@ -121,19 +133,32 @@ func (p *Plugin) Config() Config {
 // written with other Shards or key type, an evicting Redis under
 // Buffer.RequireNoEviction, ...) and also ErrSchema for a missing column;
 // a missing table and an unreachable Redis are only logged. It then starts
-// the scheduled jobs. A second call does nothing.
+// the scheduled jobs. After a refusal every method returns an error
+// wrapping it, until a later db.Use succeeds. A second call does nothing
+// (on the same *gorm.DB: gorm.ErrRegistered).
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.db != nil {
-		return nil
+		return p.registeredAgain(db)
 	}
+	if err := p.initialize(db); err != nil {
+		p.useErr.Store(&refusedError{cause: err})
+		return err
+	}
+	p.useErr.Store(nil)
+	p.accepted.Store(true)
+	return nil
+}
+
+// initialize is Initialize's work, under p.mu: nothing of a refused
+// plugin is left running, and p.tracker and p.db stay nil.
+func (p *Plugin) initialize(db *gorm.DB) error {
 	if err := p.validate(db); err != nil {
 		return err
 	}
-	if o := p.columnTaken(db); o != nil { // the same column by another name (Field by Go name, then by column)
-		return fmt.Errorf("%w: lastseen: column %s.%s is already tracked by %s on this *gorm.DB", gorm.ErrRegistered,
-			p.users.model.table, p.users.model.time.DBName, o.name)
+	if err := p.columnTaken(db); err != nil { // the same column, whichever way Field is spelled
+		return err
 	}
 	if err := p.resolvePrefix(db); err != nil {
 		return err
@@ -157,39 +182,67 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		_ = buf.Close()
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	var sched *scheduler
-	purge := p.cfg.purgeScheduled()
-	if !p.cfg.DisableFlush || purge {
-		sched = newScheduler(p.log)
-		var err error
-		if !p.cfg.DisableFlush {
-			err = sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob)
+	sched, err := p.jobs()
+	if err == nil && p.cfg.Overlay {
+		if err = p.registerOverlay(db); err != nil { // overlay.go
+			err = fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)
 		}
-		if err == nil && purge {
-			err = sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob)
-		}
-		if err != nil {
-			_ = t.close()
-			return err
-		}
+	}
+	if err != nil {
+		_ = t.close()
+		return err
 	}
 	p.tracker, p.sched = t, sched
 	if p.cfg.seam != nil {
 		p.publish(p.cfg.seam)
 	}
-	if p.cfg.Overlay {
-		if err := p.registerOverlay(db); err != nil { // overlay.go
-			return fmt.Errorf("%w: overlay callback: %v", ErrInvalidConfig, err)
-		}
-	}
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
 	p.db = db.Session(&gorm.Session{NewDB: true})
-
 	if sched != nil {
 		sched.start()
 	}
 	return nil
+}
+
+// jobs returns the scheduler of the flush and purge jobs (not
+// started), or nil when neither is scheduled.
+func (p *Plugin) jobs() (*scheduler, error) {
+	purge := p.cfg.purgeScheduled()
+	if p.cfg.DisableFlush && !purge {
+		return nil, nil
+	}
+	sched := newScheduler(p.log)
+	if !p.cfg.DisableFlush {
+		if err := sched.add("flush", p.cfg.FlushSchedule, p.cfg.FlushTimeout, p.flushJob); err != nil {
+			return nil, err
+		}
+	}
+	if purge {
+		if err := sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob); err != nil {
+			return nil, err
+		}
+	}
+	return sched, nil
+}
+
+// refusedError is what a plugin db.Use refused answers every call with.
+// It wraps the refusal and ErrNotInitialized.
+type refusedError struct{ cause error }
+
+func (e *refusedError) Error() string {
+	return "lastseen: db.Use refused this plugin: " + e.cause.Error()
+}
+
+func (e *refusedError) Unwrap() []error { return []error{e.cause, ErrNotInitialized} }
+
+// notReady is the error of a call that needs db.Use to have accepted p:
+// db.Use's refusal, or ErrNotInitialized when db.Use was never called.
+func (p *Plugin) notReady() error {
+	if r := p.useErr.Load(); r != nil {
+		return r
+	}
+	return ErrNotInitialized
 }
 
 // validate fills p.dialect, p.users and p.sessions or returns the first
@@ -210,13 +263,13 @@ func (p *Plugin) validate(db *gorm.DB) error {
 	return p.inspectSchema(db)
 }
 
-// ready returns the database handle, or ErrNotInitialized / ErrClosed.
+// ready returns the database handle, or notReady / ErrClosed.
 func (p *Plugin) ready() (*gorm.DB, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case p.db == nil:
-		return nil, ErrNotInitialized
+		return nil, p.notReady()
 	case p.closed:
 		return nil, ErrClosed
 	}
@@ -224,13 +277,13 @@ func (p *Plugin) ready() (*gorm.DB, error) {
 }
 
 // startRun registers a flush or purge with Close, which waits for it, or returns
-// ErrNotInitialized / ErrClosed. Call done when the run returns.
+// notReady / ErrClosed. Call done when the run returns.
 func (p *Plugin) startRun() (db *gorm.DB, done func(), err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case p.db == nil:
-		return nil, nil, ErrNotInitialized
+		return nil, nil, p.notReady()
 	case p.closed:
 		return nil, nil, ErrClosed
 	}
@@ -264,11 +317,15 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // touches after Close still reach Redis, for the other instances to flush,
 // while without Redis they return ErrClosed (false and no error inside a
 // throttle window the local cache knows); Flush and PurgeExpiredSessions
-// return ErrClosed.
+// return ErrClosed. Before db.Use it returns nil; after db.Use refused the
+// plugin, the refusal.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {
 		p.mu.Unlock()
+		if r := p.useErr.Load(); r != nil {
+			return r
+		}
 		return nil
 	}
 	if p.closed { // another Close runs or ran: wait for its result

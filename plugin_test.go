@@ -51,18 +51,26 @@ func TestNewKeepsGivenValues(t *testing.T) {
 	}
 }
 
-// TestPluginNameFollowsModelAndField: the name GORM registers the plugin
-// under is the model's type and the field as given.
+// TestPluginNameFollowsModelAndField: the plugin's identity is the model's
+// type and the Go name of the field, given by field or column name; before
+// db.Use, Name adds this plugin value's token.
 func TestPluginNameFollowsModelAndField(t *testing.T) {
 	for _, c := range []struct {
 		cfg  Config
 		want string
 	}{
 		{Config{}, "lastseen:github.com/lastseen/lastseen.User.LastSeenAt"},
+		{Config{Field: "last_seen_at"}, "lastseen:github.com/lastseen/lastseen.User.LastSeenAt"},
 		{Config{Model: &Session{}, Field: "LastActiveAt"}, "lastseen:github.com/lastseen/lastseen.Session.LastActiveAt"},
+		{Config{Model: &Session{}, Field: "last_active_at"}, "lastseen:github.com/lastseen/lastseen.Session.LastActiveAt"},
+		{Config{Field: "no_such_column"}, "lastseen:github.com/lastseen/lastseen.User.no_such_column"},
 	} {
-		if got := New(c.cfg).Name(); got != c.want {
-			t.Errorf("Name() = %q, want %q", got, c.want)
+		p := New(c.cfg)
+		if p.name != c.want {
+			t.Errorf("identity of Field %q = %q, want %q", c.cfg.Field, p.name, c.want)
+		}
+		if got, want := p.Name(), fmt.Sprintf("%s#%p", c.want, p); got != want {
+			t.Errorf("Name() before db.Use = %q, want %q", got, want)
 		}
 	}
 }

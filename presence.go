@@ -51,7 +51,7 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 	c := &p.cfg
 	switch {
 	case p.tracker == nil:
-		return 0, ErrNotInitialized
+		return 0, p.notReady()
 	case c.OnlineWindow < 0:
 		return 0, fmt.Errorf("%w: Online needs Presence.OnlineWindow >= 0", ErrCountsDisabled)
 	case d < c.Throttle || d > c.OnlineWindow:
@@ -77,7 +77,7 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, error) {
 	c := &p.cfg
 	if p.tracker == nil {
-		return 0, ErrNotInitialized
+		return 0, p.notReady()
 	}
 	if c.ActiveUsersRetention < 0 {
 		return 0, fmt.Errorf("%w: ActiveUsers needs Presence.ActiveUsersRetention >= 0", ErrCountsDisabled)

@@ -29,7 +29,7 @@ func (p *Plugin) Pending(ctx context.Context, userID any) (at time.Time, ok bool
 func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool, held time.Time, err error) {
 	t := p.tracker
 	if t == nil {
-		return time.Time{}, false, time.Time{}, ErrNotInitialized
+		return time.Time{}, false, time.Time{}, p.notReady()
 	}
 	uid, err := t.ids.Normalize(userID)
 	if err != nil {
@@ -49,7 +49,7 @@ func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool
 // ErrInvalidUserID, ErrNotInitialized, or the database's error wrapped.
 func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok bool, err error) {
 	if p.tracker == nil {
-		return time.Time{}, false, ErrNotInitialized
+		return time.Time{}, false, p.notReady()
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*p.cfg.TouchTimeout) // Redis is best effort here
 	at, ok, held, err := p.pending(rctx, userID)
@@ -89,7 +89,7 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, error) {
 	t := p.tracker
 	if t == nil {
-		return nil, ErrNotInitialized
+		return nil, p.notReady()
 	}
 	uids := make([]string, len(ids))
 	var distinct []string

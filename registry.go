@@ -1,36 +1,52 @@
 package lastseen
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
 )
 
 // namePrefix starts the name of every lastseen plugin in db.Config.Plugins.
 const namePrefix = "lastseen:"
 
-// pluginName is the name GORM registers a plugin under: "lastseen:" + the
-// tracked model's Go type (package path, ".", type name) + "." + Field as
-// given, for example
-// "lastseen:github.com/lastseen/lastseen.User.LastSeenAt". db.Use asks for
-// it before Initialize, so it comes from the Config alone, without parsing
-// the model or any I/O. Pointers, slices and arrays are looked through.
+// pluginName is the plugin's identity: "lastseen:" + the tracked model's
+// Go type (package path, ".", type name) + "." + the Go name of Field, for
+// example "lastseen:github.com/lastseen/lastseen.User.LastSeenAt". Field
+// given by its column name resolves to the Go field name, read from the
+// model parsed with GORM's default naming (no I/O); a Field or model that
+// does not resolve stays as given, for db.Use to refuse. Pointers, slices
+// and arrays are looked through.
 func pluginName(model any, field string) string {
 	t := reflect.TypeOf(model)
 	for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 		t = t.Elem()
 	}
-	typ := "<nil>"
-	if t != nil {
-		typ = t.String()
-		if t.PkgPath() != "" && t.Name() != "" {
-			typ = t.PkgPath() + "." + t.Name()
+	if t != nil && t.Kind() == reflect.Struct {
+		if s, err := schema.Parse(reflect.New(t).Interface(), &sync.Map{}, schema.NamingStrategy{}); err == nil {
+			if f := s.LookUpField(field); f != nil {
+				field = f.Name
+			}
 		}
 	}
-	return namePrefix + typ + "." + field
+	return namePrefix + typeName(t) + "." + field
+}
+
+// typeName is t's package path, ".", and name, or its String for an
+// unnamed type, or "<nil>".
+func typeName(t reflect.Type) string {
+	switch {
+	case t == nil:
+		return "<nil>"
+	case t.PkgPath() != "" && t.Name() != "":
+		return t.PkgPath() + "." + t.Name()
+	}
+	return t.String()
 }
 
 // pluginsOn returns the initialized lastseen plugins registered on db,
@@ -106,14 +122,28 @@ func sessionPluginsOf(db *gorm.DB, table string) []*Plugin {
 	return append(tracking, others...)
 }
 
-// columnTaken returns the other initialized lastseen plugin on db that
-// tracks the same table and column as p, or nil: GORM refuses a second
-// plugin of the same Name, and this catches the same column named another
-// way (Field by Go field name in one, by column name in the other).
-func (p *Plugin) columnTaken(db *gorm.DB) *Plugin {
+// columnTaken returns the error of a second plugin on db for the table and
+// column p tracks, whichever way either spelled Field, or nil. It wraps
+// gorm.ErrRegistered and names p's model, its field and the plugin that
+// tracks the column already.
+func (p *Plugin) columnTaken(db *gorm.DB) error {
+	m := p.users.model
 	for _, o := range pluginsOn(db) {
-		if o != p && o.users.model.table == p.users.model.table && o.users.model.time.DBName == p.users.model.time.DBName {
-			return o
+		if o != p && o.users.model.table == m.table && o.users.model.time.DBName == m.time.DBName {
+			return fmt.Errorf("lastseen: %w: model %s field %s (column %s.%s) is already tracked by the plugin %s on this *gorm.DB: register one plugin per tracked column",
+				gorm.ErrRegistered, typeName(m.typ), m.time.Name, m.table, m.time.DBName, o.name)
+		}
+	}
+	return nil
+}
+
+// registeredAgain is the error of db.Use(p) on the handle that accepted p
+// already (wrapping gorm.ErrRegistered, as GORM's own check would be), or
+// nil on another handle.
+func (p *Plugin) registeredAgain(db *gorm.DB) error {
+	for _, v := range db.Config.Plugins {
+		if v == gorm.Plugin(p) {
+			return fmt.Errorf("lastseen: %w: the plugin %s is already registered on this *gorm.DB: call db.Use once", gorm.ErrRegistered, p.name)
 		}
 	}
 	return nil

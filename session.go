@@ -16,13 +16,15 @@ import (
 )
 
 // Session is the default Sessions.Model, table "sessions": one row per
-// login session.
+// login session. LastActiveAt has no index, as User.LastSeenAt: its
+// flushed rows stay HOT updates on PostgreSQL, and the idle rule's purge
+// reads it in primary-key order.
 type Session struct {
 	ID           string     `gorm:"primaryKey;size:64"` // the session token's id, at most 64 bytes
 	UserID       uint64     `gorm:"index;not null"`     // the user the session belongs to
 	ExpiresAt    time.Time  `gorm:"index;not null"`     // expired at and after this instant
 	CreatedAt    time.Time  // set by GORM on create
-	LastActiveAt *time.Time `gorm:"index"` // last activity (UTC), NULL until set; read by Sessions.IdleTimeout
+	LastActiveAt *time.Time // last activity (UTC), NULL until set; read by Sessions.IdleTimeout
 }
 
 // Expired reports whether the session is expired at now by the rule of

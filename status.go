@@ -60,7 +60,7 @@ func oldestAge(at, oldest time.Time) time.Duration {
 func (p *Plugin) Status(ctx context.Context) (Status, error) {
 	t := p.tracker
 	if t == nil {
-		return Status{}, ErrNotInitialized
+		return Status{}, p.notReady()
 	}
 	sizes, err := t.buf.Sizes(ctx)
 	if err != nil {
@@ -147,7 +147,7 @@ func (s BufferSample) OldestAge() time.Duration {
 func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, error) {
 	t := p.tracker
 	if t == nil {
-		return BufferSample{}, ErrNotInitialized
+		return BufferSample{}, p.notReady()
 	}
 	if perHash < 0 || perHash > maxBufferSample {
 		return BufferSample{}, fmt.Errorf("lastseen: sample buffer: perHash is %d, want 0 to %d", perHash, maxBufferSample)

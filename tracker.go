@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer"
@@ -151,7 +152,7 @@ func (p *Plugin) TouchAt(ctx context.Context, userID any, at time.Time) (recorde
 func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (recorded bool, err error) {
 	t := p.tracker
 	if t == nil {
-		return false, ErrNotInitialized
+		return false, p.notReady()
 	}
 	p.stats.touches.Add(1)
 	if err := t.checkTime(at, now); err != nil { // before the cache: a cached user's bad time is still an error
@@ -256,15 +257,22 @@ func (p *Plugin) TouchKnown(ctx context.Context, userID any, known time.Time) (r
 // that touches the user of every request before the next handler runs.
 // userID returns the request's primary key, or false when anonymous. It is
 // best effort: Redis gets at most Buffer.TouchTimeout, and an error is
-// logged at most once per 10s and never fails the request.
+// logged at most once per 10s and never fails the request. If its first
+// 100 requests have no user it logs one warning: it probably runs before
+// the authentication.
 func (p *Plugin) Middleware(userID func(*http.Request) (any, bool)) func(http.Handler) http.Handler {
 	warn := &rate.Sometimes{Interval: 10 * time.Second}
+	users := &userWatch{msg: fmt.Sprintf("lastseen: middleware saw %d requests and never a user: it is probably mounted "+
+		"outside (before) the authentication middleware, or its userID function returns false; mount it after authentication", anonymousLimit)}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if id, ok := userID(r); ok {
+				users.seen()
 				if _, err := p.Touch(r.Context(), id); err != nil {
 					warn.Do(func() { p.log.Warn("lastseen: middleware touch failed", "err", err) })
 				}
+			} else {
+				users.anonymous(p)
 			}
 			next.ServeHTTP(w, r)
 		})
@@ -315,31 +323,63 @@ func setUser(ctx context.Context, userID any, known time.Time) bool {
 // Otherwise it works as Middleware.
 func (p *Plugin) DeferredMiddleware() func(http.Handler) http.Handler {
 	warn := &rate.Sometimes{Interval: 10 * time.Second}
+	users := &userWatch{msg: fmt.Sprintf("lastseen: deferred middleware saw %d requests and never a user: SetUser is probably "+
+		"never called; call SetUser or SetUserKnown in the authentication middleware, inside the deferred middleware", anonymousLimit)}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, ok := r.Context().Value(requestUserKey{}).(*requestUser); ok {
 				next.ServeHTTP(w, r) // an outer DeferredMiddleware owns the holder
-				p.touchHeld(r.Context(), warn)
+				p.touchHeld(r.Context(), warn, users)
 				return
 			}
 			h := &requestUser{}
 			r = r.WithContext(context.WithValue(r.Context(), requestUserKey{}, h))
 			next.ServeHTTP(w, r)
-			p.touchHeld(r.Context(), warn)
+			p.touchHeld(r.Context(), warn, users)
 		})
 	}
 }
 
 // touchHeld touches the user held in ctx, if a handler named one.
-func (p *Plugin) touchHeld(ctx context.Context, warn *rate.Sometimes) {
+func (p *Plugin) touchHeld(ctx context.Context, warn *rate.Sometimes, users *userWatch) {
 	h := ctx.Value(requestUserKey{}).(*requestUser)
 	h.mu.Lock()
 	id, known, set := h.id, h.known, h.set
 	h.mu.Unlock()
 	if !set {
+		users.anonymous(p)
 		return
 	}
+	users.seen()
 	if _, err := p.TouchKnown(context.WithoutCancel(ctx), id, known); err != nil {
 		warn.Do(func() { p.log.Warn("lastseen: deferred middleware touch failed", "err", err) })
+	}
+}
+
+// anonymousLimit is how many requests without a user a middleware serves
+// before it warns, once, that it probably never sees one.
+const anonymousLimit = 100
+
+// userWatch is one middleware's count of requests without a user, until
+// it sees one or has warned: two atomics, no lock and no allocation per
+// request.
+type userWatch struct {
+	msg  string       // the warning
+	n    atomic.Int64 // requests without a user so far
+	done atomic.Bool  // a user was seen, or the warning logged: counting stopped
+}
+
+// seen records a request with a user: the watch stops.
+func (u *userWatch) seen() {
+	if !u.done.Load() { // a load per request; the store only once
+		u.done.Store(true)
+	}
+}
+
+// anonymous counts a request without a user and logs the warning on p's
+// logger at the anonymousLimit-th, once.
+func (u *userWatch) anonymous(p *Plugin) {
+	if !u.done.Load() && u.n.Add(1) == anonymousLimit && u.done.CompareAndSwap(false, true) {
+		p.log.Warn(u.msg)
 	}
 }

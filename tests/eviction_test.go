@@ -48,7 +48,7 @@ func evictedKeys(t testing.TB, c redis.Cmdable) int64 {
 // logAttrs are the attributes every log line of a plugin on the harness's
 // prefix starts with (the plugin's Name, the table, the prefix).
 func logAttrs(h *harness) string {
-	return "plugin=" + lastseen.New(lastseen.Config{}).Name() + " table=users prefix=" + h.prefix
+	return "plugin=lastseen:github.com/lastseen/lastseen.User.LastSeenAt table=users prefix=" + h.prefix
 }
 
 // evictionWarning is the warning line about allkeys-lru for the harness's

@@ -124,12 +124,16 @@ func FuzzUserID(f *testing.F) {
 				if ok != want || (ok && id != parsed.String()) {
 					t.Fatalf("uuid: normalize(%q) = %q, %v; want %v (%q)", s, id, err, want, parsed.String())
 				}
-			default: // integers: decimal text, surrounding spaces allowed, in range, not zero
-				v, serr := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-				want := serr == nil && v != 0 && v >= c.min && (v < 0 || uint64(v) <= c.max) && len(s) <= defaultMaxIDLength
+			default: // integers: decimal text, no surrounding space (refused for it), in range, not zero
+				bare := strings.TrimSpace(s) == s
+				v, serr := strconv.ParseInt(s, 10, 64)
+				want := bare && serr == nil && v != 0 && v >= c.min && (v < 0 || uint64(v) <= c.max) && len(s) <= defaultMaxIDLength
 				if c.min == 0 { // unsigned: ParseUint, which also takes values above MaxInt64, and a "+" as ParseInt does
-					uv, uerr := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(s), "+"), 10, 64)
-					want = uerr == nil && uv != 0 && uv <= c.max && len(s) <= defaultMaxIDLength
+					uv, uerr := strconv.ParseUint(strings.TrimPrefix(s, "+"), 10, 64)
+					want = bare && uerr == nil && uv != 0 && uv <= c.max && len(s) <= defaultMaxIDLength
+				}
+				if !bare && len(s) <= defaultMaxIDLength && (ok || !strings.Contains(err.Error(), "leading or trailing spaces are not allowed for an integer key")) {
+					t.Fatalf("%s: normalize(%q) = %q, %v; want refused for its spaces", c.name, s, id, err)
 				}
 				if ok != want {
 					t.Fatalf("%s: normalize(%q) accepted=%v (%q, %v), want %v", c.name, s, ok, id, err, want)

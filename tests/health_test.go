@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
@@ -49,6 +50,43 @@ func TestTableHealthListsIndexesOnTheColumn(t *testing.T) {
 		}
 		equal(t, "advice", th.Advice[0], want)
 		equal(t, "HOT", th.HOT, h.dialect == "postgres")
+	})
+}
+
+// TestTableHealthSessionModel: the default Session model has no index on
+// last_active_at, so a plugin tracking the sessions' activity is advised
+// nothing about indexes; on a table that has one (an earlier Session
+// model declared it) the advice is to drop it and says that the idle rule
+// does not need it, with the measured costs on PostgreSQL; on every dialect.
+func TestTableHealthSessionModel(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		must(t, h.db.AutoMigrate(&lastseen.Session{}))
+		cfg := h.config()
+		cfg.Model, cfg.Field, cfg.Sessions.IdleTimeout = &lastseen.Session{}, "LastActiveAt", 30*time.Minute
+		p, db := h.plugin(cfg)
+		th, err := p.TableHealth(ctx)
+		must(t, err)
+		equal(t, "table", th.Table+"."+th.Column, "sessions.last_active_at")
+		equal(t, "indexes of the default Session model", indexNames(th), "")
+		want := []string{"ok: no index includes last_active_at"}
+		if h.dialect == "postgres" {
+			want = append(want, "fillfactor 100: consider ALTER TABLE sessions SET (fillfactor = 90) (applies to pages written afterwards; "+
+				"VACUUM FULL rewrites all) so that updated rows find room on their page (measured: 74% HOT updates at fillfactor 90 against 57% at 100)")
+		}
+		equal(t, "advice of the default Session model", strings.Join(th.Advice, "\n"), strings.Join(want, "\n"))
+
+		must(t, db.Exec("CREATE INDEX idx_sessions_last_active_at ON sessions (last_active_at)").Error)
+		th, err = p.TableHealth(ctx)
+		must(t, err)
+		want[0] = "index idx_sessions_last_active_at includes last_active_at: each row a flush writes also rewrites its entry there; " +
+			"drop it unless a frequent query needs it: the idle rule (Sessions.IdleTimeout) reads the column in primary-key order"
+		if h.dialect == "postgres" {
+			want[0] = "index idx_sessions_last_active_at includes last_active_at: every row a flush writes is a non-HOT update; " +
+				"drop it unless a frequent query needs it: the idle rule (Sessions.IdleTimeout) does not (measured: the idle rule's purge " +
+				"selected in 0.75s without it against 0.20s with it, while flushes ran at 0.45× the rate with it, 0% HOT against 94%)"
+		}
+		equal(t, "advice with the index", strings.Join(th.Advice, "\n"), strings.Join(want, "\n"))
 	})
 }
 

@@ -6,10 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
 )
 
@@ -165,4 +167,108 @@ func TestMiddlewareServeMux(t *testing.T) {
 	equal(t, "written", res.Written, 3)
 	got := columnsByID(t, db, "users", "id", "last_seen_at")
 	equal(t, "columns", fmt.Sprint(got["1"], got["2"], got["3"]), strings.Repeat("2026-03-01T09:30:00Z", 3))
+}
+
+// discardWriter is a ResponseWriter that keeps nothing, for counting the
+// middleware's own allocations.
+type discardWriter struct{ h http.Header }
+
+func (w discardWriter) Header() http.Header         { return w.h }
+func (w discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w discardWriter) WriteHeader(int)             {}
+
+// TestMiddlewareWarnsWithoutUsers: a middleware whose first 100 requests
+// have no user logs one warning naming the likely cause, at the 100th and
+// never again; one that saw a user first stops counting and never warns.
+// Each middleware counts its own requests, Middleware and
+// DeferredMiddleware alike.
+func TestMiddlewareWarnsWithoutUsers(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	var logs testenv.Logs
+	cfg := h.config()
+	cfg.Logger = testenv.TextLogger(&logs)
+	p, _ := h.plugin(cfg)
+	logs.Take() // db.Use's warnings (no users table)
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	setUser := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { lastseen.SetUser(r.Context(), uint64(42)) })
+	plain := `level=WARN msg="lastseen: middleware saw 100 requests and never a user: it is probably mounted outside (before) ` +
+		`the authentication middleware, or its userID function returns false; mount it after authentication" ` + logAttrs(h) + "\n"
+	deferred := `level=WARN msg="lastseen: deferred middleware saw 100 requests and never a user: SetUser is probably never called; ` +
+		`call SetUser or SetUserKnown in the authentication middleware, inside the deferred middleware" ` + logAttrs(h) + "\n"
+	noTime := regexp.MustCompile(`(?m)^time=\S+ `)
+	take := func() string { return noTime.ReplaceAllString(logs.Take(), "") }
+
+	for _, c := range []struct {
+		name    string
+		handler http.Handler // anonymous requests only
+		want    string
+	}{
+		{"Middleware", p.Middleware(userFromHeader)(next), plain},
+		{"another Middleware", p.Middleware(userFromHeader)(next), plain},
+		{"DeferredMiddleware", p.DeferredMiddleware()(next), deferred},
+	} {
+		for range 99 {
+			serve(t, c.handler, "")
+		}
+		equal(t, c.name+": logs after 99 requests", take(), "")
+		serve(t, c.handler, "")
+		equal(t, c.name+": logs after 100 requests", take(), c.want)
+		for range 1000 {
+			serve(t, c.handler, "")
+		}
+		equal(t, c.name+": logs after 1100 requests", take(), "")
+	}
+
+	mw := p.Middleware(userFromHeader)(next)
+	dm := p.DeferredMiddleware()
+	anonDeferred, userDeferred := dm(next), dm(setUser)
+	for range 50 {
+		serve(t, mw, "")
+		serve(t, anonDeferred, "")
+	}
+	serve(t, mw, "42")
+	serve(t, userDeferred, "")
+	for range 500 {
+		serve(t, mw, "")
+		serve(t, anonDeferred, "")
+	}
+	equal(t, "logs after a user was seen", take(), "")
+}
+
+// TestMiddlewareAllocations: the count of requests without a user adds no
+// allocation to a request, counting or stopped: Middleware allocates
+// nothing for an anonymous request and 1 for a throttled user (the id
+// boxed by the extractor), DeferredMiddleware 3 and 4 (its holder and
+// context), as before the count.
+func TestMiddlewareAllocations(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	p, _ := h.plugin(h.config())
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	setUser := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { lastseen.SetUser(r.Context(), uint64(42)) })
+	w := discardWriter{h: http.Header{}}
+	anon := httptest.NewRequest(http.MethodGet, "/", nil)
+	user := httptest.NewRequest(http.MethodGet, "/", nil)
+	user.Header.Set("X-User", "42")
+	allocs := func(h http.Handler, r *http.Request) float64 {
+		return testing.AllocsPerRun(50, func() { h.ServeHTTP(w, r) }) // 51 requests: under the 100 that warn
+	}
+	warn := func(h http.Handler) { // to the 100th anonymous request, which warns
+		for range 100 - 51 {
+			h.ServeHTTP(w, anon)
+		}
+	}
+	mw := p.Middleware(userFromHeader)(next)
+	equal(t, "Middleware, anonymous, counting", allocs(mw, anon), 0)
+	warn(mw)
+	equal(t, "Middleware, anonymous, warned", allocs(mw, anon), 0)
+	mw.ServeHTTP(w, user) // recorded: the next are throttled by the local cache
+	equal(t, "Middleware, user", allocs(mw, user), 1)
+	equal(t, "Middleware, anonymous, after a user", allocs(mw, anon), 0)
+
+	dm := p.DeferredMiddleware()
+	anonDeferred, userDeferred := dm(next), dm(setUser)
+	equal(t, "DeferredMiddleware, anonymous, counting", allocs(anonDeferred, anon), 3)
+	warn(anonDeferred)
+	equal(t, "DeferredMiddleware, anonymous, warned", allocs(anonDeferred, anon), 3)
+	equal(t, "DeferredMiddleware, user", allocs(userDeferred, anon), 4)
 }

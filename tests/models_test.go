@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -376,7 +378,8 @@ func TestInitializeValidation(t *testing.T) {
 func TestNewDefaults(t *testing.T) {
 	p := lastseen.New(lastseen.Config{})
 	c := p.Config()
-	equal(t, "Name", p.Name(), "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
+	// Name ends in "#" and this plugin's token until db.Use accepts it.
+	equal(t, "Name", p.Name(), fmt.Sprintf("lastseen:github.com/lastseen/lastseen.User.LastSeenAt#%p", p))
 	equal(t, "Prefix", c.Buffer.Prefix, "") // derived at Initialize (TestDefaultPrefixPerTarget)
 	equal(t, "Shards", c.Buffer.Shards, 16)
 	equal(t, "Throttle", c.Throttle, 5*time.Minute)
@@ -426,4 +429,102 @@ func TestUserModel(t *testing.T) {
 		equal(t, "largest id", u.ID, big)
 		equal(t, "last seen NULL", u.LastSeenAt == nil, true)
 	})
+}
+
+// refusedCalls runs every method of p that returns an error, and each
+// middleware on one request (its warning logged into logs), and returns
+// each error's text by method.
+func refusedCalls(t *testing.T, p *lastseen.Plugin, logs *testenv.Logs) map[string]string {
+	ctx, now := context.Background(), time.Now()
+	got := map[string]string{}
+	add := func(name string, err error) {
+		got[name] = fmt.Sprint(err)
+		equal(t, name+": is ErrNotInitialized", errors.Is(err, lastseen.ErrNotInitialized), true)
+	}
+	_, err := p.Touch(ctx, 1)
+	add("Touch", err)
+	_, err = p.TouchAt(ctx, 1, now)
+	add("TouchAt", err)
+	_, err = p.TouchKnown(ctx, 1, now)
+	add("TouchKnown", err)
+	_, _, err = p.Pending(ctx, 1)
+	add("Pending", err)
+	_, _, err = p.LastSeen(ctx, 1)
+	add("LastSeen", err)
+	_, err = p.LastSeenMany(ctx, []any{1})
+	add("LastSeenMany", err)
+	_, err = p.Flush(ctx)
+	add("Flush", err)
+	_, err = p.PurgeExpiredSessions(ctx)
+	add("PurgeExpiredSessions", err)
+	_, _, err = p.ExpiredSessions(ctx)
+	add("ExpiredSessions", err)
+	_, err = p.Status(ctx)
+	add("Status", err)
+	_, err = p.SampleBuffer(ctx, 1)
+	add("SampleBuffer", err)
+	_, err = p.Online(ctx, 10*time.Minute)
+	add("Online", err)
+	_, err = p.ActiveUsers(ctx, now, now)
+	add("ActiveUsers", err)
+	_, err = p.TableHealth(ctx)
+	add("TableHealth", err)
+	_, err = p.Target()
+	add("Target", err)
+	add("Close", p.Close(ctx))
+	withUser := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { lastseen.SetUser(r.Context(), 1) })
+	for _, h := range []http.Handler{p.Middleware(userFromHeader)(withUser), p.DeferredMiddleware()(withUser)} {
+		serve(t, h, "1")
+	}
+	got["middleware logs"] = regexp.MustCompile(`(?m)^time=\S+ `).ReplaceAllString(logs.Take(), "")
+	return got
+}
+
+// TestRefusedPluginAnswersRefusal: every method of a plugin db.Use refused
+// returns that refusal ("db.Use refused this plugin: " and db.Use's error,
+// wrapping it and ErrNotInitialized), not "call db.Use first", and each
+// middleware logs it; a later db.Use that succeeds ends it.
+func TestRefusedPluginAnswersRefusal(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	must(t, h.db.AutoMigrate(&lastseen.User{}, &lastseen.Session{}))
+	db := h.openDB()
+	testenv.Use(t, db, h.config())
+	for _, c := range []struct {
+		name  string
+		field string
+		use   *gorm.DB
+		want  string
+	}{
+		{"a second plugin for the column", "last_seen_at", db, "lastseen: db.Use refused this plugin: lastseen: registered: model github.com/lastseen/lastseen.User " +
+			"field LastSeenAt (column users.last_seen_at) is already tracked by the plugin lastseen:github.com/lastseen/lastseen.User.LastSeenAt on this *gorm.DB: " +
+			"register one plugin per tracked column"},
+		{"an invalid config", "Nope", h.openDB(), `lastseen: db.Use refused this plugin: lastseen: invalid config: Field "Nope": User has no such field or column`},
+	} {
+		var logs testenv.Logs
+		cfg := h.config()
+		cfg.Field, cfg.Buffer.Prefix, cfg.Logger = c.field, h.prefix+":refused", testenv.TextLogger(&logs)
+		p := lastseen.New(cfg)
+		useErr := c.use.Use(p)
+		equal(t, c.name+": db.Use", "lastseen: db.Use refused this plugin: "+fmt.Sprint(useErr), c.want)
+		got := refusedCalls(t, p, &logs)
+		for _, m := range []string{"Touch", "TouchAt", "TouchKnown", "Pending", "LastSeen", "LastSeenMany", "Flush", "PurgeExpiredSessions",
+			"ExpiredSessions", "Status", "SampleBuffer", "Online", "ActiveUsers", "TableHealth", "Target", "Close"} {
+			equal(t, c.name+": "+m, got[m], c.want)
+		}
+		tracks := map[string]string{"last_seen_at": "LastSeenAt", "Nope": "Nope"}[c.field] // a Field by column resolves to the Go name
+		line := func(msg string) string {
+			return fmt.Sprintf("level=WARN msg=%q plugin=lastseen tracks=github.com/lastseen/lastseen.User.%s err=%q", msg, tracks, c.want)
+		}
+		equal(t, c.name+": middleware logs", got["middleware logs"], line("lastseen: middleware touch failed")+"\n"+line("lastseen: deferred middleware touch failed")+"\n")
+	}
+
+	// A refusal ends with the db.Use that succeeds: here on a handle of its own.
+	cfg := h.config()
+	cfg.Field, cfg.Buffer.Prefix = "last_seen_at", h.prefix+":later"
+	p := lastseen.New(cfg)
+	equal(t, "refused", errors.Is(db.Use(p), gorm.ErrRegistered), true)
+	must(t, h.openDB().Use(p))
+	t.Cleanup(func() { p.Close(context.Background()) })
+	_, err := p.Touch(context.Background(), 1)
+	equal(t, "touch after the db.Use that succeeded", err, nil)
 }

@@ -21,9 +21,8 @@ type trackedDevice struct {
 func (trackedDevice) TableName() string { return "devices" }
 
 // TestSeveralModelsRegister: each tracked model and field has its own
-// Name, so several plugins register on one handle; the same model and
-// field twice is GORM's ErrRegistered; a second model in the same Prefix is
-// refused.
+// Name, so several plugins register on one handle; a second model in the
+// same Prefix is refused.
 func TestSeveralModelsRegister(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	db := h.openDB()
@@ -33,30 +32,81 @@ func TestSeveralModelsRegister(t *testing.T) {
 		return c
 	}
 	users := lastseen.New(cfg("users", &lastseen.User{}, ""))
-	devices := lastseen.New(cfg("devices", &trackedDevice{}, "LastPing"))
+	devices := lastseen.New(cfg("devices", &trackedDevice{}, "last_ping"))
 	sessions := lastseen.New(cfg("sessions", &lastseen.Session{}, "LastActiveAt"))
-	equal(t, "users Name", users.Name(), "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
-	equal(t, "devices Name", devices.Name(), "lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing")
-	equal(t, "sessions Name", sessions.Name(), "lastseen:github.com/lastseen/lastseen.Session.LastActiveAt")
+	equal(t, "Name before db.Use", users.Name(), fmt.Sprintf("lastseen:github.com/lastseen/lastseen.User.LastSeenAt#%p", users))
 	for _, p := range []*lastseen.Plugin{users, devices, sessions} {
 		must(t, db.Use(p))
 		t.Cleanup(func() { p.Close(context.Background()) })
 	}
+	equal(t, "users Name", users.Name(), "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
+	equal(t, "devices Name (Field by column)", devices.Name(), "lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing")
+	equal(t, "sessions Name", sessions.Name(), "lastseen:github.com/lastseen/lastseen.Session.LastActiveAt")
 	equal(t, "plugins on the handle", pluginsOn(db), 3)
 
-	again := lastseen.New(cfg("users2", &lastseen.User{}, "LastSeenAt"))
-	equal(t, "same model and field again", errors.Is(db.Use(again), gorm.ErrRegistered), true)
-	byColumn := lastseen.New(cfg("users3", &lastseen.User{}, "last_seen_at"))
-	err := db.Use(byColumn)
-	equal(t, "same column by its column name", fmt.Sprint(err),
-		"registered: lastseen: column users.last_seen_at is already tracked by lastseen:github.com/lastseen/lastseen.User.LastSeenAt on this *gorm.DB")
-	equal(t, "is gorm.ErrRegistered", errors.Is(err, gorm.ErrRegistered), true)
-
 	sharing := lastseen.New(cfg("devices", &lastseen.Session{}, "ExpiresAt"))
-	err = db.Use(sharing)
+	err := db.Use(sharing)
 	equal(t, "same Prefix, another model", fmt.Sprint(err),
 		`lastseen: invalid config: Buffer.Prefix "`+h.prefix+`:devices" is already the buffer of lastseen:github.com/lastseen/lastseen/tests.trackedDevice.LastPing on this *gorm.DB: give each tracked model its own Buffer.Prefix`)
 	equal(t, "is ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
+}
+
+// TestSecondPluginForColumnRefused: a second plugin for a tracked column
+// is refused by db.Use with one error, whichever way either spells Field,
+// wrapping gorm.ErrRegistered and naming the model, the field and the
+// plugin registered; the same plugin registered twice on one handle is
+// refused too. Nothing of the refused plugin is registered.
+func TestSecondPluginForColumnRefused(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	const want = "lastseen: registered: model github.com/lastseen/lastseen.User field LastSeenAt (column users.last_seen_at) is already tracked by " +
+		"the plugin lastseen:github.com/lastseen/lastseen.User.LastSeenAt on this *gorm.DB: register one plugin per tracked column"
+	for _, first := range []string{"LastSeenAt", "last_seen_at"} {
+		for _, second := range []string{"LastSeenAt", "last_seen_at"} {
+			db := h.openDB()
+			c := h.config()
+			c.Field = first
+			p := testenv.Use(t, db, c)
+			c = h.config()
+			c.Field, c.Buffer.Prefix = second, h.prefix+":second"
+			err := db.Use(lastseen.New(c))
+			what := first + " then " + second
+			equal(t, what, fmt.Sprint(err), want)
+			equal(t, what+": is gorm.ErrRegistered", errors.Is(err, gorm.ErrRegistered), true)
+			equal(t, what+": plugins on the handle", pluginsOn(db), 1)
+
+			err = db.Use(p)
+			equal(t, what+": the first again", fmt.Sprint(err),
+				"lastseen: registered: the plugin lastseen:github.com/lastseen/lastseen.User.LastSeenAt is already registered on this *gorm.DB: call db.Use once")
+			equal(t, what+": again is gorm.ErrRegistered", errors.Is(err, gorm.ErrRegistered), true)
+			equal(t, what+": plugins after the first again", pluginsOn(db), 1)
+		}
+	}
+}
+
+// TestFieldByColumnSameIdentity: Field by column name ("last_seen_at") is
+// the same plugin as by Go field name: the same Name and the same derived
+// Buffer.Prefix, with Redis and without.
+func TestFieldByColumnSameIdentity(t *testing.T) {
+	for _, r := range []testenv.RedisKind{testenv.Miniredis(), memoryKind()} {
+		t.Run(r.Name, func(t *testing.T) {
+			h := newHarness(t, testenv.SQLite(), r)
+			var names, prefixes []string
+			for _, field := range []string{"LastSeenAt", "last_seen_at"} {
+				c := h.config()
+				c.Field, c.Buffer.Prefix = field, ""
+				p := testenv.Use(t, h.openDB(), c)
+				names = append(names, p.Name())
+				prefixes = append(prefixes, p.Config().Buffer.Prefix)
+				if !h.memory() {
+					t.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), h.r.Client, p.Config().Buffer.Prefix+":*") })
+				}
+			}
+			equal(t, "Name by field", names[0], "lastseen:github.com/lastseen/lastseen.User.LastSeenAt")
+			equal(t, "Name by column", names[1], names[0])
+			equal(t, "prefix derived", derivedPrefix.MatchString(prefixes[0]), true)
+			equal(t, "prefix by column", prefixes[1], prefixes[0])
+		})
+	}
 }
 
 // TestScopesResolveOwnModel: on a handle with several plugins, SeenWithin

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -446,7 +447,10 @@ func TestTouchUserIDs(t *testing.T) {
 		{&lastseen.User{}, namedUint(16), "16"},
 		{&lastseen.User{}, "17", "17"},
 		{&lastseen.User{}, "0018", "18"},
-		{&lastseen.User{}, " 19 ", "19"},
+		{&lastseen.User{}, " 19", `lastseen: invalid user id: string " 19": leading or trailing spaces are not allowed for an integer key`},
+		{&lastseen.User{}, "19 ", `lastseen: invalid user id: string "19 ": leading or trailing spaces are not allowed for an integer key`},
+		{&lastseen.User{}, "19\n", `lastseen: invalid user id: string "19\n": leading or trailing spaces are not allowed for an integer key`},
+		{&lastseen.User{}, handle(" 19"), `lastseen: invalid user id: tests.handle " 19": leading or trailing spaces are not allowed for an integer key`},
 		{&lastseen.User{}, handle("20"), "20"},
 		{&lastseen.User{}, strings.Repeat("0", 127) + "1", "1"},
 		{&lastseen.User{}, nil, "lastseen: invalid user id: nil"},
@@ -479,6 +483,7 @@ func TestTouchUserIDs(t *testing.T) {
 		{&int32User{}, "-2147483649", `lastseen: invalid user id: string "-2147483649": not a 32-bit integer`},
 
 		{&stringUser{}, "Alice", "Alice"},
+		{&stringUser{}, " Alice\n", " Alice\n"}, // a string key's spaces are part of the id
 		{&stringUser{}, 42, "42"},
 		{&stringUser{}, u, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
 		{&stringUser{}, "", "lastseen: invalid user id: empty string"},
@@ -644,4 +649,44 @@ func TestInitializeWithRedisDown(t *testing.T) {
 	equal(t, "written", res.Written, 1)
 	equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 3), "2026-03-01T09:29:00Z")
 	equal(t, "backlog after flush", p.Stats().Backlog, 0)
+}
+
+// TestIntegerIDWithSpacesRefused: every path that takes an id refuses an
+// integer key's id with white space around it, naming it: touches, reads,
+// both middlewares (their warning); a string key keeps such an id as is.
+func TestIntegerIDWithSpacesRefused(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	ctx, now := context.Background(), h.clock.Now()
+	var logs testenv.Logs
+	cfg := h.config()
+	cfg.Logger = testenv.TextLogger(&logs)
+	p, db := h.plugin(cfg)
+	seedUsers(t, db, 3)
+	for _, id := range []string{"3 ", " 3", "3\n"} {
+		want := fmt.Sprintf("lastseen: invalid user id: string %q: leading or trailing spaces are not allowed for an integer key", id)
+		_, err := p.Touch(ctx, id)
+		equal(t, fmt.Sprintf("Touch(%q)", id), fmt.Sprint(err), want)
+		equal(t, fmt.Sprintf("Touch(%q) is ErrInvalidUserID", id), errors.Is(err, lastseen.ErrInvalidUserID), true)
+		_, err = p.TouchAt(ctx, id, now)
+		equal(t, fmt.Sprintf("TouchAt(%q)", id), fmt.Sprint(err), want)
+		_, err = p.TouchKnown(ctx, id, now.Add(-time.Hour))
+		equal(t, fmt.Sprintf("TouchKnown(%q)", id), fmt.Sprint(err), want)
+		_, _, err = p.Pending(ctx, id)
+		equal(t, fmt.Sprintf("Pending(%q)", id), fmt.Sprint(err), want)
+		_, _, err = p.LastSeen(ctx, id)
+		equal(t, fmt.Sprintf("LastSeen(%q)", id), fmt.Sprint(err), want)
+		_, err = p.LastSeenMany(ctx, []any{"1", id})
+		equal(t, fmt.Sprintf("LastSeenMany(%q)", id), fmt.Sprint(err), want+" (ids[1])")
+
+		logs.Take()
+		extract := func(*http.Request) (any, bool) { return id, true }
+		setUser := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { lastseen.SetUser(r.Context(), id) })
+		serve(t, p.Middleware(extract)(setUser), "")
+		serve(t, p.DeferredMiddleware()(setUser), "")
+		got := regexp.MustCompile(`(?m)^time=\S+ `).ReplaceAllString(logs.Take(), "")
+		line := func(msg string) string { return fmt.Sprintf("level=WARN msg=%q %s err=%q\n", msg, logAttrs(h), want) }
+		equal(t, fmt.Sprintf("middleware logs for %q", id), got, line("lastseen: middleware touch failed")+line("lastseen: deferred middleware touch failed"))
+	}
+	equal(t, "touches refused", p.Stats().Invalid, 3*5)
+	equal(t, "buffered", len(h.pendingKeys()), 0)
 }

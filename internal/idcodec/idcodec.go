@@ -24,6 +24,10 @@ import (
 // not fit the key. Its text is "lastseen: invalid user id".
 var ErrInvalid = errors.New("lastseen: invalid user id")
 
+// errSpaces is Parse's error for an integer key's text with leading or
+// trailing white space.
+var errSpaces = errors.New("leading or trailing spaces are not allowed for an integer key")
+
 // DefaultMaxLen is the longest id in bytes New's Codec accepts, 128,
 // until MaxLen is set.
 const DefaultMaxLen = 128
@@ -96,7 +100,9 @@ func (c Codec) Integer() bool { return c.Kind == Signed || c.Kind == Unsigned }
 // Normalize returns the canonical text of a user id: an integer in
 // decimal, a string as is, a fmt.Stringer by its String method, each
 // checked against the primary key's type ("007" is "7" for an integer
-// key, a UUID is written as its Value method writes it). For an integer
+// key, a UUID is written as its Value method writes it). An integer key's
+// text with leading or trailing white space (" 3", "3\n") is refused; a
+// string key's is kept as is. For an integer
 // key it also takes what JSON decoding gives apps (a JWT's "sub" or "uid"
 // claim): a float64 or float32 holding a whole number of magnitude at most
 // 2^53, and a json.Number ("42", "42.0" and "4.2e1" are user 42). The
@@ -185,8 +191,8 @@ func (c Codec) fromNumber(n json.Number, id any) (string, error) {
 	if !c.Integer() {
 		return c.fromString(string(n), id)
 	}
-	if s, err := c.fromString(string(n), id); err == nil {
-		return s, nil
+	if s, err := c.fromString(string(n), id); err == nil || errors.Is(err, errSpaces) {
+		return s, err
 	}
 	f, err := n.Float64()
 	if err != nil {
@@ -210,7 +216,7 @@ func (c Codec) fromString(s string, id any) (string, error) {
 	}
 	v, err := c.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("%w: %T %q: %v", ErrInvalid, id, clip.Text(s), err)
+		return "", fmt.Errorf("%w: %T %q: %w", ErrInvalid, id, clip.Text(s), err)
 	}
 	switch c.Kind {
 	case Signed:
@@ -239,15 +245,18 @@ func (c Codec) Parse(s string) (any, error) {
 	if s == "" || len(s) > c.MaxLen {
 		return nil, fmt.Errorf("length %d, want 1 to %d bytes", len(s), c.MaxLen)
 	}
+	if c.Integer() && len(strings.TrimSpace(s)) != len(s) {
+		return nil, errSpaces
+	}
 	switch c.Kind {
 	case Signed:
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, c.Bits)
+		n, err := strconv.ParseInt(s, 10, c.Bits)
 		if err != nil {
 			return nil, fmt.Errorf("not a %d-bit integer", c.Bits)
 		}
 		return n, nil
 	case Unsigned:
-		n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(s), "+"), 10, c.Bits) // "+7" as ParseInt reads it
+		n, err := strconv.ParseUint(strings.TrimPrefix(s, "+"), 10, c.Bits) // "+7" as ParseInt reads it
 		if err != nil {
 			return nil, fmt.Errorf("not an unsigned %d-bit integer", c.Bits)
 		}

@@ -51,7 +51,7 @@ func TestNormalize(t *testing.T) {
 		want  string // the canonical text, or the error
 	}{
 		{"int", ints, 42, "42"},
-		{"int text", ints, " 007", "7"},
+		{"int text", ints, "007", "7"},
 		{"int8", ints, int8(-5), "-5"},
 		{"float", ints, 42.0, "42"},
 		{"float32", ints, float32(7), "7"},
@@ -90,6 +90,45 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+// TestNormalizeSpaces: an integer key's text with white space around it
+// is refused, naming it; a string key keeps the spaces.
+func TestNormalizeSpaces(t *testing.T) {
+	type intUser struct {
+		ID int32 `gorm:"primaryKey"`
+	}
+	type uintUser struct {
+		ID uint64 `gorm:"primaryKey"`
+	}
+	type stringUser struct {
+		ID string `gorm:"primaryKey"`
+	}
+	ints, uints, strs := newCodec(t, &intUser{}), newCodec(t, &uintUser{}), newCodec(t, &stringUser{})
+	for _, c := range []struct {
+		codec Codec
+		id    any
+		want  string // the canonical text, or the error
+	}{
+		{ints, " 3", `lastseen: invalid user id: string " 3": leading or trailing spaces are not allowed for an integer key`},
+		{ints, "3 ", `lastseen: invalid user id: string "3 ": leading or trailing spaces are not allowed for an integer key`},
+		{ints, "3\n", `lastseen: invalid user id: string "3\n": leading or trailing spaces are not allowed for an integer key`},
+		{ints, "\t3", `lastseen: invalid user id: string "\t3": leading or trailing spaces are not allowed for an integer key`},
+		{ints, json.Number(" 3"), `lastseen: invalid user id: json.Number " 3": leading or trailing spaces are not allowed for an integer key`},
+		{uints, "+7 ", `lastseen: invalid user id: string "+7 ": leading or trailing spaces are not allowed for an integer key`},
+		{strs, " 3\n", " 3\n"},
+	} {
+		got, err := c.codec.Normalize(c.id)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("%#v: error %v does not wrap ErrInvalid", c.id, err)
+			}
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("Normalize(%#v) = %s, want %s", c.id, got, c.want)
+		}
+	}
+}
+
 func TestParse(t *testing.T) {
 	type intUser struct {
 		ID int64 `gorm:"primaryKey"`
@@ -111,6 +150,7 @@ func TestParse(t *testing.T) {
 		{ints, "", "length 0, want 1 to 128 bytes"},
 		{ints, strings.Repeat("1", 129), "length 129, want 1 to 128 bytes"},
 		{ints, "4x", "not a 64-bit integer"},
+		{ints, "4 ", "leading or trailing spaces are not allowed for an integer key"},
 	} {
 		if _, err := c.codec.Parse(c.s); err == nil || err.Error() != c.want || errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%q) error %v, want %q", c.s, err, c.want)
