@@ -457,7 +457,7 @@ func refusedCalls(t *testing.T, p *lastseen.Plugin, logs *testenv.Logs) map[stri
 	add("Flush", err)
 	_, err = p.PurgeExpiredSessions(ctx)
 	add("PurgeExpiredSessions", err)
-	_, _, err = p.ExpiredSessions(ctx)
+	_, err = p.ExpiredSessions(ctx)
 	add("ExpiredSessions", err)
 	_, err = p.Status(ctx)
 	add("Status", err)
