@@ -1,6 +1,7 @@
 package lastseen
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
 	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/keys"
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
@@ -101,25 +103,28 @@ func (p *Plugin) manifestSettings() []string {
 	if c.ColumnLocation != nil {
 		loc = c.ColumnLocation.String()
 	}
+	kind := map[idcodec.Kind]string{idcodec.Signed: "signed", idcodec.Unsigned: "unsigned"}[p.users.ids.Kind]
 	kv := []string{
 		"id_column", m.pk.DBName,
+		"key_kind", cmp.Or(kind, "text"),
 		"encoding", m.enc.Encoding().String(),
 		"location", loc,
 		"upsert", strconv.FormatBool(c.WriteMode == upsert),
 		"batch", strconv.Itoa(c.BatchSize),
+		"on_batch", strconv.FormatBool(c.OnBatch != nil),
 	}
 	s := p.sessions
-	rule := map[string]string{}
-	if !c.DisablePurge && s != nil {
-		rule = map[string]string{
-			"sessions_table": s.model.table, "sessions_id_column": s.model.pk.DBName,
-			"sessions_key": keyType(s.model.pk), "expires_column": s.model.time.DBName,
-			"expires_encoding": s.model.enc.Encoding().String(),
-			"idle_timeout":     c.IdleTimeout.String(), "sessions_batch": strconv.Itoa(c.PurgeBatchSize),
-		}
-		if s.active != nil {
-			rule["active_column"], rule["active_encoding"] = s.active.DBName, s.activeEnc.Encoding().String()
-		}
+	if c.DisablePurge || s == nil { // an instance without sessions (a worker) leaves the rule of those with
+		return kv
+	}
+	rule := map[string]string{
+		"sessions_table": s.model.table, "sessions_id_column": s.model.pk.DBName,
+		"sessions_key": keyKind(s.model.pk), "expires_column": s.model.time.DBName,
+		"expires_encoding": s.model.enc.Encoding().String(),
+		"idle_timeout":     c.IdleTimeout.String(), "sessions_batch": strconv.Itoa(c.PurgeBatchSize),
+	}
+	if s.active != nil {
+		rule["active_column"], rule["active_encoding"] = s.active.DBName, s.activeEnc.Encoding().String()
 	}
 	for _, name := range []string{"sessions_table", "sessions_id_column", "sessions_key", "expires_column",
 		"expires_encoding", "idle_timeout", "active_column", "active_encoding", "sessions_batch"} {
@@ -128,13 +133,18 @@ func (p *Plugin) manifestSettings() []string {
 	return kv
 }
 
-// keyType is the manifest's key type of a primary key: "integer" for Go
-// integer kinds, else "text".
-func keyType(f *schema.Field) string {
-	switch f.FieldType.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "integer"
+// keyKind is the manifest's kind of a primary key: "signed" or
+// "unsigned" for Go integer kinds, else "text".
+func keyKind(f *schema.Field) string {
+	t := f.FieldType
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "signed"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "unsigned"
 	}
 	return "text"
 }

@@ -119,8 +119,8 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
 		delete(m, "database")
 		equal(t, "manifest", fmt.Sprint(m), "map[active_column: active_encoding: batch:1000 column:last_seen_at dialect:sqlite encoding:time "+
-			"expires_column:expires_at expires_encoding:time format:2 id_column:id idle_timeout:0s key:integer location: "+
-			"model:lastseen.User server:sqlite sessions_batch:1000 sessions_id_column:id "+
+			"expires_column:expires_at expires_encoding:time format:2 id_column:id idle_timeout:0s key:integer key_kind:unsigned location: "+
+			"model:lastseen.User on_batch:false server:sqlite sessions_batch:1000 sessions_id_column:id "+
 			"sessions_key:text sessions_table:sessions shards:16 table:users throttle:5m0s upsert:false]")
 	})
 }
@@ -356,5 +356,13 @@ func TestManifestSettingsFollowTheLastStart(t *testing.T) {
 			equal(t, "field "+f, got[f], map[string]string{"batch": "500", "idle_timeout": "30m0s", "active_column": "last_active_at",
 				"active_encoding": "time", "table": "users", "column": "last_seen_at", "shards": "16", "marker": "kept"}[f])
 		}
+
+		// A worker without sessions on the same buffer leaves the session rule of the instances that purge.
+		cfg.Sessions = lastseen.SessionConfig{Disabled: true}
+		cfg.Flush.BatchSize = 0
+		must(t, tryUse(t, h.openDB(), cfg))
+		got, err = h.r.Client.HGetAll(ctx, key).Result()
+		must(t, err)
+		equal(t, "after a worker: batch, idle_timeout, sessions_table", got["batch"]+" "+got["idle_timeout"]+" "+got["sessions_table"], "1000 30m0s sessions")
 	})
 }

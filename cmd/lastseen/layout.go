@@ -59,7 +59,7 @@ func orUnused(s string) string {
 // describes it, with nothing scheduled and no local cache, and maps its
 // tables.
 func (l *layout) config(b bufferInfo, base lastseen.Config) (lastseen.Config, error) {
-	table, column, key, enc := b.get("table"), b.get("column"), b.get("key"), b.get("encoding")
+	table, column, key, enc := b.get("table"), b.get("column"), keyKind(b, "key_kind", "key"), b.get("encoding")
 	st, active := b.get("sessions_table"), b.get("active_column")
 	if err := checkKinds("buffer "+strconv.Quote(b.Prefix), []string{enc, b.get("expires_encoding"), b.get("active_encoding")}, key); err != nil {
 		return lastseen.Config{}, err
@@ -92,7 +92,7 @@ func (l *layout) config(b bufferInfo, base lastseen.Config) (lastseen.Config, er
 		return c, l.mapTable("usersRow", table, map[string]string{"ID": b.get("id_column"), "Seen": column})
 	}
 	// The buffer tracks the session table itself (the sessions' activity).
-	if key != b.get("sessions_key") || b.get("id_column") != b.get("sessions_id_column") {
+	if key != keyKind(b, "sessions_key", "sessions_key") || b.get("id_column") != b.get("sessions_id_column") {
 		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q tracks table %q by key %s and purges it by key %s", b.Prefix, table, b.get("id_column"), b.get("sessions_id_column"))
 	}
 	seen, seenEnc := column, enc
@@ -117,7 +117,7 @@ func (l *layout) sessions(c *lastseen.Config, b bufferInfo) error {
 		return fmt.Errorf("lastseen: buffer %q: sessions_batch %q: %w", b.Prefix, b.get("sessions_batch"), err)
 	}
 	c.Sessions = lastseen.SessionConfig{
-		Model:        newSessionsRow(b.get("sessions_key"), "", b.get("expires_encoding"), b.get("active_encoding")),
+		Model:        newSessionsRow(keyKind(b, "sessions_key", "sessions_key"), "", b.get("expires_encoding"), b.get("active_encoding")),
 		ExpiresField: "Expires", ActiveField: "Active", IdleTimeout: idle, BatchSize: batch, Schedule: "off",
 	}
 	return l.mapTable("sessionsRow", b.get("sessions_table"), map[string]string{
@@ -133,7 +133,7 @@ func (l *layout) sessions(c *lastseen.Config, b bufferInfo) error {
 func (l *layout) flagsRule(f *targetFlags, base lastseen.Config) (lastseen.Config, error) {
 	key := keyText
 	if f.SessionIDType == "int" {
-		key = keyInteger
+		key = keySigned
 	}
 	active := f.ActiveColumn
 	if f.IdleTimeout == 0 {

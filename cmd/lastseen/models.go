@@ -11,7 +11,8 @@ import (
 // plugin models of their own, built from what the buffer's manifest (or,
 // without Redis, the flags) says: usersRow for a tracked table, sessionsRow
 // for the session table (and for a tracked table that is the session
-// table). Their type parameters are the key's Go type (int64 or string)
+// table). Their type parameters are the key's Go type (int64, uint64 or
+// string)
 // and each time column's type, which tells the library the column's
 // encoding: *time.Time for a timestamp, unixSeconds or unixMillis for an
 // integer column. tableNamer maps the type names to the tables and the
@@ -72,9 +73,23 @@ const (
 	encTime      = "time"
 	encUnix      = "unix"
 	encUnixMilli = "unixmilli"
-	keyInteger   = "integer"
+	keySigned    = "signed"
+	keyUnsigned  = "unsigned"
 	keyText      = "text"
 )
+
+// keyKind is a manifest's kind of a key: "signed", "unsigned" or "text"
+// from field kindField, else, from a manifest without it, from its key
+// type ("integer" or "text").
+func keyKind(b bufferInfo, kindField, typeField string) string {
+	switch k := b.get(kindField); {
+	case k != "":
+		return k
+	case b.get(typeField) == "integer":
+		return keySigned
+	}
+	return keyText
+}
 
 // checkKinds refuses an encoding or key type this CLI does not know.
 func checkKinds(where string, encodings []string, key string) error {
@@ -85,8 +100,8 @@ func checkKinds(where string, encodings []string, key string) error {
 			return fmt.Errorf("lastseen: %s: column encoding %q is not one this CLI knows (time, unix, unixmilli): use the lastseen version of the app", where, e)
 		}
 	}
-	if key != keyInteger && key != keyText {
-		return fmt.Errorf("lastseen: %s: key type %q is not integer or text", where, key)
+	if key != keySigned && key != keyUnsigned && key != keyText {
+		return fmt.Errorf("lastseen: %s: key kind %q is not signed, unsigned or text", where, key)
 	}
 	return nil
 }
@@ -94,8 +109,11 @@ func checkKinds(where string, encodings []string, key string) error {
 // newUsersRow returns a *usersRow for the key type and the tracked
 // column's encoding.
 func newUsersRow(key, enc string) any {
-	if key == keyInteger {
+	switch key {
+	case keySigned:
 		return usersRowK[int64](enc)
+	case keyUnsigned:
+		return usersRowK[uint64](enc)
 	}
 	return usersRowK[string](enc)
 }
@@ -114,8 +132,11 @@ func usersRowK[K any](enc string) any {
 // encodings of the tracked, expiry and activity columns ("" for a column
 // not in use: a timestamp field never read).
 func newSessionsRow(key, seen, expires, active string) any {
-	if key == keyInteger {
+	switch key {
+	case keySigned:
 		return sessionsRowK[int64](seen, expires, active)
+	case keyUnsigned:
+		return sessionsRowK[uint64](seen, expires, active)
 	}
 	return sessionsRowK[string](seen, expires, active)
 }

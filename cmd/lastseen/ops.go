@@ -1,9 +1,7 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -87,14 +85,11 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, purge bool, n
 	var extra []lastseen.Config
 	if conn.hasRedis() {
 		extra, err = e.fromManifest(ctx, conn, f, l, base, purge)
-	} else {
-		e.cfg, err = l.flagsRule(f, base)
+	} else if e.cfg, err = l.flagsRule(f, base); err == nil {
+		err = e.checkSessions() // before db.Use, whose errors name the CLI's own models
 	}
 	if err == nil {
 		err = e.use(append([]lastseen.Config{e.cfg}, extra...))
-	}
-	if errors.Is(err, lastseen.ErrSchema) && e.rdb == nil { // a column the flags name is missing: say which flag
-		err = cmp.Or(e.checkSessions(), err)
 	}
 	if err != nil {
 		e.close()
@@ -127,8 +122,8 @@ func (e *opsEnv) fromManifest(ctx context.Context, conn *connFlags, f *targetFla
 	if e.cfg, err = l.config(e.buf, base); err != nil {
 		return nil, err
 	}
-	act, ok := activityBuffer(all, e.buf)
-	if !ok || !purge {
+	act, ok := activityBuffer(all, e.buf) // status and purge check its buffered activity, as the app's purge does
+	if !ok {
 		return nil, nil
 	}
 	if err := act.complete(); err != nil {
@@ -186,8 +181,10 @@ func (e *opsEnv) checkSessions() error {
 		return fmt.Errorf("lastseen: table %q not found (set --sessions-table)", f.SessionsTable)
 	}
 	cols := map[string]string{f.SessionIDColumn: "session-id-column", f.ExpiresColumn: "expires-column"}
+	encs := map[string]string{f.ExpiresColumn: "expires"}
 	if f.IdleTimeout > 0 {
 		cols[f.ActiveColumn] = "active-column"
+		encs[f.ActiveColumn] = "active"
 	}
 	for _, col := range slices.Sorted(maps.Keys(cols)) {
 		if !m.HasColumn(model, col) {
@@ -199,18 +196,22 @@ func (e *opsEnv) checkSessions() error {
 		return fmt.Errorf("lastseen: read the columns of %q: %w", f.SessionsTable, err)
 	}
 	for _, ct := range types {
-		if ct.Name() != f.SessionIDColumn {
-			continue
-		}
 		dbType := ct.DatabaseTypeName()
 		upper := strings.ToUpper(dbType)
-		want := "string"
-		if strings.Contains(upper, "INT") || strings.Contains(upper, "SERIAL") {
-			want = "int"
+		integer := strings.Contains(upper, "INT") || strings.Contains(upper, "SERIAL")
+		if ct.Name() == f.SessionIDColumn {
+			if want := map[bool]string{true: "int", false: "string"}[integer]; want != f.SessionIDType {
+				return fmt.Errorf("lastseen: column %q of table %q is %s, not --session-id-type %s (set --session-id-type %s)",
+					f.SessionIDColumn, f.SessionsTable, dbType, f.SessionIDType, want)
+			}
 		}
-		if want != f.SessionIDType {
-			return fmt.Errorf("lastseen: column %q of table %q is %s, not --session-id-type %s (set --session-id-type %s)",
-				f.SessionIDColumn, f.SessionsTable, dbType, f.SessionIDType, want)
+		if which, ok := encs[ct.Name()]; ok {
+			enc := map[string]string{"expires": f.ExpiresEncoding, "active": f.ActiveEncoding}[which]
+			if integer != (enc != encTime) {
+				want := map[bool]string{true: "unix or unixmilli", false: "time"}[integer]
+				return fmt.Errorf("lastseen: column %q of table %q is %s, not --%s-encoding %s (set --%s-encoding %s)",
+					ct.Name(), f.SessionsTable, dbType, which, enc, which, want)
+			}
 		}
 	}
 	return nil

@@ -105,6 +105,9 @@ func (c *flushCmd) Run() error {
 	if err := e.warnExtraShards(ctx); err != nil {
 		return err
 	}
+	if e.buf.get("on_batch") == "true" {
+		fmt.Fprintln(c.errOut, "lastseen: warning: the app's Flush.OnBatch hook does not run in this flush: what it derives from each batch is not updated for these rows")
+	}
 	res, err := e.p.Flush(ctx)
 	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 	for _, row := range []struct {
@@ -148,9 +151,6 @@ func (c *purgeCmd) Run() error {
 		return errNoSessionRule
 	}
 	if e.rdb == nil {
-		if err := e.checkSessions(); err != nil {
-			return err
-		}
 		fmt.Fprintln(c.errOut, "lastseen: warning: without Redis this purge cannot see activity still in the app's memory: "+
 			"a session idle in the table but active since the app's last flush counts as idle (purge in the app, Plugin.PurgeExpiredSessions, to check it)")
 	}

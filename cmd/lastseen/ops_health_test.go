@@ -54,8 +54,11 @@ func TestStatusAdviceOnSessionActivity(t *testing.T) {
 	r := testenv.Miniredis().Open(t)
 	app := d.Open(t)
 	must(t, app.AutoMigrate(&lastseen.Session{}))
-	flags := append(append([]string{}, d.Flags()...), "--redis", r.Addr, "--prefix", testenv.KeyPrefix(t, r.Client),
-		"--users-table", "sessions", "--user-id-type", "string", "--last-seen-column", "last_active_at")
+	prefix := testenv.KeyPrefix(t, r.Client)
+	cfg := appConfig(r.Client, prefix, time.Now)
+	cfg.Model, cfg.Field, cfg.Sessions.IdleTimeout = &lastseen.Session{}, "LastActiveAt", 30*time.Minute
+	must(t, app.Use(lastseen.New(cfg))) // writes the buffer's manifest
+	flags := append(append([]string{}, d.Flags()...), "--redis", r.Addr, "--prefix", prefix)
 	advice := func() []string {
 		t.Helper()
 		out, err := runCLI(t, time.Now, append([]string{"status"}, flags...)...)

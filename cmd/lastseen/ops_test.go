@@ -329,6 +329,10 @@ func TestOpsErrors(t *testing.T) {
 	equal(t, "purge --expires-column ends_at", fmt.Sprint(err), `lastseen: table "sessions" has no column "ends_at" (set --expires-column)`)
 	_, err = runCLI(t, now, append([]string{"purge", "--idle-timeout", "30m", "--active-column", "seen"}, d.Flags()...)...)
 	equal(t, "purge --active-column seen", fmt.Sprint(err), `lastseen: table "sessions" has no column "seen" (set --active-column)`)
+	must(t, app.Exec("CREATE TABLE unix_sessions (id text PRIMARY KEY, expires_at integer NOT NULL)").Error)
+	_, err = runCLI(t, now, append([]string{"purge", "--sessions-table", "unix_sessions"}, d.Flags()...)...)
+	equal(t, "purge of an integer expiry column", fmt.Sprint(err),
+		`lastseen: column "expires_at" of table "unix_sessions" is integer, not --expires-encoding time (set --expires-encoding unix or unixmilli)`)
 }
 
 // TestPurgeLocked: while another instance (an app that left Prefix empty)

@@ -34,10 +34,10 @@ func idleSessions() []lastseen.Session {
 	}
 }
 
-// twoModelApp is the app of the rule tests: a plugin for users (sessions
-// purged by expiry alone) and one that tracks the sessions' activity with
-// a 30m idle timeout, both with derived prefixes (nil rdb: the in-process
-// buffer). It returns the sessions plugin, after touching d and e.
+// twoModelApp is the app of the rule tests: a plugin for users and one
+// that tracks the sessions' activity, both with the session rule of a 30m
+// idle timeout and with derived prefixes (nil r: the in-process buffer).
+// It returns both plugins, after touching d and e.
 func twoModelApp(t *testing.T, app *gorm.DB, r *testenv.Redis, now func() time.Time) (sessions, users *lastseen.Plugin) {
 	t.Helper()
 	ctx := context.Background()
@@ -48,9 +48,9 @@ func twoModelApp(t *testing.T, app *gorm.DB, r *testenv.Redis, now func() time.T
 	if r != nil {
 		cfg.Redis = r.Client
 	}
+	cfg.Sessions.IdleTimeout = 30 * time.Minute
 	users = lastseen.New(cfg)
 	cfg.Model, cfg.Field = &lastseen.Session{}, "LastActiveAt"
-	cfg.Sessions.IdleTimeout = 30 * time.Minute
 	sessions = lastseen.New(cfg)
 	must(t, app.Use(users))
 	must(t, app.Use(sessions))
@@ -111,6 +111,11 @@ func TestCLIPurgeAppliesTheAppsRule(t *testing.T) {
 			"kept     1",
 			"oldest   2026-03-01T09:00:00Z (1h0m0s ago)",
 		})
+		out, err = run("status", "--table", "users") // the users' rule reads the sessions' buffer too
+		must(t, err)
+		ls := lines(out)
+		equal(t, "status --table users before the purge: last line", ls[len(ls)-1],
+			`expired sessions in "sessions": 4 (and 1 kept: newer activity buffered), oldest expiry 2026-03-01T09:00:00Z (1h0m0s ago)`)
 		_, err = run("status")
 		equal(t, "status without --prefix", fmt.Sprint(err), fmt.Sprintf("lastseen: 2 buffers for this database: %s, %s: give --prefix or --table",
 			bufferNames(users, sessions)[0], bufferNames(users, sessions)[1]))
@@ -134,13 +139,14 @@ func TestCLIPurgeAppliesTheAppsRule(t *testing.T) {
 
 		out, err = run("status", "--table", "sessions")
 		must(t, err)
-		ls := lines(out)
+		ls = lines(out)
 		equal(t, "status --table sessions: last line", ls[len(ls)-1],
 			`expired sessions in "sessions": 0 (and 1 kept: newer activity buffered), oldest expiry 2026-03-01T12:00:00Z (2h0m0s ahead of the clock)`)
 		out, err = run("status", "--prefix", users.Config().Buffer.Prefix)
 		must(t, err)
 		ls = lines(out)
-		equal(t, "status of the users buffer: last line", ls[len(ls)-1], `expired sessions in "sessions": 0`)
+		equal(t, "status of the users buffer: last line", ls[len(ls)-1],
+			`expired sessions in "sessions": 0 (and 1 kept: newer activity buffered), oldest expiry 2026-03-01T12:00:00Z (2h0m0s ahead of the clock)`)
 	})
 }
 
@@ -270,4 +276,56 @@ func TestRedisDownIsOneLine(t *testing.T) {
 		equal(t, cmd+": stderr lines", len(got), 1)
 		equal(t, cmd+": stderr", got[0], "lastseen: redis 127.0.0.1:1 does not answer: dial tcp 127.0.0.1:1: connect: connection refused")
 	}
+}
+
+// wideUser and wideSession have unsigned keys, which the CLI reads as the
+// app does: on MySQL (BIGINT UNSIGNED) past the largest signed value.
+type wideUser struct {
+	ID     uint64 `gorm:"primaryKey;autoIncrement:false"`
+	SeenAt *time.Time
+}
+
+type wideSession struct {
+	ID        uint64 `gorm:"primaryKey;autoIncrement:false"`
+	ExpiresAt time.Time
+}
+
+// TestCLIUnsignedKeys: a uint64 key the manifest records as unsigned is
+// flushed and purged by the CLI as by the app (on MySQL with ids past
+// 2^63, which an int64 cannot hold); a flush warns that the app's OnBatch
+// hook does not run in it.
+func TestCLIUnsignedKeys(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *testenv.DB) {
+		clock := testenv.ClockAt("2026-03-01T10:00:00Z")
+		mr, rdb := testRedis(t)
+		app := d.Open(t)
+		must(t, app.AutoMigrate(&wideUser{}, &wideSession{}))
+		big := uint64(7)
+		if d.Dialect == "mysql" {
+			big = 1<<63 + 5
+		}
+		must(t, app.Create(&[]wideUser{{ID: 1}, {ID: big}}).Error)
+		must(t, app.Create(&[]wideSession{{ID: big, ExpiresAt: mustTime("2026-03-01T09:00:00Z")}, {ID: 2, ExpiresAt: mustTime("2026-03-01T11:00:00Z")}}).Error)
+		cfg := appConfig(rdb, "wide", clock.Now)
+		cfg.Model, cfg.Field, cfg.Sessions.Model = &wideUser{}, "SeenAt", &wideSession{}
+		cfg.Flush.OnBatch = func(*gorm.DB, []lastseen.Seen) error { return nil }
+		p := lastseen.New(cfg)
+		must(t, app.Use(p))
+		_, err := p.TouchAt(context.Background(), big, mustTime("2026-03-01T09:50:00Z"))
+		must(t, err)
+		flags := append([]string{"--redis", mr.Addr()}, d.Flags()...)
+		out, errOut, code := runExit(t, clock.Now, append([]string{"flush"}, flags...)...)
+		equal(t, "flush: exit code", code, exitOK)
+		equal(t, "flush: stderr", errOut, "lastseen: warning: the app's Flush.OnBatch hook does not run in this flush: what it derives from each batch is not updated for these rows\n")
+		equal(t, "flush: written line", lines(out)[1], "written   1")
+		var u wideUser
+		must(t, app.First(&u, big).Error)
+		equal(t, "user's seen_at", u.SeenAt.UTC().Format(time.RFC3339), "2026-03-01T09:50:00Z")
+		out, err = runCLI(t, clock.Now, append([]string{"purge"}, flags...)...)
+		must(t, err)
+		equal(t, "purge: deleted line", lines(out)[0], "deleted   1")
+		var left []uint64
+		must(t, app.Model(&wideSession{}).Order("id").Pluck("id", &left).Error)
+		equal(t, "sessions left", fmt.Sprint(left), "[2]")
+	})
 }
