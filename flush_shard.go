@@ -188,7 +188,7 @@ func (r *shardRun) nextPage() {
 
 // take adds one HSCAN page (field, value, field, value, ...; buckets: the
 // bucket of each field, or nil) to the batch, writing out every batch that
-// fills up. Unreadable entries are rejected.
+// reaches the working batch size (batchSizer). Unreadable entries are rejected.
 func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 	for i := 0; i+1 < len(kv); i += 2 {
 		field, value := kv[i], kv[i+1]
@@ -211,7 +211,7 @@ func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 			continue
 		}
 		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at, bucket: bucket})
-		if len(r.batch) == r.p.cfg.BatchSize {
+		if len(r.batch) >= r.p.sizer.size() { // Flush.BatchSize, or less after a statement timed out
 			if err := r.writeOut(ctx); err != nil {
 				return err
 			}

@@ -63,6 +63,7 @@ type Plugin struct {
 	schema    schemaState    // tables found to fit the config; schema log limits (schema.go)
 
 	probes atomic.Uint64 // rotates the entry (or session) a refused batch is probed with
+	sizer  batchSizer    // the flush's working batch size (batchsize.go)
 
 	hooks *testseam.FlushHooks // the test seam's flush hooks; nil without Config.Test.Seam
 
@@ -97,6 +98,7 @@ func New(c Config) *Plugin {
 	}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
 	p.closeDone = make(chan struct{})
+	p.sizer.max, p.sizer.bound = cfg.BatchSize, cfg.StatementTimeout
 	return p
 }
 
