@@ -138,8 +138,8 @@ type FlushConfig struct {
 	// ";", or "off" to call Flush yourself. Default "@every 1m".
 	Schedule string
 	// BatchSize is the number of rows one statement writes (two bind
-	// parameters each). Lower it when a statement holds row locks too
-	// long. Default 1000.
+	// parameters each; halved while statements run past their 20s bound).
+	// Lower it when a statement holds row locks too long. Default 1000.
 	BatchSize int
 	// Concurrency is how many shards one flush writes at once, each on its
 	// own connection. Raise it when a flush cannot keep up. Default 2 (1

@@ -28,6 +28,7 @@ type FlushResult struct {
 	Batches      int           // statements committed
 	Shards       int           // shards that had work
 	Skipped      int           // shards another instance was flushing
+	Evicted      int           // keys Redis evicted since the previous flush (INFO evicted_keys): timestamps may be lost
 	Duration     time.Duration // wall time
 }
 
@@ -94,6 +95,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	}
 	errs := p.replay(ctx, &res)
 	active, err := p.tracker.buf.Active(ctx)
+	res.Evicted = int(p.eviction.TakeEvicted()) // Active read evicted_keys
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	} else if err := p.restoreManifest(ctx); err != nil { // Redis lost its data, and another layout claimed the prefix
@@ -213,6 +215,9 @@ func (p *Plugin) logFlush(msg string, res FlushResult, err error) {
 	}
 	if res.Uncomparable > 0 {
 		attrs = append(attrs, "uncomparable", res.Uncomparable)
+	}
+	if res.Evicted > 0 {
+		attrs = append(attrs, "evicted", res.Evicted)
 	}
 	switch {
 	case errors.Is(err, ErrSchema):

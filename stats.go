@@ -36,7 +36,7 @@ type Stats struct {
 	Backlogged     int64 // touches kept in the in-process backlog
 	BacklogDropped int64 // touches lost: backlog full or closed, or left after Close
 	Backlog        int64 // users in the backlog now
-	Evictions      int64 // keys Redis evicted (INFO evicted_keys), read at db.Use and once a minute at most
+	Evictions      int64 // keys Redis evicted (INFO evicted_keys), read at db.Use, by every flush and by Status
 
 	Flushes      int64     // flush runs
 	FlushErrors  int64     // flush runs that returned an error
