@@ -132,13 +132,13 @@ func (r *shardRun) drain(ctx context.Context) error {
 	}
 	switch {
 	case r.dropped > 0:
-		return fmt.Errorf("%w: %d entries, %d dropped after %d refusals, the rest back in pending for the next flush: %v",
-			ErrRefused, r.failed, r.dropped, r.p.cfg.MaxRefusals, r.firstRefusal)
+		return fmt.Errorf("%w: %d entries, %d dropped after %d refusals%s: %v",
+			ErrRefused, r.failed, r.dropped, r.p.cfg.MaxRefusals, r.p.keeps(", the rest back in pending for the next flush"), r.firstRefusal)
 	case r.failed > 0:
-		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
+		return fmt.Errorf("%w: %d entries%s: %v", ErrRefused, r.failed, r.p.keeps(", back in pending for the next flush"), r.firstRefusal)
 	}
 	if r.uncomparable > 0 {
-		return fmt.Errorf("%d entries, back in pending for the next flush: %w", r.uncomparable, r.firstUncomp)
+		return fmt.Errorf("%d entries%s: %w", r.uncomparable, r.p.keeps(", back in pending for the next flush"), r.firstUncomp)
 	}
 	return nil
 }

@@ -40,12 +40,13 @@ type Plugin struct {
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
 	idLenSet  bool // Config.MaxIDLength was set: a key column shorter than it is an error, not a lower default
 
-	mu          sync.Mutex // guards db during Initialize and closed
-	db          *gorm.DB
-	closed      bool
-	closeErr    error
-	closeDone   chan struct{} // closed when the first Close returns
-	touchClosed atomic.Bool   // set by Close after its final flush without Redis: touches get ErrClosed
+	mu           sync.Mutex // guards db during Initialize and closed
+	db           *gorm.DB
+	closed       bool
+	closeErr     error
+	closeDone    chan struct{} // closed when the first Close returns
+	touchClosed  atomic.Bool   // set by Close after its final flush without Redis: touches get ErrClosed
+	closingFlush atomic.Bool   // Close's final flush of the in-process buffer runs: what it leaves is lost (keeps)
 
 	users    *userTarget
 	sessions *sessionTarget
@@ -263,10 +264,11 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // batch) and flushes once more, within Flush.Timeout when ctx has no
 // deadline; it returns that flush's error or ctx's, and later calls the
 // same. Touches left in the backlog are dropped (Stats.BacklogDropped);
-// touches after Close still reach Redis, for the other instances to flush,
-// while without Redis they return ErrClosed (false and no error inside a
-// throttle window the local cache knows); Flush and PurgeExpiredSessions
-// return ErrClosed.
+// without Redis, those the flush could not write are lost, counted in
+// Stats.Dropped, and the error says how many. Touches after Close still
+// reach Redis, for the other instances to flush, while without Redis they
+// return ErrClosed (false and no error inside a throttle window the local
+// cache knows); Flush and PurgeExpiredSessions return ErrClosed.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {
@@ -305,14 +307,13 @@ func (p *Plugin) Close(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			fctx, cancel = context.WithTimeout(ctx, p.cfg.FlushTimeout)
 		}
-		res, err := p.flush(fctx)
+		err := p.finalFlush(fctx)
 		cancel()
-		p.logFlush("lastseen: flush at Close", res, err)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if !hasRedis(p.cfg) { // after the final flush nothing would flush an in-process touch
+	if !hasRedis(p.cfg) { // nothing would flush an in-process touch any more
 		p.touchClosed.Store(true)
 	}
 	if err := p.tracker.close(); err != nil {

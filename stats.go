@@ -47,7 +47,7 @@ type Stats struct {
 	Stale        int64     // entries not newer than the column
 	Rejected     int64     // entries with an unreadable id or timestamp, dropped
 	Failed       int64     // entries the database refused, kept for the next flush
-	Dropped      int64     // entries dropped after their 5th refusal
+	Dropped      int64     // entries dropped after their 5th refusal, or lost at Close without Redis
 	Uncomparable int64     // entries the column could not be compared with (ErrUncomparable)
 	LastFlush    time.Time // end of the last flush without error (UTC); zero before one
 

@@ -176,7 +176,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 
 // refused logs one entry the database refused on its own.
 func (p *Plugin) refused(e entry, err error) refusal {
-	p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", e.field, "err", err)
+	p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry"+p.keeps("; it goes back to pending"), "id", e.field, "err", err)
 	return refusal{e, err}
 }
 
