@@ -46,6 +46,9 @@ const (
 	defaultFlushTimeout         = 5 * time.Minute
 	defaultPurgeTimeout         = 30 * time.Minute
 	defaultStatementTimeout     = 20 * time.Second
+	// minLockTTL is the shortest LockTTL the test seam may set: the
+	// statement bound derived from it (two thirds) stays at 666ms or more.
+	minLockTTL = time.Second
 )
 
 // Off as a Flush.Schedule or Sessions.Schedule leaves that job out of the
@@ -135,8 +138,8 @@ type FlushConfig struct {
 	// ";", or "off" to call Flush yourself. Default "@every 1m".
 	Schedule string
 	// BatchSize is the number of rows one statement writes (two bind
-	// parameters each). Lower it when a statement holds row locks too
-	// long. Default 1000.
+	// parameters each; halved while statements run past their 20s bound).
+	// Lower it when a statement holds row locks too long. Default 1000.
 	BatchSize int
 	// Concurrency is how many shards one flush writes at once, each on its
 	// own connection. Raise it when a flush cannot keep up. Default 2 (1
@@ -349,6 +352,8 @@ func withDefaults(cfg settings) settings {
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, defaultPurgePause)
 	cfg.LockTTL = cmp.Or(cfg.LockTTL, defaultLockTTL) // before the timeouts that follow it
 	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, min(defaultPurgeBatchTimeout, cfg.LockTTL*2/3))
+	// Below the lock's TTL, so a statement never outlives a lock whose
+	// refreshes stopped; at least 666ms, as LockTTL is at least minLockTTL.
 	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, min(defaultStatementTimeout, cfg.LockTTL*2/3))
 	cfg.FlushTimeout = cmp.Or(cfg.FlushTimeout, defaultFlushTimeout)
 	cfg.PurgeTimeout = cmp.Or(cfg.PurgeTimeout, defaultPurgeTimeout)

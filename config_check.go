@@ -87,8 +87,8 @@ func checkFlush(c settings, d *dialect.Dialect) error {
 			c.BatchSize, d.Name(), d.MaxBatch(), d.MaxParams())
 	case c.FlushConcurrency < 1 || c.FlushConcurrency > c.Shards:
 		return invalid("Flush.Concurrency is %d, want 1 to Buffer.Shards (%d)", c.FlushConcurrency, c.Shards)
-	case c.LockTTL < 10*time.Millisecond:
-		return invalid("LockTTL is %v, want at least 10ms", c.LockTTL)
+	case c.LockTTL < minLockTTL:
+		return invalid("LockTTL is %v, want at least %v: a shorter lock leaves a flush statement too little time", c.LockTTL, minLockTTL)
 	case c.StatementTimeout <= 0:
 		return invalid("StatementTimeout is %v, want a positive duration", c.StatementTimeout)
 	case c.LockTTL <= c.StatementTimeout:

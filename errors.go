@@ -67,7 +67,8 @@ var (
 	// that ran past the 10s batch timeout.
 	errBatchTimeout = errors.New("PurgeBatchTimeout")
 	// errStatementTimeout is the cause of a flush statement that ran past
-	// the 20s statement timeout: the shard's flush stops, the batch stays in Redis.
+	// the 20s statement timeout: the batch is written in halves
+	// (splitTimedOut).
 	errStatementTimeout = errors.New("StatementTimeout")
 	// errPurgeLockLost: the purge lock expired or was taken over while the
 	// purge ran (Lease.Keep); the run stops between batches.

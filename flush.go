@@ -28,6 +28,7 @@ type FlushResult struct {
 	Batches      int           // statements committed
 	Shards       int           // shards that had work
 	Skipped      int           // shards another instance was flushing
+	Evicted      int           // keys Redis evicted since the previous flush (INFO evicted_keys): timestamps may be lost
 	Duration     time.Duration // wall time
 }
 
@@ -94,6 +95,7 @@ func (p *Plugin) flush(ctx context.Context) (FlushResult, error) {
 	}
 	errs := p.replay(ctx, &res)
 	active, err := p.tracker.buf.Active(ctx)
+	res.Evicted = int(p.eviction.TakeEvicted()) // Active read evicted_keys
 	if err != nil {
 		errs = append(errs, fmt.Errorf("lastseen: flush: %w", err))
 	} else if err := p.restoreManifest(ctx); err != nil { // Redis lost its data, and another layout claimed the prefix
@@ -140,14 +142,15 @@ func (p *Plugin) backlogToTable(ctx context.Context, res *FlushResult) []error {
 }
 
 // flushShards flushes the active shards, FlushConcurrency at a time, into
-// res, and returns their errors. Shards hold disjoint users, so concurrent
-// shard flushes never touch the same row and cannot deadlock one another.
+// res, and returns their errors in the order of active (shard order).
+// Shards hold disjoint users, so concurrent shard flushes never touch the
+// same row and cannot deadlock one another.
 func (p *Plugin) flushShards(ctx context.Context, active []int, res *FlushResult) []error {
 	var mu sync.Mutex
-	var errs []error
+	byShard := make([]error, len(active))
 	var g errgroup.Group
 	g.SetLimit(p.cfg.FlushConcurrency)
-	for _, n := range active {
+	for i, n := range active {
 		g.Go(func() error {
 			sctx, end := p.observeFlushShard(ctx, n)
 			r, err := p.flushShard(sctx, n)
@@ -156,7 +159,7 @@ func (p *Plugin) flushShards(ctx context.Context, active []int, res *FlushResult
 			defer mu.Unlock()
 			res.merge(r)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("lastseen: flush shard %d: %w", n, err))
+				byShard[i] = fmt.Errorf("lastseen: flush shard %d: %w", n, err)
 				if schemaMayBeGone(err) { // the next flush checks the table again
 					p.schema.usersOK.Store(false)
 				}
@@ -164,7 +167,13 @@ func (p *Plugin) flushShards(ctx context.Context, active []int, res *FlushResult
 			return nil
 		})
 	}
-	_ = g.Wait() // the goroutines report through errs
+	_ = g.Wait() // the goroutines report through byShard
+	var errs []error
+	for _, err := range byShard {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errs
 }
 
@@ -213,6 +222,9 @@ func (p *Plugin) logFlush(msg string, res FlushResult, err error) {
 	}
 	if res.Uncomparable > 0 {
 		attrs = append(attrs, "uncomparable", res.Uncomparable)
+	}
+	if res.Evicted > 0 {
+		attrs = append(attrs, "evicted", res.Evicted)
 	}
 	switch {
 	case errors.Is(err, ErrSchema):

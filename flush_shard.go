@@ -132,13 +132,13 @@ func (r *shardRun) drain(ctx context.Context) error {
 	}
 	switch {
 	case r.dropped > 0:
-		return fmt.Errorf("%w: %d entries, %d dropped after %d refusals, the rest back in pending for the next flush: %v",
-			ErrRefused, r.failed, r.dropped, r.p.cfg.MaxRefusals, r.firstRefusal)
+		return fmt.Errorf("%w: %d entries, %d dropped after %d refusals%s: %v",
+			ErrRefused, r.failed, r.dropped, r.p.cfg.MaxRefusals, r.p.keeps(", the rest back in pending for the next flush"), r.firstRefusal)
 	case r.failed > 0:
-		return fmt.Errorf("%w: %d entries, back in pending for the next flush: %v", ErrRefused, r.failed, r.firstRefusal)
+		return fmt.Errorf("%w: %d entries%s: %v", ErrRefused, r.failed, r.p.keeps(", back in pending for the next flush"), r.firstRefusal)
 	}
 	if r.uncomparable > 0 {
-		return fmt.Errorf("%d entries, back in pending for the next flush: %w", r.uncomparable, r.firstUncomp)
+		return fmt.Errorf("%d entries%s: %w", r.uncomparable, r.p.keeps(", back in pending for the next flush"), r.firstUncomp)
 	}
 	return nil
 }
@@ -188,7 +188,7 @@ func (r *shardRun) nextPage() {
 
 // take adds one HSCAN page (field, value, field, value, ...; buckets: the
 // bucket of each field, or nil) to the batch, writing out every batch that
-// fills up. Unreadable entries are rejected.
+// reaches the working batch size (batchSizer). Unreadable entries are rejected.
 func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 	for i := 0; i+1 < len(kv); i += 2 {
 		field, value := kv[i], kv[i+1]
@@ -211,7 +211,7 @@ func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 			continue
 		}
 		r.batch = append(r.batch, entry{field: field, value: value, id: id, at: at, bucket: bucket})
-		if len(r.batch) == r.p.cfg.BatchSize {
+		if len(r.batch) >= r.p.sizer.size() { // Flush.BatchSize, or less after a statement timed out
 			if err := r.writeOut(ctx); err != nil {
 				return err
 			}

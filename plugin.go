@@ -43,12 +43,13 @@ type Plugin struct {
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
 	idLenSet  bool // Config.MaxIDLength was set: a key column shorter than it is an error, not a lower default
 
-	mu          sync.Mutex // guards db during Initialize and closed
-	db          *gorm.DB
-	closed      bool
-	closeErr    error
-	closeDone   chan struct{} // closed when the first Close returns
-	touchClosed atomic.Bool   // set by Close after its final flush without Redis: touches get ErrClosed
+	mu           sync.Mutex // guards db during Initialize and closed
+	db           *gorm.DB
+	closed       bool
+	closeErr     error
+	closeDone    chan struct{} // closed when the first Close returns
+	touchClosed  atomic.Bool   // set by Close after its final flush without Redis: touches get ErrClosed
+	closingFlush atomic.Bool   // Close's final flush of the in-process buffer runs: what it leaves is lost (keeps)
 
 	users    *userTarget
 	sessions *sessionTarget
@@ -66,6 +67,7 @@ type Plugin struct {
 	schema    schemaState    // tables found to fit the config; schema log limits (schema.go)
 
 	probes atomic.Uint64 // rotates the entry (or session) a refused batch is probed with
+	sizer  batchSizer    // the flush's working batch size (batchsize.go)
 
 	hooks *testseam.FlushHooks // the test seam's flush hooks; nil without Config.Test.Seam
 
@@ -101,6 +103,7 @@ func New(c Config) *Plugin {
 	}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
 	p.closeDone = make(chan struct{})
+	p.sizer.max, p.sizer.bound = cfg.BatchSize, cfg.StatementTimeout
 	return p
 }
 
@@ -314,11 +317,12 @@ func (p *Plugin) waitRuns(ctx context.Context) error {
 // batch) and flushes once more, within Flush.Timeout when ctx has no
 // deadline; it returns that flush's error or ctx's, and later calls the
 // same. Touches left in the backlog are dropped (Stats.BacklogDropped);
-// touches after Close still reach Redis, for the other instances to flush,
-// while without Redis they return ErrClosed (false and no error inside a
-// throttle window the local cache knows); Flush and PurgeExpiredSessions
-// return ErrClosed. Before db.Use it returns nil; after db.Use refused the
-// plugin, the refusal.
+// without Redis, those the flush could not write are lost, counted in
+// Stats.Dropped, and the error says how many. Touches after Close still
+// reach Redis; without Redis they return ErrClosed (false and no error
+// inside a throttle window the local cache knows). Flush and
+// PurgeExpiredSessions return ErrClosed. Before db.Use it returns nil;
+// after db.Use refused the plugin, the refusal.
 func (p *Plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.db == nil {
@@ -360,14 +364,13 @@ func (p *Plugin) Close(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			fctx, cancel = context.WithTimeout(ctx, p.cfg.FlushTimeout)
 		}
-		res, err := p.flush(fctx)
+		err := p.finalFlush(fctx)
 		cancel()
-		p.logFlush("lastseen: flush at Close", res, err)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if !hasRedis(p.cfg) { // after the final flush nothing would flush an in-process touch
+	if !hasRedis(p.cfg) { // nothing would flush an in-process touch any more
 		p.touchClosed.Store(true)
 	}
 	if err := p.tracker.close(); err != nil {

@@ -56,7 +56,7 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 		refused = append(refused, p.refused(probe[0], err))
 	default: // refused the same way as the whole batch: the entry, or the database?
 		if werr := p.writeNothing(ctx); p.sameKind(ctx, werr, kind) {
-			return res, nil, fmt.Errorf("%w (error kind %s, %d entries kept): %w", ErrSystemic, kind, n, batchErr)
+			return res, nil, fmt.Errorf("%w (error kind %s%s): %w", ErrSystemic, kind, p.keeps(fmt.Sprintf(", %d entries kept", n)), batchErr)
 		}
 		if ctx.Err() != nil {
 			return res, nil, ctx.Err()
@@ -106,7 +106,7 @@ func schemaMayBeGone(err error) bool {
 // exhaustedError is the ErrSystemic of a write refused because the server
 // ran out of a resource (Dialect.Exhausted): n entries stay in Redis.
 func (p *Plugin) exhaustedError(kind string, n int, err error) error {
-	return fmt.Errorf("%w (error kind %s: the server is out of a resource; %d entries kept): %w", ErrSystemic, kind, n, err)
+	return fmt.Errorf("%w (error kind %s: the server is out of a resource%s): %w", ErrSystemic, kind, p.keeps(fmt.Sprintf("; %d entries kept", n)), err)
 }
 
 // pickProbe splits a refused batch into the element that is written (or

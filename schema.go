@@ -119,7 +119,7 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 		case problem != "":
 			return schemaConfigError(problem)
 		case !exists:
-			p.log.Warn("lastseen: "+c.missing(), "table", c.model.table)
+			p.log.Warn("lastseen: "+c.missing(p.keeps(stayBuffered)), "table", c.model.table)
 		case i == 0:
 			p.schema.usersOK.Store(true)
 		default:
@@ -179,14 +179,15 @@ func (p *Plugin) checkColumnTypes(db *gorm.DB, c tableCheck) string {
 	return ""
 }
 
-// missing describes c's missing table and what to do about it.
-func (c tableCheck) missing() string {
+// missing describes c's missing table and what to do about it; kept adds
+// that the touches wait for it (keeps).
+func (c tableCheck) missing(kept string) string {
 	if c.modelOpt == "Sessions.Model" {
 		return fmt.Sprintf("table %s does not exist: create it, or set Config.Sessions.Disabled for an app without a sessions table (Config.%s %T)",
 			c.model.table, c.modelOpt, c.modelVal)
 	}
-	return fmt.Sprintf("table %s does not exist: create it (AutoMigrate) or fix Config.%s (%T); touches stay buffered until it exists",
-		c.model.table, c.modelOpt, c.modelVal)
+	return fmt.Sprintf("table %s does not exist: create it (AutoMigrate) or fix Config.%s (%T)%s",
+		c.model.table, c.modelOpt, c.modelVal, kept)
 }
 
 // checkTable checks c's table before a flush or purge writes to it, until
@@ -210,7 +211,7 @@ func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *at
 		if err := ping(db); err != nil {
 			return fmt.Errorf("lastseen: %s: check table %s: %w", op, c.model.table, err)
 		}
-		return fmt.Errorf("%w: %s: %s", ErrSchema, op, c.missing())
+		return fmt.Errorf("%w: %s: %s", ErrSchema, op, c.missing(p.keeps(stayBuffered)))
 	}
 	ok.Store(true)
 	return nil

@@ -36,7 +36,7 @@ type Stats struct {
 	Backlogged     int64 // touches kept in the in-process backlog
 	BacklogDropped int64 // touches lost: backlog full or closed, or left after Close
 	Backlog        int64 // users in the backlog now
-	Evictions      int64 // keys Redis evicted (INFO evicted_keys), read at db.Use and once a minute at most
+	Evictions      int64 // keys Redis evicted (INFO evicted_keys), read at db.Use, by every flush and by Status
 
 	Flushes      int64     // flush runs
 	FlushErrors  int64     // flush runs that returned an error
@@ -47,7 +47,7 @@ type Stats struct {
 	Stale        int64     // entries not newer than the column
 	Rejected     int64     // entries with an unreadable id or timestamp, dropped
 	Failed       int64     // entries the database refused, kept for the next flush
-	Dropped      int64     // entries dropped after their 5th refusal
+	Dropped      int64     // entries dropped after their 5th refusal, or lost at Close without Redis
 	Uncomparable int64     // entries the column could not be compared with (ErrUncomparable)
 	LastFlush    time.Time // end of the last flush without error (UTC); zero before one
 

@@ -26,28 +26,62 @@ type refusal struct {
 	err error
 }
 
-// writeBatch writes one batch, sorted by primary key. It retries deadlocks and serialization
-// failures up to MaxRetries times. When the batch fails with an error the
-// server reported (one with a kind, Dialect.ErrorKind), probeBatch decides
-// whether no row can have caused it (systemic: the batch stays in Redis and
-// ErrSystemic is returned) or rows were refused on their own. When the
-// error has no kind and the database is reachable, it tries the whole batch
-// once more (the error may have been the connection's: killed, failed over;
-// the pool has replaced it by then). Either way it then splits the batch in
-// halves until the refused entries stand alone, writes the rest, and
-// returns the refused entries with a nil error; any other error (database
-// unreachable, context ended) is returned, and then nothing of the batch
-// has committed.
+// writeBatch writes one batch, sorted by primary key, in statements of
+// the working batch size (batchSizer; Flush.BatchSize until a statement ran
+// past the statement bound): writeChunks.
 func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
 	sortBatch(batch) // index order, one lock order
+	return p.writeChunks(ctx, batch)
+}
+
+// writeChunks writes a sorted batch a chunk of the working size at a time
+// (writeChunk). It returns what committed, the refused entries, and the
+// first error that stopped it; the chunks committed before that error stay
+// committed, and their entries are written again, as no-ops, by the next
+// flush.
+func (p *Plugin) writeChunks(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	var res batchResult
+	var refused []refusal
+	for len(batch) > 0 {
+		n := min(len(batch), p.sizer.size())
+		br, rf, err := p.writeChunk(ctx, batch[:n])
+		res.merge(br)
+		if err != nil {
+			return res, nil, err
+		}
+		refused = append(refused, rf...)
+		batch = batch[n:]
+	}
+	return res, refused, nil
+}
+
+// writeChunk writes one statement's worth of entries. It retries deadlocks
+// and serialization failures up to MaxRetries times. A statement that ran
+// past the statement bound is written in halves (splitTimedOut). When the
+// chunk fails with an error the server reported (one with a kind,
+// Dialect.ErrorKind), probeBatch decides whether no row can have caused it
+// (systemic: the chunk stays in the buffer and ErrSystemic is returned) or
+// rows were refused on their own. When the error has no kind and the
+// database is reachable, it tries the whole chunk once more (the error may
+// have been the connection's: killed, failed over; the pool has replaced
+// it by then). Either way it then splits the chunk in halves until the
+// refused entries stand alone, writes the rest, and returns the refused
+// entries with a nil error; any other error (database unreachable, context
+// ended) is returned, and then nothing of the chunk has committed.
+func (p *Plugin) writeChunk(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
+	start := time.Now()
 	br, err := p.writeWithRetry(ctx, batch)
 	if err == nil {
+		p.sizer.committed(len(batch), time.Since(start))
 		return br, nil, nil
+	}
+	if ctx.Err() == nil && errors.Is(err, errStatementTimeout) {
+		return p.splitTimedOut(ctx, batch, err)
 	}
 	// A deadlock or serialization failure that outlasted MaxRetries is
 	// contention, not a refusal: the batch stays for the next flush.
 	// An OnBatch failure is never split either (ErrOnBatch).
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) || p.dialect.Retryable(err) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || p.dialect.Retryable(err) {
 		return batchResult{}, nil, err
 	}
 	if kind := p.dialect.ErrorKind(err); kind != "" { // the server answered
@@ -62,10 +96,36 @@ func (p *Plugin) writeBatch(ctx context.Context, batch []entry) (batchResult, []
 	return p.isolateRefused(ctx, batch)
 }
 
+// splitTimedOut writes a batch whose statement ran past the statement
+// bound (err) within the same flush, while its context lasts: the working
+// size drops to at most half the batch (batchSizer.timedOut), and the
+// halves are written in chunks of it, each split again if it too runs past
+// the bound. A single entry that still does is refused like any entry the
+// database refuses on its own: back in the buffer, toward MaxRefusals.
+func (p *Plugin) splitTimedOut(ctx context.Context, batch []entry, err error) (batchResult, []refusal, error) {
+	if len(batch) == 1 {
+		return batchResult{}, []refusal{p.refused(batch[0], err)}, nil
+	}
+	size := p.sizer.timedOut(len(batch))
+	p.limited.log(p.log, slog.LevelWarn, "lastseen: a flush statement ran past its time bound; writing smaller batches",
+		"rows", len(batch), "batch_size", size, "bound", p.cfg.StatementTimeout)
+	half := len(batch) / 2
+	a, ra, err := p.writeChunks(ctx, batch[:half])
+	if err != nil {
+		return a, nil, err
+	}
+	b, rb, err := p.writeChunks(ctx, batch[half:])
+	a.merge(b)
+	if err != nil {
+		return a, nil, err
+	}
+	return a, append(ra, rb...), nil
+}
+
 // statement returns ctx bounded by StatementTimeout, for one SQL statement
 // of a flush (or the transaction of a write and OnBatch), and a check that
 // wraps a statement's error with errStatementTimeout when that bound (not
-// ctx) ended it: such a batch is never split, it stays in Redis.
+// ctx) ended it: such a batch is written in halves (splitTimedOut).
 func (p *Plugin) statement(ctx context.Context) (context.Context, context.CancelFunc, func(error) error) {
 	sctx, cancel := context.WithTimeoutCause(ctx, p.cfg.StatementTimeout, errStatementTimeout)
 	check := func(err error) error {
@@ -78,7 +138,8 @@ func (p *Plugin) statement(ctx context.Context) (context.Context, context.Cancel
 }
 
 // isolateRefused writes a batch the reachable database failed once: whole,
-// then, if refused again, in halves, recursively.
+// then, if refused again, in halves, recursively; one that runs past the
+// statement bound is split by splitTimedOut.
 func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult, []refusal, error) {
 	if len(batch) == 0 {
 		return batchResult{}, nil, nil
@@ -87,7 +148,10 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 	if err == nil {
 		return br, nil, nil
 	}
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || errors.Is(err, errStatementTimeout) ||
+	if ctx.Err() == nil && errors.Is(err, errStatementTimeout) {
+		return p.splitTimedOut(ctx, batch, err)
+	}
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) ||
 		(p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx)) {
 		return batchResult{}, nil, err
 	}
@@ -112,7 +176,7 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 
 // refused logs one entry the database refused on its own.
 func (p *Plugin) refused(e entry, err error) refusal {
-	p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry; it goes back to pending", "id", e.field, "err", err)
+	p.limited.log(p.log, slog.LevelError, "lastseen: database refused a pending entry"+p.keeps("; it goes back to pending"), "id", e.field, "err", err)
 	return refusal{e, err}
 }
 

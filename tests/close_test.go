@@ -450,3 +450,71 @@ func TestCloseWithEndedContext(t *testing.T) {
 		equal(t, "Close with an ended context: context.Canceled", errors.Is(err, context.Canceled), true)
 	})
 }
+
+// TestCloseCountsLostInProcessTimestamps: without Redis, 1,000 timestamps
+// held in memory (16 shards) and a database that refuses every write
+// (SQLite PRAGMA query_only): Close's final flush writes nothing, and the
+// timestamps end with the process. Close counts the 1,000 in
+// Stats.Dropped, logs one ERROR line and returns one error, both saying
+// that 1,000 timestamps were lost at Close (not "kept"), with the first
+// shard's refusal; the error wraps ErrSystemic. Before, Close returned the
+// shards' errors, each saying its entries were kept.
+func TestCloseCountsLostInProcessTimestamps(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), memoryKind())
+	before := seedFaultUsers(t, h.db, 1000)
+	db, _ := refusingKinds("sqlite")[0].setup(t, h, "users")
+	var logs testenv.Logs
+	cfg := h.config()
+	cfg.Logger = testenv.TextLogger(&logs)
+	cfg.Throttle = time.Minute
+	p := usePlugin(t, db, cfg)
+	touchFaultUsers(t, p, 1000, "2026-03-01T09:00:00Z", map[int]string{})
+
+	err := p.Close(context.Background())
+	const lost = "lastseen: 1000 timestamps lost at Close: the final flush could not write them (lastseen: flush shard 0: " +
+		"lastseen: the database refuses every write (error kind 8): attempt to write a readonly database (8); and 15 more errors)"
+	equal(t, "Close's error", fmt.Sprint(err), lost)
+	equal(t, "wraps ErrSystemic", errors.Is(err, lastseen.ErrSystemic), true)
+	equal(t, "ERROR lines", logs.Count("level=ERROR"), 1)
+	equal(t, "the ERROR line", logs.Count(fmt.Sprintf("level=ERROR msg=%q %s lost=1000 drained=0 written=0 failed=0 batches=0", lost,
+		"plugin="+p.Name()+" table=users prefix="+h.prefix)), 1)
+	equal(t, "lines saying kept", logs.Count("kept"), 0)
+	st := p.Stats()
+	equal(t, "Stats", [5]int64{st.Dropped, st.Failed, st.RowsWritten, st.Flushes, st.FlushErrors}, [5]int64{1000, 0, 0, 1, 1})
+	checkFaultColumns(t, h.db, "after Close", before)
+}
+
+// TestCloseCountsLostRefusedTimestamp: without Redis, 1,000 timestamps and
+// one user the database refuses (a trigger RAISE(ABORT)): Close's final
+// flush writes 999; the refused timestamp is lost with the process,
+// counted in Stats.Dropped (and Failed), and Close's error and its ERROR
+// line say so; the refused entry's own ERROR line names it without saying
+// it goes back to pending.
+func TestCloseCountsLostRefusedTimestamp(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), memoryKind())
+	before := seedFaultUsers(t, h.db, 1000)
+	refuseUser(t, h.db, "sqlite", 7)
+	var logs testenv.Logs
+	cfg := h.config()
+	cfg.Logger = testenv.TextLogger(&logs)
+	cfg.Throttle = time.Minute
+	p, _ := h.plugin(cfg)
+	want := map[int]string{}
+	touchFaultUsers(t, p, 1000, "2026-03-01T09:00:00Z", want)
+
+	err := p.Close(context.Background())
+	const lost = "lastseen: 1 timestamp lost at Close: the final flush could not write them (lastseen: flush shard 6: " +
+		"lastseen: database refused entries: 1 entries: constraint failed: user 7 refused (1811))"
+	equal(t, "Close's error", fmt.Sprint(err), lost)
+	equal(t, "wraps ErrRefused", errors.Is(err, lastseen.ErrRefused), true)
+	attrs := "plugin=" + p.Name() + " table=users prefix=" + h.prefix
+	equal(t, "ERROR lines", logs.Count("level=ERROR"), 2)
+	equal(t, "the entry's line", logs.Count(`level=ERROR msg="lastseen: database refused a pending entry" `+attrs+
+		` id=7 err="constraint failed: user 7 refused (1811)"`), 1)
+	equal(t, "the loss line", logs.Count(fmt.Sprintf("level=ERROR msg=%q %s lost=1 drained=1000 written=999 failed=1 ", lost, attrs)), 1)
+	equal(t, "lines saying pending", logs.Count("pending"), 1) // the entry's own message
+	want[7] = before[7]
+	checkFaultColumns(t, h.db, "after Close", want)
+	st := p.Stats()
+	equal(t, "Stats", [5]int64{st.Dropped, st.Failed, st.RowsWritten, st.Flushes, st.FlushErrors}, [5]int64{1, 1, 999, 1, 1})
+}

@@ -139,7 +139,8 @@ func TestConfigMistakes(t *testing.T) {
 					dialect, lim.batch, lim.params)},
 			{"negative FlushConcurrency", func(c *lastseen.Config) { c.Flush.Concurrency = -1 }, "Flush.Concurrency is -1, want 1 to Buffer.Shards (16)"},
 			{"FlushConcurrency over Shards", func(c *lastseen.Config) { c.Buffer.Shards, c.Flush.Concurrency = 2, 3 }, "Flush.Concurrency is 3, want 1 to Buffer.Shards (2)"},
-			{"LockTTL under 10ms", func(c *lastseen.Config) { testenv.Seam(c).LockTTL = 5 * time.Millisecond }, "LockTTL is 5ms, want at least 10ms"},
+			{"LockTTL under 1s", func(c *lastseen.Config) { testenv.Seam(c).LockTTL = 999 * time.Millisecond },
+				"LockTTL is 999ms, want at least 1s: a shorter lock leaves a flush statement too little time"},
 			{"negative PurgeBatchSize", func(c *lastseen.Config) { c.Sessions.BatchSize = -1 },
 				fmt.Sprintf("Sessions.BatchSize is -1, want 1 to %d", lim.params-1)},
 			{"PurgeBatchSize over the limit", func(c *lastseen.Config) { c.Sessions.BatchSize = lim.params },
@@ -236,7 +237,7 @@ func TestConfigLimitsAccepted(t *testing.T) {
 			for _, cfg := range []lastseen.Config{
 				{Redis: rdb, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}},
 				{Redis: rdb, Buffer: lastseen.BufferConfig{Shards: 1}, Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}}, // the default FlushConcurrency follows
-				{Redis: rdb, Throttle: time.Millisecond, Buffer: lastseen.BufferConfig{Shards: 1024}, Flush: lastseen.FlushConfig{BatchSize: batch, Schedule: "@every 1m; 0 3 * * *"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Seam: &testseam.Seam{LockTTL: 10 * time.Millisecond}}},
+				{Redis: rdb, Throttle: time.Millisecond, Buffer: lastseen.BufferConfig{Shards: 1024}, Flush: lastseen.FlushConfig{BatchSize: batch, Schedule: "@every 1m; 0 3 * * *"}, Sessions: lastseen.SessionConfig{Schedule: "off"}, Test: lastseen.TestConfig{Seam: &testseam.Seam{LockTTL: time.Second}}},
 			} {
 				cfg.Logger = testenv.Discard
 				cfg.Buffer.Prefix = "limits"

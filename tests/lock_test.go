@@ -22,8 +22,8 @@ import (
 // is longer. The locks live in a real Redis, where they expire on the real
 // clock.
 const (
-	lockTTL   = 600 * time.Millisecond
-	slowBatch = 700 * time.Millisecond
+	lockTTL   = time.Second
+	slowBatch = 1200 * time.Millisecond
 )
 
 // refreshCounter counts the keeper's refreshes per lock key.
@@ -104,8 +104,8 @@ func TestSlowBatchKeepsItsLock(t *testing.T) {
 	}
 }
 
-// TestSlowPurgeKeepsItsLock: PurgePause (700ms) is longer than LockTTL
-// (600ms), so the purge lock would expire between two batches; the keeper
+// TestSlowPurgeKeepsItsLock: PurgePause (1.2s) is longer than LockTTL
+// (1s), so the purge lock would expire between two batches; the keeper
 // refreshes it and the purge deletes all 6 sessions in 3 batches.
 func TestSlowPurgeKeepsItsLock(t *testing.T) {
 	for _, d := range servers.Dialects() {

@@ -26,10 +26,13 @@ import (
 // plugin's copy, to change its hooks or read Published, through
 // Plugin.Config().Test.Seam.
 type Seam struct {
-	// LockTTL is the time-to-live of the flush and purge locks (30s).
+	// LockTTL is the time-to-live of the flush and purge locks (30s; at
+	// least 1s, db.Use refuses less).
 	LockTTL time.Duration
 	// StatementTimeout bounds each SQL statement of a flush (20s, or two
-	// thirds of LockTTL when that is shorter).
+	// thirds of LockTTL when that is shorter: at least 666ms); it must be
+	// shorter than LockTTL. A batch whose statement runs past it is written
+	// in halves.
 	StatementTimeout time.Duration
 	// PurgeBatchTimeout bounds one purge batch (10s, or two thirds of
 	// LockTTL when that is shorter).

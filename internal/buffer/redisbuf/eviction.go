@@ -38,8 +38,10 @@ const evictionCheckInterval = time.Minute
 // EvictionWatch reads Redis's maxmemory-policy and its evicted_keys counter
 // (INFO stats) when the plugin starts (Check) and then at most once a
 // minute on the plugin's clock (MaybeCheck), logs one warning per change to
-// a policy that can evict, and counts the keys evicted between two checks
-// into Counters.Evictions. Its methods are safe for concurrent use, and on
+// a policy that can evict, and counts the keys evicted between two reads
+// into Counters.Evictions; every flush reads evicted_keys too
+// (Buffer.Active), and takes what was counted since the previous flush
+// (TakeEvicted). Its methods are safe for concurrent use, and on
 // a nil watch (no Redis) do nothing.
 type EvictionWatch struct {
 	rdb     func() *client // the buffer's client
@@ -48,12 +50,13 @@ type EvictionWatch struct {
 	evicted *atomic.Int64 // Counters.Evictions
 	require bool          // Options.RequireNoEviction: an unknown policy is logged as a warning
 
-	mu      sync.Mutex
-	checked time.Time        // plugin's clock at the last check; zero before the first
-	policy  string           // last policy read (one per master, joined by ","), PolicyUnknown before
-	risk    bool             // some master's policy can evict
-	logged  string           // policy of the last log line about it ("" none yet)
-	byNode  map[string]int64 // evicted_keys per master address at the last check
+	mu         sync.Mutex
+	checked    time.Time        // plugin's clock at the last check; zero before the first
+	policy     string           // last policy read (one per master, joined by ","), PolicyUnknown before
+	risk       bool             // some master's policy can evict
+	logged     string           // policy of the last log line about it ("" none yet)
+	byNode     map[string]int64 // evicted_keys per master address at the last read
+	unreported int64            // evictions counted since the last TakeEvicted
 }
 
 func newEvictionWatch(rdb func() *client, log *slog.Logger, now func() time.Time, evicted *atomic.Int64, require bool) *EvictionWatch {
@@ -101,9 +104,9 @@ func (w *EvictionWatch) MaybeCheck(ctx context.Context) {
 }
 
 // Check reads every master within ctx, then updates the policy, logs what
-// changed and adds the evictions since the last check to
-// Counters.Evictions. It never fails: what it cannot read is PolicyUnknown
-// or not counted.
+// changed and adds the evictions since the last read to
+// Counters.Evictions (count). It never fails: what it cannot read is
+// PolicyUnknown or not counted.
 func (w *EvictionWatch) Check(ctx context.Context) {
 	if w == nil {
 		return
@@ -114,12 +117,27 @@ func (w *EvictionWatch) Check(ctx context.Context) {
 	w.checked = w.now()
 	var policies []string
 	w.risk = false
-	var evicted int64
 	for _, n := range nodes {
 		if !slices.Contains(policies, n.policy) {
 			policies = append(policies, n.policy)
 		}
 		w.risk = w.risk || (n.policy != PolicyNoEviction && n.policy != PolicyUnknown)
+	}
+	slices.Sort(policies)
+	w.policy = strings.Join(policies, ",")
+	if w.policy == "" {
+		w.policy = PolicyUnknown
+	}
+	w.logPolicy()
+	w.count(nodes)
+}
+
+// count adds the evictions of nodes since the last read of each to
+// Counters.Evictions and to what TakeEvicted returns next, and logs them
+// as a warning with the number. Called with mu held.
+func (w *EvictionWatch) count(nodes []nodeEviction) {
+	var evicted int64
+	for _, n := range nodes {
 		if !n.counted {
 			continue
 		}
@@ -132,17 +150,37 @@ func (w *EvictionWatch) Check(ctx context.Context) {
 		}
 		w.byNode[n.addr] = n.evicted
 	}
-	slices.Sort(policies)
-	w.policy = strings.Join(policies, ",")
-	if w.policy == "" {
-		w.policy = PolicyUnknown
-	}
-	w.logPolicy()
 	if evicted > 0 {
 		w.evicted.Add(evicted)
+		w.unreported += evicted
 		w.log.Warn("lastseen: Redis evicted keys since the last check; pending timestamps may have been lost",
 			"evicted", evicted, "maxmemory_policy", w.policy)
 	}
+}
+
+// TakeEvicted returns the evictions counted since its last call (by the
+// checks and by the flushes' reads, Buffer.Active), and starts again from
+// 0; 0 for a nil watch.
+func (w *EvictionWatch) TakeEvicted() int64 {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.unreported
+	w.unreported = 0
+	return n
+}
+
+// counted adds what one read of INFO stats found (Buffer.Active) to the
+// watch (count).
+func (w *EvictionWatch) counted(nodes []nodeEviction) {
+	if w == nil || len(nodes) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.count(nodes)
 }
 
 // logPolicy logs the policy once per change: a warning for one that can
@@ -217,14 +255,44 @@ func readNode(ctx context.Context, c redis.Cmdable, addr string) nodeEviction {
 			n.policy = v
 		}
 	}
-	if info, err := c.Info(ctx, "stats").Result(); err == nil {
-		if v, ok := infoField(info, "evicted_keys"); ok {
-			if k, err := strconv.ParseInt(v, 10, 64); err == nil {
-				n.evicted, n.counted = k, true
-			}
-		}
-	}
+	n.evicted, n.counted = evictedKeys(c.Info(ctx, "stats"))
 	return n
+}
+
+// evictedKeys reads evicted_keys from the reply of INFO stats; false when
+// the command failed or the field is missing (miniredis).
+func evictedKeys(cmd *redis.StringCmd) (int64, bool) {
+	info, err := cmd.Result()
+	if err != nil {
+		return 0, false
+	}
+	v, ok := infoField(info, "evicted_keys")
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.ParseInt(v, 10, 64)
+	return k, err == nil
+}
+
+// readEvicted reads evicted_keys from every master of a cluster
+// (ClusterClient.ForEachMaster), or from the one server of any other
+// client, within ctx; the masters that did not answer are left out.
+func readEvicted(ctx context.Context, rdb redis.UniversalClient) []nodeEviction {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		k, counted := evictedKeys(rdb.Info(ctx, "stats"))
+		return []nodeEviction{{evicted: k, counted: counted}}
+	}
+	var mu sync.Mutex
+	var nodes []nodeEviction
+	_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		k, counted := evictedKeys(m.Info(ctx, "stats"))
+		mu.Lock()
+		defer mu.Unlock()
+		nodes = append(nodes, nodeEviction{addr: m.Options().Addr, evicted: k, counted: counted})
+		return nil
+	})
+	return nodes
 }
 
 // infoField returns the value of one "name:value" line of an INFO reply.

@@ -19,23 +19,45 @@ import (
 
 // Active asks Redis with one pipeline of EXISTS, one per shard naming all
 // its pending and in-flight hashes, and one for the manifest (ManifestGone:
-// Redis lost its data).
+// Redis lost its data). It also reads INFO stats evicted_keys for the
+// eviction watch (EvictionWatch.TakeEvicted): in the same pipeline on one
+// server; on a cluster from every master, alongside the pipeline. A failed
+// read of it is not an error.
 func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 	cmds := make([]*redis.IntCmd, len(b.shards))
 	var manifest *redis.IntCmd
+	var evicted []nodeEviction
 	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
+		single, ok := rdb.UniversalClient.(*redis.Client)
+		var info *redis.StringCmd
+		var others chan []nodeEviction
+		if !ok { // a cluster, or a client whose pipeline routes by key
+			others = make(chan []nodeEviction, 1)
+			go func() { others <- readEvicted(ctx, rdb.UniversalClient) }()
+		}
 		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, k := range b.shards {
 				cmds[i] = pipe.Exists(ctx, k.buffered...)
 			}
 			manifest = pipe.Exists(ctx, keys.Manifest(b.prefix))
+			if single != nil {
+				info = pipe.Info(ctx, "stats")
+			}
 			return nil
 		})
+		if info != nil {
+			k, counted := evictedKeys(info)
+			evicted = []nodeEviction{{evicted: k, counted: counted}}
+			err = firstError(append(cmds, manifest))
+		} else {
+			evicted = <-others
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	b.eviction.counted(evicted)
 	b.manifestGone.Store(manifest.Val() == 0)
 	var active []int
 	for i, c := range cmds {
@@ -44,6 +66,17 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 		}
 	}
 	return active, nil
+}
+
+// firstError is the first error of cmds, the pipeline's error without its
+// INFO (which a proxy or miniredis may refuse).
+func firstError(cmds []*redis.IntCmd) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // obtain takes the redislock lock key for LockTTL, without retrying,
