@@ -13,15 +13,14 @@ var (
 	// ErrInvalidConfig wraps every configuration problem db.Use finds.
 	ErrInvalidConfig = errors.New("lastseen: invalid config")
 	// ErrInvalidUserID: an id that is not an integer, string or
-	// fmt.Stringer, is empty or zero, does not fit the key (for an integer
-	// key, text with leading or trailing spaces), is longer than 128 bytes
-	// or the column, or holds what it cannot (NUL on PostgreSQL and
-	// SQLite, invalid UTF-8 on PostgreSQL and MySQL). A string key's spaces
-	// are part of the id.
+	// fmt.Stringer, is empty or zero, does not fit the key (an integer key
+	// refuses leading or trailing spaces), is longer than its column's
+	// declared characters (else 128 bytes), or holds what the column
+	// cannot (NUL on PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL
+	// and MySQL).
 	ErrInvalidUserID = idcodec.ErrInvalid
-	// ErrNotInitialized is returned by methods called before db.Use(p);
-	// after db.Use refused p they return "lastseen: db.Use refused this
-	// plugin: " and db.Use's error, wrapping both.
+	// ErrNotInitialized: a method called before db.Use(p); after db.Use
+	// refused p, wrapped with db.Use's error.
 	ErrNotInitialized = errors.New("lastseen: plugin not initialized (call db.Use first)")
 	// ErrClosed is returned after Close by Flush, PurgeExpiredSessions and,
 	// without Redis, by touches.

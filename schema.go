@@ -217,24 +217,31 @@ func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *at
 	return nil
 }
 
-// checkKeyLength fits MaxIDLength to a string key column's declared length
-// (characters, as varchar(n) counts them on every dialect): left at its
-// default it is lowered to the length; set above it, it is an error, as
-// longer ids would be refused by the flush, or truncated into another id
-// by MySQL outside strict mode.
+// maxKeyChars bounds the characters of an id a key column's declared
+// length admits: at most 4 bytes each, maxIDLengthLimit in all.
+const maxKeyChars = maxIDLengthLimit / 4
+
+// checkKeyLength fits the id limit to a string key column's declared
+// length, in characters as varchar(n) counts them (utf8mb4 included): left
+// at its default (128 bytes) it becomes the length, up to maxKeyChars; set
+// by the test seam above it, it is an error, as longer ids would be
+// refused by the flush, or truncated into another id by MySQL outside
+// strict mode.
 func (p *Plugin) checkKeyLength(col gorm.ColumnType) error {
 	ids := &p.users.ids
 	if ids.Kind != idcodec.String {
 		return nil
 	}
 	n, ok := col.Length()
-	if !ok || n <= 0 || n >= int64(ids.MaxLen) {
+	switch {
+	case !ok || n <= 0:
+		return nil
+	case p.idLenSet && n < int64(ids.MaxLen):
+		return invalid("MaxIDLength %d: key column %s.%s holds at most %d characters", ids.MaxLen, p.users.model.table, col.Name(), n)
+	case p.idLenSet:
 		return nil
 	}
-	if p.idLenSet {
-		return invalid("MaxIDLength %d: key column %s.%s holds at most %d characters", ids.MaxLen, p.users.model.table, col.Name(), n)
-	}
-	ids.MaxLen = int(n)
+	ids.MaxLen, ids.Chars = int(min(n, maxKeyChars)), true
 	return nil
 }
 

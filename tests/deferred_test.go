@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,11 +137,13 @@ func withModel(c lastseen.Config, m any) lastseen.Config {
 	return c
 }
 
-// TestMaxIDLength: 128 bytes by default; a 139-byte username is refused by
-// default and accepted, flushed and written with MaxIDLength 160; a
-// varchar(64) key column lowers the default to 64 and refuses a larger
-// explicit value at db.Use (PostgreSQL, MySQL; SQLite declares no length:
-// GORM makes the column text); out-of-range values are refused.
+// TestMaxIDLength: 128 bytes by default, or the key column's declared
+// length in characters (PostgreSQL, MySQL; SQLite declares no length: GORM
+// makes the column text): a 139-byte username is refused on SQLite and
+// accepted where GORM declares a longer string key, and accepted, flushed
+// and written with MaxIDLength 160; a varchar(64) key holds 64 characters,
+// 60 "ü" (120 bytes of utf8mb4) included, and refuses a larger explicit
+// value at db.Use; out-of-range values are refused.
 func TestMaxIDLength(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -149,10 +152,12 @@ func TestMaxIDLength(t *testing.T) {
 		equal(t, "username length", len(long), 139)
 
 		p, _ := h.plugin(withModel(h.config(), &usernameUser{}))
-		_, err := p.Touch(ctx, long)
-		equal(t, "default limit", fmt.Sprint(err), "lastseen: invalid user id: string of 139 bytes (at most 128)")
+		_, err := p.Touch(ctx, "x"+long[1:])
+		wantDefault := map[bool]string{true: "lastseen: invalid user id: string of 139 bytes (at most 128)", false: "<nil>"}[h.dialect == "sqlite"]
+		equal(t, "default limit", fmt.Sprint(err), wantDefault)
 
 		cfg := withModel(h.config(), &usernameUser{})
+		cfg.Buffer.Prefix += ":seam"
 		testenv.Seam(&cfg).MaxIDLength = 160
 		p, db := h.plugin(cfg)
 		must(t, db.Create(&usernameUser{Handle: long}).Error)
@@ -164,15 +169,23 @@ func TestMaxIDLength(t *testing.T) {
 		equal(t, "written", res.Written, 1)
 		equal(t, "column", lastSeenColumn(t, db, "username_users", "handle", "last_seen_at", long), "2026-03-01T09:30:00Z")
 
-		limit, refusal := "64", "lastseen: invalid config: MaxIDLength 100: key column short_username_users.handle holds at most 64 characters"
+		limit, refusal := "129 characters (at most 64)", "lastseen: invalid config: MaxIDLength 100: key column short_username_users.handle holds at most 64 characters"
 		if h.dialect == "sqlite" {
-			limit, refusal = "128", "<nil>"
+			limit, refusal = "129 bytes (at most 128)", "<nil>"
 		}
-		p, _ = h.plugin(withModel(h.config(), &shortUsernameUser{}))
+		p, db = h.plugin(withModel(h.config(), &shortUsernameUser{}))
 		_, err = p.Touch(ctx, fmt.Sprintf("%0129d", 1))
-		equal(t, "size:64 key, default, 129 bytes", fmt.Sprint(err), "lastseen: invalid user id: string of 129 bytes (at most "+limit+")")
+		equal(t, "size:64 key, default, 129 bytes", fmt.Sprint(err), "lastseen: invalid user id: string of "+limit)
 		_, err = p.Touch(ctx, fmt.Sprintf("%064d", 1))
 		equal(t, "size:64 key, 64 bytes", err, nil)
+		umlauts := strings.Repeat("ü", 60)
+		must(t, db.Create(&shortUsernameUser{Handle: umlauts}).Error)
+		_, err = p.TouchAt(ctx, umlauts, mustTime("2026-03-01T09:31:00Z"))
+		equal(t, "size:64 key, 60 ü (120 bytes)", err, nil)
+		res, err = p.Flush(ctx)
+		must(t, err)
+		equal(t, "size:64 key: unknown (64 zeros and a 1), written", fmt.Sprint(res.Unknown, " ", res.Written), "1 1")
+		equal(t, "60 ü's column", lastSeenColumn(t, db, "short_username_users", "handle", "last_seen_at", umlauts), "2026-03-01T09:31:00Z")
 
 		for _, c := range []struct {
 			model any

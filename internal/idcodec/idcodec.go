@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lastseen/lastseen/internal/clip"
 	"gorm.io/gorm/schema"
@@ -60,9 +61,12 @@ type Codec struct {
 	// Max is the largest unsigned key the database stores, if below the
 	// type's range (0: no limit): a larger id is refused.
 	Max uint64
-	// MaxLen is the longest id in bytes once written as text
-	// (DefaultMaxLen unless set).
+	// MaxLen is the longest id once written as text, in bytes, or in
+	// characters with Chars (DefaultMaxLen bytes unless set).
 	MaxLen int
+	// Chars makes MaxLen count characters, as a key column's declared
+	// length (varchar(n)) does on PostgreSQL and MySQL.
+	Chars bool
 	// BadText reports why a String key column can never hold s ("" when
 	// it can), so that such an id is refused; nil accepts every string.
 	BadText func(s string) string
@@ -205,14 +209,22 @@ func (c Codec) fromUint(n uint64, id any) (string, error) {
 	return c.fromString(strconv.FormatUint(n, 10), id)
 }
 
+// length is s's length in MaxLen's unit, and the unit's name.
+func (c Codec) length(s string) (int, string) {
+	if c.Chars {
+		return utf8.RuneCountInString(s), "characters"
+	}
+	return len(s), "bytes"
+}
+
 // fromString validates s against the primary key type and returns its
 // canonical form.
 func (c Codec) fromString(s string, id any) (string, error) {
 	if s == "" {
 		return "", fmt.Errorf("%w: empty %T", ErrInvalid, id)
 	}
-	if len(s) > c.MaxLen {
-		return "", fmt.Errorf("%w: %T of %d bytes (at most %d)", ErrInvalid, id, len(s), c.MaxLen)
+	if n, unit := c.length(s); n > c.MaxLen {
+		return "", fmt.Errorf("%w: %T of %d %s (at most %d)", ErrInvalid, id, n, unit, c.MaxLen)
 	}
 	v, err := c.Parse(s)
 	if err != nil {
@@ -242,8 +254,8 @@ func (c Codec) fromString(s string, id any) (string, error) {
 // error saying why (not wrapping ErrInvalid). It never panics, whatever
 // the text.
 func (c Codec) Parse(s string) (any, error) {
-	if s == "" || len(s) > c.MaxLen {
-		return nil, fmt.Errorf("length %d, want 1 to %d bytes", len(s), c.MaxLen)
+	if n, unit := c.length(s); s == "" || n > c.MaxLen {
+		return nil, fmt.Errorf("length %d, want 1 to %d %s", n, c.MaxLen, unit)
 	}
 	if c.Integer() && len(strings.TrimSpace(s)) != len(s) {
 		return nil, errSpaces
