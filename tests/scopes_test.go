@@ -96,7 +96,8 @@ var tzZones = map[string]int{ // zone: UTC offset on 2026-03-01, seconds
 // TestExpiredTimeZones: with the process time zone at +14:00 and at
 // -10:00, rows expiring one second before, at and one second after the
 // cutoff are told apart by the scopes, Session.Expired, ExpiredSessions and
-// the purge, on PostgreSQL timestamptz and timestamp (which holds UTC),
+// the purge, on PostgreSQL timestamptz and timestamp (which holds UTC, as
+// ColumnLocation says),
 // MySQL/MariaDB DATETIME under loc=UTC and loc=Local, and SQLite text
 // written with any offset.
 func TestExpiredTimeZones(t *testing.T) {
@@ -129,7 +130,7 @@ func TestExpiredTimeZones(t *testing.T) {
 }
 
 // naiveSession keeps its expiry in a PostgreSQL timestamp (without time
-// zone) column, which the plugin reads as UTC.
+// zone) column, which holds UTC wall times (Flush.ColumnLocation UTC).
 type naiveSession struct {
 	ID        string    `gorm:"primaryKey;size:64"`
 	UserID    uint64    `gorm:"not null"`
@@ -188,7 +189,7 @@ func expiredTimeZonesChild(t *testing.T, zone string) {
 			{name: "timestamptz", model: &lastseen.Session{}, table: "sessions", locs: mixed, write: writeSession,
 				expired: "a,b", live: "c", earlier: "a"},
 			{name: "timestamp", model: &naiveSession{}, table: "naive_sessions",
-				locs: [3]*time.Location{time.UTC, time.UTC, time.UTC}, // the rule: timestamp columns hold UTC
+				locs: [3]*time.Location{time.UTC, time.UTC, time.UTC}, // the app writes UTC, and says so (ColumnLocation)
 				write: func(db *gorm.DB, id string, at time.Time) error {
 					return db.Create(&naiveSession{ID: id, UserID: 1, ExpiresAt: at}).Error
 				},
@@ -248,6 +249,9 @@ func expiredTimeZonesChild(t *testing.T, zone string) {
 				h.clock.Set(cutoff)
 				cfg := purgeConfig(h, 2)
 				cfg.Sessions.Model = v.model
+				if v.name == "timestamp" {
+					cfg.Flush.ColumnLocation = time.UTC
+				}
 				var p *lastseen.Plugin
 				var db *gorm.DB
 				if v.handle == nil {
