@@ -78,8 +78,10 @@ func TestFlagDefaultsComeFromTheLibrary(t *testing.T) {
 	must(t, err)
 	_, err = parser.Parse([]string{"status"})
 	must(t, err)
-	f := c.Status.targetFlags
-	equal(t, "prefix", f.Prefix, "") // found in the manifests (TestOpsDerivedPrefix)
+	equal(t, "prefix", c.Status.Prefix, "") // found in the manifests (TestOpsDerivedPrefix)
+	_, err = parser.Parse([]string{"purge"})
+	must(t, err)
+	f := c.Purge.ruleFlags
 	equal(t, "purge batch size", f.PurgeBatchSize, lastseen.DefaultBatchSize)
 	equal(t, "sessions table", f.SessionsTable, "sessions")
 	equal(t, "session id column", f.SessionIDColumn, "id")

@@ -130,7 +130,7 @@ func (l *layout) sessions(c *lastseen.Config, b bufferInfo) error {
 // Redis (no manifest to read): one plugin on the in-process buffer that
 // tracks the session table's activity column (or, without one, its expiry
 // column; nothing is ever flushed).
-func (l *layout) flagsRule(f *targetFlags, base lastseen.Config) (lastseen.Config, error) {
+func (l *layout) flagsRule(f *ruleFlags, base lastseen.Config) (lastseen.Config, error) {
 	key := keyText
 	if f.SessionIDType == "int" {
 		key = keySigned

@@ -16,16 +16,18 @@ import (
 	"gorm.io/gorm"
 )
 
-// targetFlags choose the buffer an operator command acts on. With Redis
-// the commands read the app's rules from the buffer's manifest (tables,
-// columns, key types, encodings, batch sizes, write mode, the session
-// rule): --prefix or --table picks the buffer when the app's database has
-// several. Without Redis (an app on the in-process buffer) only purge
-// runs, with the session rule the flags give.
+// targetFlags choose the buffer an operator command acts on. The commands
+// read the app's rules from the buffer's manifest (tables, columns, key
+// types, encodings, batch sizes, write mode, the session rule): --prefix
+// or --table picks the buffer when the app's database has several.
 type targetFlags struct {
 	Prefix string `help:"The buffer's Redis key prefix (the app's Buffer.Prefix, or the one it derived: lastseen buffers lists them). Needed when the database has several buffers and --table does not pick one." group:"Buffer"`
 	Table  string `help:"Pick the buffer that tracks this table (as lastseen buffers prints it)." group:"Buffer"`
+}
 
+// ruleFlags are the session rule of the purge of an app without Redis (an
+// app on the in-process buffer), which has no manifest to read.
+type ruleFlags struct {
 	SessionsTable   string        `default:"${default_sessions_table}" help:"Without Redis: the sessions table." group:"Without Redis"`
 	SessionIDColumn string        `default:"${default_session_id_column}" help:"Without Redis: primary key column of the sessions table." group:"Without Redis"`
 	SessionIDType   string        `default:"${default_session_id_type}" enum:"int,string" help:"Without Redis: kind of the session primary key: int or string." group:"Without Redis"`
@@ -44,7 +46,7 @@ type opsEnv struct {
 	rdb redis.UniversalClient // nil without Redis
 	buf bufferInfo            // the buffer acted on (zero without Redis)
 	cfg lastseen.Config       // p's Config as built, before db.Use
-	f   *targetFlags
+	f   *ruleFlags            // the purge's flags (nil for the other commands)
 
 	errOut io.Writer // warnings
 }
@@ -59,13 +61,14 @@ func (e *opsEnv) sessionsTable() string {
 }
 
 // openOps connects and registers the plugins of the buffer the flags pick,
-// built from its manifest, without scheduler or local cache; for a purge
-// whose session rule reads another buffer's activity, that buffer's plugin
-// too. A command run with noRedis allowed and no Redis flag runs on the
-// in-process buffer with the flags' session rule. The commands never call
+// built from its manifest, without scheduler or local cache, and, when its
+// session rule reads another buffer's activity, that buffer's plugin too.
+// A purge (rule set) without a Redis flag runs on the in-process buffer
+// with the rule's flags. The commands never call
 // Plugin.Close, whose final flush would change what status and purge
 // report; close releases the connections instead.
-func openOps(ctx context.Context, conn *connFlags, f *targetFlags, purge bool, now func() time.Time, errOut io.Writer) (*opsEnv, error) {
+func openOps(ctx context.Context, conn *connFlags, f *targetFlags, rule *ruleFlags, now func() time.Time, errOut io.Writer) (*opsEnv, error) {
+	purge := rule != nil
 	if now == nil {
 		now = time.Now
 	}
@@ -77,7 +80,7 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, purge bool, n
 	if err != nil {
 		return nil, err
 	}
-	e := &opsEnv{db: db, f: f, errOut: errOut}
+	e := &opsEnv{db: db, f: rule, errOut: errOut}
 	base := lastseen.Config{
 		Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelError})),
 		Test:   lastseen.TestConfig{Now: now},
@@ -85,7 +88,7 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, purge bool, n
 	var extra []lastseen.Config
 	if conn.hasRedis() {
 		extra, err = e.fromManifest(ctx, conn, f, l, base, purge)
-	} else if e.cfg, err = l.flagsRule(f, base); err == nil {
+	} else if e.cfg, err = l.flagsRule(rule, base); err == nil {
 		err = e.checkSessions() // before db.Use, whose errors name the CLI's own models
 	}
 	if err == nil {

@@ -27,7 +27,7 @@ type statusCmd struct {
 
 func (c *statusCmd) Run() error {
 	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, false, c.now, c.errOut)
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, nil, c.now, c.errOut)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ type flushCmd struct {
 
 func (c *flushCmd) Run() error {
 	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, false, c.now, c.errOut)
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, nil, c.now, c.errOut)
 	if err != nil {
 		return err
 	}
@@ -129,6 +129,7 @@ func (c *flushCmd) Run() error {
 type purgeCmd struct {
 	connFlags   `embed:""`
 	targetFlags `embed:""`
+	ruleFlags   `embed:""`
 	DryRun      bool `help:"Only count what the purge would delete now, and the expired sessions it keeps because newer activity is buffered; delete nothing."`
 
 	out    io.Writer
@@ -142,7 +143,7 @@ var errNoSessionRule = errors.New("lastseen: the app purges no sessions with thi
 
 func (c *purgeCmd) Run() error {
 	ctx := context.Background()
-	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, true, c.now, c.errOut)
+	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, &c.ruleFlags, c.now, c.errOut)
 	if err != nil {
 		return err
 	}
