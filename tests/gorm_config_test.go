@@ -20,8 +20,9 @@ import (
 // values back (GORM, LastSeen, LastSeenMany, SeenWithin), count and purge
 // expired sessions (by expiry, idle, and idle in the column but active in
 // the buffer), Status before and after the flush, and Overlay's buffered
-// value in a Find. Every variant gives the same values; only the table
-// names follow the variant's naming.
+// value in a Find. Every variant gives the same values; only the names of
+// tables and columns follow the variant's naming (NoLowerCase: "Users",
+// "LastSeenAt", which the plugin's catalog reads must find too).
 //
 // The clock is 09:30:00Z; the sessions plugin tracks
 // Session.LastActiveAt with IdleTimeout 30m (idle cutoff 09:00:00Z):
@@ -33,22 +34,23 @@ import (
 func TestGormConfigs(t *testing.T) {
 	prefixed := schema.NamingStrategy{TablePrefix: "app_", SingularTable: true}
 	for _, v := range []struct {
-		name          string
-		gorm          func(h *harness) *gorm.Config // a new config for each handle
-		users, sesses string                        // the tables the variant's naming gives
+		name            string
+		gorm            func(now func() time.Time) *gorm.Config // a new config for each handle; now is the test clock
+		users, sessions string                                  // the tables the variant's naming gives
 	}{
-		{"PrepareStmt", func(*harness) *gorm.Config { return &gorm.Config{PrepareStmt: true} }, "users", "sessions"},
-		{"SkipDefaultTransaction", func(*harness) *gorm.Config { return &gorm.Config{SkipDefaultTransaction: true} }, "users", "sessions"},
-		{"NamingStrategy", func(*harness) *gorm.Config { return &gorm.Config{NamingStrategy: prefixed} }, "app_user", "app_session"},
-		{"all three", func(*harness) *gorm.Config {
+		{"PrepareStmt", func(func() time.Time) *gorm.Config { return &gorm.Config{PrepareStmt: true} }, "users", "sessions"},
+		{"SkipDefaultTransaction", func(func() time.Time) *gorm.Config { return &gorm.Config{SkipDefaultTransaction: true} }, "users", "sessions"},
+		{"NamingStrategy", func(func() time.Time) *gorm.Config { return &gorm.Config{NamingStrategy: prefixed} }, "app_user", "app_session"},
+		{"all three", func(func() time.Time) *gorm.Config {
 			return &gorm.Config{PrepareStmt: true, SkipDefaultTransaction: true, NamingStrategy: prefixed}
 		}, "app_user", "app_session"},
-		{"QueryFields", func(*harness) *gorm.Config { return &gorm.Config{QueryFields: true} }, "users", "sessions"},
-		{"NoLowerCase", func(*harness) *gorm.Config {
+		{"QueryFields", func(func() time.Time) *gorm.Config { return &gorm.Config{QueryFields: true} }, "users", "sessions"},
+		{"NoLowerCase", func(func() time.Time) *gorm.Config {
 			return &gorm.Config{NamingStrategy: schema.NamingStrategy{NoLowerCase: true}}
 		}, "Users", "Sessions"},
-		{"NowFunc in UTC", func(h *harness) *gorm.Config {
-			return &gorm.Config{NowFunc: func() time.Time { return h.clock.Now().UTC() }}
+		{"TranslateError", func(func() time.Time) *gorm.Config { return &gorm.Config{TranslateError: true} }, "users", "sessions"},
+		{"NowFunc in UTC", func(now func() time.Time) *gorm.Config {
+			return &gorm.Config{NowFunc: func() time.Time { return now().UTC() }}
 		}, "users", "sessions"},
 	} {
 		t.Run(v.name, func(t *testing.T) {
@@ -56,11 +58,11 @@ func TestGormConfigs(t *testing.T) {
 				t.Run(d.Name, func(t *testing.T) {
 					var h *harness
 					h = newHarnessWith(t, d, testenv.Miniredis(), func() *gorm.Config {
-						c := v.gorm(h)
+						c := v.gorm(func() time.Time { return h.clock.Now() }) // h once set
 						c.Logger = testenv.Quiet().Logger
 						return c
 					})
-					gormConfigScenario(t, h, v.name == "NowFunc in UTC", v.users, v.sesses)
+					gormConfigScenario(t, h, v.name == "NowFunc in UTC", v.users, v.sessions)
 				})
 			}
 		})
