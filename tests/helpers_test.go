@@ -61,10 +61,16 @@ type harness struct {
 }
 
 func newHarness(t testing.TB, d testenv.Dialect, r testenv.RedisKind) *harness {
+	return newHarnessWith(t, d, r, testenv.Quiet)
+}
+
+// newHarnessWith is newHarness whose handles open with the GORM config gc
+// returns (a new one for each handle).
+func newHarnessWith(t testing.TB, d testenv.Dialect, r testenv.RedisKind, gc func() *gorm.Config) *harness {
 	h := &harness{t: t, dialect: d.Name, redis: r.Name, clock: testenv.ClockAt("2026-03-01T09:30:00Z")}
 	h.r = r.Open(t)
 	db := d.New(t)
-	h.openDB = func() *gorm.DB { return db.Open(t) }
+	h.openDB = func() *gorm.DB { return db.OpenWith(t, gc()) }
 	h.db = h.openDB()
 	if h.r.Client != nil {
 		h.prefix = testenv.KeyPrefix(t, h.r.Client)

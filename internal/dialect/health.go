@@ -22,8 +22,8 @@ type Health struct {
 
 // Index is one index that includes the column.
 type Index struct {
-	Name       string // the index's name
-	Definition string // its CREATE INDEX statement (PostgreSQL, SQLite), else ""
+	Name       string `gorm:"column:name"`       // the index's name
+	Definition string `gorm:"column:definition"` // its CREATE INDEX statement (PostgreSQL, SQLite), else ""
 }
 
 // Health reads the indexes of table that include column and, on

@@ -181,7 +181,10 @@ func mysqlColumnTypes(db *gorm.DB, t *Target) error {
 	if t.IntKey {
 		return nil
 	}
-	var rows []struct{ Charset, Collation *string }
+	var rows []struct {
+		Charset   *string `gorm:"column:charset"` // columns named whatever db's NamingStrategy
+		Collation *string `gorm:"column:collation"`
+	}
 	err := db.Raw(`SELECT CHARACTER_SET_NAME AS charset, COLLATION_NAME AS collation FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.Table, t.PK).Scan(&rows).Error
 	if err != nil {

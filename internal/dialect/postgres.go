@@ -165,7 +165,10 @@ func pgTimes(c *timecol.Codec, ts []time.Time) string {
 // whatever the column's width, so an id too large for an integer column
 // matches no row (counted Unknown) instead of failing the whole statement.
 func postgresColumnTypes(db *gorm.DB, t *Target) error {
-	var rows []struct{ Name, Type string }
+	var rows []struct {
+		Name string `gorm:"column:name"` // columns named whatever db's NamingStrategy
+		Type string `gorm:"column:type"`
+	}
 	err := db.Raw(`SELECT a.attname AS name, format_type(a.atttypid, NULL) AS type
 FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AND NOT a.attisdropped`,
 		db.Statement.Quote(t.Table), t.PK, t.Column).Scan(&rows).Error
@@ -233,8 +236,9 @@ ORDER BY i.relname`, rel, column, column, column).Scan(&h.Indexes).Error
 		return Health{}, fmt.Errorf("pg_index: %w", err)
 	}
 	var rows []struct {
-		Upd, Hot int64
-		Fill     *int
+		Upd  int64 `gorm:"column:upd"`
+		Hot  int64 `gorm:"column:hot"`
+		Fill *int  `gorm:"column:fill"`
 	}
 	err = db.Raw(`SELECT coalesce(s.n_tup_upd, 0) AS upd, coalesce(s.n_tup_hot_upd, 0) AS hot,
   (SELECT substring(o FROM '^fillfactor=([0-9]+)$')::int FROM unnest(c.reloptions) AS o WHERE o LIKE 'fillfactor=%') AS fill

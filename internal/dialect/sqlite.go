@@ -137,9 +137,9 @@ func sqliteExhausted(kind string) bool { return kind == "13" || kind == "7" || k
 // which has none; the server is "sqlite".
 func sqliteIdentity(ctx context.Context, db *gorm.DB) (Identity, error) {
 	var rows []struct {
-		Seq  int
-		Name string
-		File string
+		Seq  int    `gorm:"column:seq"` // columns named whatever db's NamingStrategy
+		Name string `gorm:"column:name"`
+		File string `gorm:"column:file"`
 	}
 	if err := db.WithContext(ctx).Raw("PRAGMA database_list").Scan(&rows).Error; err != nil {
 		return Identity{}, err
@@ -172,7 +172,10 @@ func classifySQLite(typ string) timecol.Class {
 // pragma_index_info table-valued functions (SQLite 3.16+).
 func sqliteHealth(db *gorm.DB, table, column string) (Health, error) {
 	var h Health
-	var rows []struct{ Name, SQL string }
+	var rows []struct {
+		Name string `gorm:"column:name"`
+		SQL  string `gorm:"column:sql"`
+	}
 	err := db.Raw(`SELECT il.name AS name, coalesce(m.sql, '') AS sql FROM pragma_index_list(?) AS il
 JOIN pragma_index_info(il.name) AS ii LEFT JOIN sqlite_master AS m ON m.type = 'index' AND m.name = il.name
 WHERE ii.name = ? ORDER BY il.name`, table, column).Scan(&rows).Error
