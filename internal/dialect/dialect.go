@@ -33,6 +33,14 @@ type Dialect struct {
 	// update returns the bulk UPDATE that moves the time column of existing
 	// rows forward to the batch's values and never inserts.
 	update func(t *Target, ids []any, ts []time.Time) clause.Expr
+	// returning returns update joined to each row as the statement found
+	// it, returning the key and the previous value of each row written
+	// (nil: the dialect reads them first, with readPrior).
+	returning func(t *Target, ids []any, ts []time.Time) clause.Expr
+	// readPrior returns the SELECT of the batch's rows: key, time column and
+	// whether update's guard holds (1 or 0), locking the rows where the
+	// dialect can when lock is set (selectPrior).
+	readPrior func(t *Target, ids []any, ts []time.Time, lock bool) clause.Expr
 	// onConflict returns the newer-only assignment and condition for an
 	// upsert.
 	onConflict func(t *Target) clause.OnConflict

@@ -20,6 +20,8 @@ var postgres = &Dialect{
 	name:        "postgres",
 	maxParams:   65535,
 	update:      postgresUpdate,
+	returning:   postgresUpdateReturning,
+	readPrior:   postgresReadPrior,
 	onConflict:  standardOnConflict(nil),
 	retryable:   postgresRetryable,
 	exhausted:   postgresExhausted,
@@ -71,13 +73,51 @@ func postgresBadText(s string) string {
 //	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
 //	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
 func postgresUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
-	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)" +
-		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
-	col := clause.Column{Name: t.Column}
-	return clause.Expr{SQL: sql, Vars: []any{
-		clause.Table{Name: t.Table}, col, pgIDs(ids), pgTimes(t.Codec, ts),
-		clause.Column{Name: t.PK}, col, col,
+	return clause.Expr{SQL: "UPDATE ? AS t SET ? = v.ts FROM ? WHERE t.? = v.id AND ?", Vars: []any{
+		clause.Table{Name: t.Table}, clause.Column{Name: t.Column}, postgresBatch(t, ids, ts),
+		clause.Column{Name: t.PK}, postgresGuard(t),
 	}}
+}
+
+// postgresUpdateReturning is postgresUpdate joined to each row as the
+// statement's snapshot holds it (o: a self-join on the key), returning the
+// key and the previous value of every row written:
+//
+//	UPDATE "users" AS t SET "last_seen_at" = v.ts FROM unnest(...) AS v(id, ts), "users" AS o
+//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts) AND o."id" = t."id"
+//	RETURNING t."id", o."last_seen_at"
+func postgresUpdateReturning(t *Target, ids []any, ts []time.Time) clause.Expr {
+	table, pk, col := clause.Table{Name: t.Table}, clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
+	return clause.Expr{SQL: "UPDATE ? AS t SET ? = v.ts FROM ?, ? AS o WHERE t.? = v.id AND ? AND o.? = t.? RETURNING t.?, o.?", Vars: []any{
+		table, col, postgresBatch(t, ids, ts), table,
+		pk, postgresGuard(t), pk, pk, pk, col,
+	}}
+}
+
+// postgresBatch is the batch as the rows (id, ts) of v:
+//
+//	unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
+func postgresBatch(t *Target, ids []any, ts []time.Time) clause.Expr {
+	return clause.Expr{SQL: "unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)",
+		Vars: []any{pgIDs(ids), pgTimes(t.Codec, ts)}}
+}
+
+// postgresGuard is the forward-only condition on row t and batch row v:
+// the column is NULL or older than v.ts.
+func postgresGuard(t *Target) clause.Expr {
+	col := clause.Column{Name: t.Column}
+	return clause.Expr{SQL: "(t.? IS NULL OR t.? < v.ts)", Vars: []any{col, col}}
+}
+
+// postgresReadPrior is the batch's rows, their values and whether the
+// guard holds, locked with FOR UPDATE OF t when lock is set (readPrior):
+//
+//	SELECT t."id", t."last_seen_at", CASE WHEN (guard) THEN 1 ELSE 0 END
+//	FROM "users" AS t JOIN unnest(...) AS v(id, ts) ON t."id" = v.id FOR UPDATE OF t
+func postgresReadPrior(t *Target, ids []any, ts []time.Time, lock bool) clause.Expr {
+	pk := clause.Column{Name: t.PK}
+	on := clause.Expr{SQL: "t.? = v.id", Vars: []any{pk}}
+	return selectPrior(t, postgresBatch(t, ids, ts), on, postgresGuard(t), map[bool]string{true: " FOR UPDATE OF t"}[lock])
 }
 
 // postgresCount counts with the same array and cast as postgresUpdate, so an

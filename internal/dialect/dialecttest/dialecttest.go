@@ -83,6 +83,8 @@ func Exercise(t *testing.T, db *gorm.DB) {
 	t.Run("update", s.update)
 	t.Run("update unix millis", s.updateMillis)
 	t.Run("upsert", s.upsert)
+	t.Run("update reading previous values", s.updatePrior)
+	t.Run("upsert reading previous values", s.upsertPrior)
 	t.Run("count", s.count)
 	t.Run("exact string key", s.exact)
 	t.Run("error kinds", s.errorKinds)
@@ -192,6 +194,82 @@ func (s *suite) upsert(t *testing.T) {
 	n, err = s.d.Upsert(s.db, tg, []any{int64(1), int64(4)}, []time.Time{t1, t0})
 	must(t, err)
 	equal(t, "rows written again", n, 0)
+}
+
+// updatePrior: UpdatePrior writes what Update writes and returns, per
+// entry, whether its row exists, whether it was written, and the value the
+// column held before (or kept); on a string key exactly, and on an integer
+// column of Unix milliseconds.
+func (s *suite) updatePrior(t *testing.T) {
+	tg := s.target(t, &intRow{}, "LastSeenAt")
+	s.seed(t, tg, int64(1), nil, int64(2), t0, int64(3), t2, int64(4), t1)
+	ids := []any{int64(1), int64(2), int64(3), int64(4), int64(5)}
+	prior, n := s.writePrior(t, s.d.UpdatePrior, tg, ids, []time.Time{t1, t1, t1, t1, t1})
+	equal(t, "rows written", n, 2)
+	equal(t, "prior", prior, "1 written over NULL, 2 written over 09:00, 3 kept 11:00, 4 kept 10:00, 5 no row")
+	equal(t, "table", s.dump(t, tg), "1=2026-03-01T10:00:00Z 2=2026-03-01T10:00:00Z 3=2026-03-01T11:00:00Z 4=2026-03-01T10:00:00Z")
+	// All written: nothing is read after the statement.
+	prior, n = s.writePrior(t, s.d.UpdatePrior, tg, ids[:2], []time.Time{t2, t2})
+	equal(t, "all written", fmt.Sprint(n, " ", prior), "2 1 written over 10:00, 2 written over 10:00")
+
+	tg = s.target(t, &stringRow{}, "LastSeenAt")
+	s.seed(t, tg, "bob", t0, "pad", t0, `q"\`, t0)
+	prior, n = s.writePrior(t, s.d.UpdatePrior, tg, []any{"Bob", "pad ", `q"\`, "bob"}, []time.Time{t1, t1, t1, t0})
+	equal(t, "string key: rows written", n, 1)
+	equal(t, "string key: prior", prior, `Bob no row, pad  no row, q"\ written over 09:00, bob kept 09:00`)
+
+	tg = s.target(t, &millisRow{}, "Seen")
+	s.seed(t, tg, int64(1), nil, int64(2), t0, int64(3), t2)
+	prior, n = s.writePrior(t, s.d.UpdatePrior, tg, []any{int64(1), int64(2), int64(3)}, []time.Time{t1, t1, t1})
+	equal(t, "unix millis: rows written", n, 2)
+	equal(t, "unix millis: prior", prior, "1 written over NULL, 2 written over 09:00, 3 kept 11:00")
+}
+
+// upsertPrior: UpsertPrior writes what Upsert writes and returns, per
+// entry, the row as it was: an unknown id is written (created) with no
+// value before.
+func (s *suite) upsertPrior(t *testing.T) {
+	tg := s.target(t, &intRow{}, "LastSeenAt")
+	s.seed(t, tg, int64(1), t0, int64(2), t2, int64(3), nil)
+	prior, n := s.writePrior(t, s.d.UpsertPrior, tg, []any{int64(1), int64(2), int64(3), int64(4)}, []time.Time{t1, t1, t1, t1})
+	equal(t, "rows written", n, 3)
+	equal(t, "prior", prior, "1 written over 09:00, 2 kept 11:00, 3 written over NULL, 4 written, no row before")
+	equal(t, "table", s.dump(t, tg), "1=2026-03-01T10:00:00Z 2=2026-03-01T11:00:00Z 3=2026-03-01T10:00:00Z 4=2026-03-01T10:00:00Z")
+}
+
+// writePrior runs write (UpdatePrior or UpsertPrior) in a transaction and
+// describes what it returned, entry by entry: "<id> written over <before>",
+// "<id> kept <value>", "<id> no row" or "<id> written, no row before";
+// values as 15:04 in UTC, NULL for none.
+func (s *suite) writePrior(t *testing.T, write func(*gorm.DB, *dialect.Target, []any, []time.Time) ([]dialect.Prior, int, error),
+	tg *dialect.Target, ids []any, ts []time.Time) (string, int) {
+	t.Helper()
+	var prior []dialect.Prior
+	var n int
+	must(t, s.db.Transaction(func(tx *gorm.DB) error {
+		var err error
+		prior, n, err = write(tx, tg, ids, ts)
+		return err
+	}))
+	equal(t, "entries", len(prior), len(ids))
+	out := make([]string, len(prior))
+	for i, p := range prior {
+		v := "NULL"
+		if !p.Before.IsZero() {
+			v = p.Before.Format("15:04")
+		}
+		switch {
+		case p.Written && !p.Found:
+			out[i] = fmt.Sprintf("%v written, no row before", ids[i])
+		case p.Written:
+			out[i] = fmt.Sprintf("%v written over %s", ids[i], v)
+		case p.Found:
+			out[i] = fmt.Sprintf("%v kept %s", ids[i], v)
+		default:
+			out[i] = fmt.Sprintf("%v no row", ids[i])
+		}
+	}
+	return strings.Join(out, ", "), n
 }
 
 // count: the ids of the batch that have a row, whatever their value; on
