@@ -439,6 +439,15 @@ func (p *Plugin) writeHooked(db *gorm.DB, t *dialect.Target, batch []entry, ids 
 // writePrior writes the batch in tx and returns what it found of each
 // entry's row: UpdatePrior or UpsertPrior.
 func (p *Plugin) writePrior(tx *gorm.DB, t *dialect.Target, ids []any, ts []time.Time) ([]dialect.Prior, error) {
+	if p.cfg.seam != nil && p.cfg.seam.NoPrevious { // the benchmark's baseline: nothing read
+		var err error
+		if p.cfg.WriteMode == upsert {
+			_, err = p.dialect.Upsert(tx, t, ids, ts)
+		} else {
+			_, err = p.dialect.Update(tx, t, ids, ts)
+		}
+		return make([]dialect.Prior, len(ids)), err
+	}
 	write := p.dialect.UpdatePrior
 	if p.cfg.WriteMode == upsert {
 		write = p.dialect.UpsertPrior

@@ -37,6 +37,9 @@ type Dialect struct {
 	// it, returning the key and the previous value of each row written
 	// (nil: the dialect reads them first, with readPrior).
 	returning func(t *Target, ids []any, ts []time.Time) clause.Expr
+	// returnsKeys is set where the UPDATE takes a RETURNING clause naming
+	// the target's own columns only (SQLite 3.35+).
+	returnsKeys bool
 	// readPrior returns the SELECT of the batch's rows: key, time column and
 	// whether update's guard holds (1 or 0), locking the rows where the
 	// dialect can when lock is set (selectPrior).

@@ -22,6 +22,7 @@ var sqlite = &Dialect{
 	maxParams:   32766,
 	update:      sqliteUpdate,
 	readPrior:   sqliteReadPrior,
+	returnsKeys: true,
 	onConflict:  standardOnConflict(sqliteKey),
 	key:         sqliteKey,
 	retryable:   sqliteRetryable,

@@ -135,22 +135,32 @@ type Prior struct {
 // its column held before. Run it in a transaction: PostgreSQL returns the
 // previous values of the rows written from the UPDATE itself (a self-join
 // on the key, RETURNING), and reads the others after it, only when some
-// were not written; MySQL reads the batch's rows first, SELECT ... FOR
-// UPDATE; SQLite reads them first (its RETURNING cannot name the joined
-// table), its transaction's snapshot keeping them as read. On PostgreSQL
+// were not written; MySQL reads the batch's rows first with the guard's
+// verdict, SELECT ... FOR UPDATE; SQLite reads them first by key (its
+// RETURNING cannot name the joined table), its transaction's snapshot
+// keeping them as read, and the UPDATE returns the keys it wrote. On PostgreSQL
 // the previous value is the statement snapshot's: a write of the same
 // column by another transaction not yet committed when the statement
 // started is not seen.
 func (d *Dialect) UpdatePrior(db *gorm.DB, t *Target, ids []any, ts []time.Time) (prior []Prior, written int, err error) {
-	if d.returning == nil {
-		if prior, err = d.ReadPrior(db, t, ids, ts, true); err != nil {
-			return nil, 0, err
-		}
-		if _, err := d.Update(db, t, ids, ts); err != nil {
-			return nil, 0, err
-		}
-		return prior, countWritten(prior), nil
+	switch {
+	case d.returning != nil:
+		return d.updateReturning(db, t, ids, ts)
+	case d.returnsKeys:
+		return d.updateReturningKeys(db, t, ids, ts)
 	}
+	if prior, err = d.ReadPrior(db, t, ids, ts, true); err != nil {
+		return nil, 0, err
+	}
+	if _, err := d.Update(db, t, ids, ts); err != nil {
+		return nil, 0, err
+	}
+	return prior, countWritten(prior), nil
+}
+
+// updateReturning is UpdatePrior in one statement (returning), then, when
+// some entries were not written, a read of their rows.
+func (d *Dialect) updateReturning(db *gorm.DB, t *Target, ids []any, ts []time.Time) (prior []Prior, written int, err error) {
 	prior = make([]Prior, len(ids))
 	err = scanPrior(db.Raw("?", d.returning(t, ids, ts)), t, ids, func(i int, before scanTime, _ bool) {
 		prior[i] = Prior{Found: true, Written: true, Before: before.time()}
@@ -179,6 +189,29 @@ func (d *Dialect) UpdatePrior(db *gorm.DB, t *Target, ids []any, ts []time.Time)
 		return nil, 0, err
 	}
 	return prior, written, nil
+}
+
+// updateReturningKeys is UpdatePrior as two statements: a read of the
+// batch's rows by key (one bound parameter per id; a row whose key only
+// its collation folds onto an id is skipped, scanPrior matching keys
+// exactly), then the UPDATE returning the keys of the rows it wrote.
+func (d *Dialect) updateReturningKeys(db *gorm.DB, t *Target, ids []any, ts []time.Time) (prior []Prior, written int, err error) {
+	pk, col := clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
+	prior = make([]Prior, len(ids))
+	read := db.Table("?", clause.Table{Name: t.Table}).Select("?, ?", pk, col).Where(clause.IN{Column: pk, Values: ids})
+	err = scanPrior(read, t, ids, func(i int, before scanTime, _ bool) {
+		prior[i] = Prior{Found: true, Before: before.time()}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	err = scanPrior(db.Raw("? RETURNING ?", d.update(t, ids, ts), pk), t, ids, func(i int, _ scanTime, _ bool) {
+		prior[i].Written = true
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return prior, countWritten(prior), nil
 }
 
 // UpsertPrior is Upsert that also returns, for each entry, prior[i] as
