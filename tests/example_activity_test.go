@@ -140,7 +140,7 @@ func Example_returnAfterAbsence() {
 	db.Create([]Member{
 		{ID: 1, LastSeenAt: at("2026-03-01T08:00:00Z")}, // 15 days away
 		{ID: 2, LastSeenAt: at("2026-03-10T08:00:00Z")}, // 6 days
-		{ID: 3},                                         // never seen
+		{ID: 3}, // never seen
 	})
 	members := lastseen.New(lastseen.Config{
 		Redis:    rdb,
