@@ -141,10 +141,11 @@ func (d *Dialect) WithMaxParams(n int) *Dialect {
 // ids must be refused before they reach a statement.
 func (d *Dialect) MaxUnsigned() uint64 { return d.maxUnsigned }
 
-// Naive is the dialect's timestamp type without time zone, for a
-// timecol.Codec: PostgreSQL's timestamp, MySQL's DATETIME(6) (taken for
-// naive until the catalog says otherwise, as GORM creates DATETIME);
-// SQLite has none.
+// Naive is the dialect's timestamp type without time zone and its date
+// type, for a timecol.Codec: PostgreSQL's timestamp and date, MySQL's
+// DATETIME(6) (taken for naive until the catalog says otherwise, as GORM
+// creates DATETIME) and DATE; SQLite has no timestamp type and keeps
+// dates as text.
 func (d *Dialect) Naive() timecol.Naive { return d.naive }
 
 // Classify tells what a column's declared type holds, from GORM's

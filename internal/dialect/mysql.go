@@ -33,7 +33,9 @@ var mysql = &Dialect{
 	classify:           classifyMySQL,
 	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
 		return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}}
-	}, Default: true},
+	}, Default: true, Date: func(day string) clause.Expr {
+		return clause.Expr{SQL: "CAST(? AS DATE)", Vars: []any{day}}
+	}},
 	identity: mysqlIdentity,
 }
 
@@ -275,6 +277,8 @@ func classifyMySQL(typ string) timecol.Class {
 		return timecol.ClassZoned
 	case "datetime":
 		return timecol.ClassNaive
+	case "date":
+		return timecol.ClassDate
 	case "bigint", "int", "integer", "mediumint":
 		return timecol.ClassInteger
 	}

@@ -34,6 +34,8 @@ var postgres = &Dialect{
 	classify:    classifyPostgres,
 	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
 		return clause.Expr{SQL: "CAST(? AS timestamp)", Vars: []any{wall}}
+	}, Date: func(day string) clause.Expr {
+		return clause.Expr{SQL: "CAST(? AS date)", Vars: []any{day}}
 	}},
 	identity: postgresIdentity,
 }
@@ -252,6 +254,8 @@ func classifyPostgres(typ string) timecol.Class {
 		return timecol.ClassZoned
 	case "timestamp":
 		return timecol.ClassNaive
+	case "date":
+		return timecol.ClassDate
 	case "int8", "int4", "int2":
 		return timecol.ClassInteger
 	}

@@ -182,12 +182,17 @@ func sqliteIdentity(ctx context.Context, db *gorm.DB) (Identity, error) {
 
 // classifySQLite follows SQLite's type affinity rules (the declared type
 // containing "INT" is an integer; "REAL", "FLOA", "DOUB" and "BLOB" hold
-// neither timestamps nor integers here; no type holds anything). Other
-// names (DATETIME, TIMESTAMP, TEXT) take the text drivers write.
+// neither timestamps nor integers here; no type holds anything). A column
+// declared DATE holds dates as text "2006-01-02": NUMERIC affinity keeps
+// such text as it is, date() and julianday() read it, and it sorts as
+// text does. Other names (DATETIME, TIMESTAMP, TEXT) take the text drivers
+// write.
 func classifySQLite(typ string) timecol.Class {
 	switch {
 	case typ == "":
 		return timecol.ClassAny
+	case typ == "date":
+		return timecol.ClassDate
 	case strings.Contains(typ, "int"):
 		return timecol.ClassInteger
 	case strings.Contains(typ, "real"), strings.Contains(typ, "floa"), strings.Contains(typ, "doub"), strings.Contains(typ, "blob"):

@@ -56,7 +56,12 @@ type (
 		At      *time.Time
 		Seconds *int64
 		Ratio   *float64
-		Name    *string `gorm:"size:64"`
+		Name    *string    `gorm:"size:64"`
+		Day     *time.Time `gorm:"type:date"`
+	}
+	dateRow struct {
+		ID  int64      `gorm:"primaryKey;autoIncrement:false"`
+		Day *time.Time `gorm:"type:date"`
 	}
 )
 
@@ -65,6 +70,7 @@ func (stringRow) TableName() string  { return "dialecttest_string" }
 func (millisRow) TableName() string  { return "dialecttest_millis" }
 func (indexedRow) TableName() string { return "dialecttest_indexed" }
 func (typesRow) TableName() string   { return "dialecttest_types" }
+func (dateRow) TableName() string    { return "dialecttest_date" }
 
 // Exercise runs the contract on db, which must be a database of the
 // test's own, on a dialect Lookup knows: it creates tables named
@@ -75,13 +81,14 @@ func Exercise(t *testing.T, db *gorm.DB) {
 	if d == nil {
 		t.Fatalf("dialect.Lookup(%q) is nil", db.Dialector.Name())
 	}
-	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}}
+	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}, &dateRow{}}
 	must(t, db.Migrator().DropTable(models...))
 	must(t, db.AutoMigrate(models...))
 	t.Cleanup(func() { _ = db.Migrator().DropTable(models...) })
 	s := &suite{d: d, db: db}
 	t.Run("update", s.update)
 	t.Run("update unix millis", s.updateMillis)
+	t.Run("update date", s.updateDate)
 	t.Run("upsert", s.upsert)
 	t.Run("update reading previous values", s.updatePrior)
 	t.Run("upsert reading previous values", s.upsertPrior)
@@ -180,6 +187,27 @@ func (s *suite) updateMillis(t *testing.T) {
 	var raw int64
 	must(t, s.db.Raw("SELECT seen FROM dialecttest_millis WHERE id = 2").Scan(&raw).Error)
 	equal(t, "stored milliseconds", raw, t1.UnixMilli())
+}
+
+// updateDate: on a date column the bulk statements write each timestamp's
+// day (UTC here), forward only: a row already on that day or later is
+// left, and so is it by the upsert; the previous values are days.
+func (s *suite) updateDate(t *testing.T) {
+	tg := s.target(t, &dateRow{}, "Day")
+	equal(t, "a date column", tg.Codec.Date(), true)
+	day := func(d int) time.Time { return time.Date(2026, 3, d, 0, 0, 0, 0, time.UTC) }
+	at := time.Date(2026, 3, 2, 21, 30, 0, 0, time.UTC)
+	s.seed(t, tg, int64(1), nil, int64(2), day(1), int64(3), day(2), int64(4), day(3))
+	n, err := s.d.Update(s.db, tg, []any{int64(1), int64(2), int64(3), int64(4)}, []time.Time{at, at, at, at})
+	must(t, err)
+	equal(t, "rows written", n, 2)
+	equal(t, "table", s.dump(t, tg), "1=2026-03-02T00:00:00Z 2=2026-03-02T00:00:00Z 3=2026-03-02T00:00:00Z 4=2026-03-03T00:00:00Z")
+	prior, n := s.writePrior(t, s.d.UpdatePrior, tg, []any{int64(1), int64(4)}, []time.Time{at.Add(24 * time.Hour), at.Add(24 * time.Hour)})
+	equal(t, "prior", fmt.Sprint(n, " ", prior), "1 1 written over 00:00, 4 kept 00:00")
+	n, err = s.d.Upsert(s.db, tg, []any{int64(2), int64(5)}, []time.Time{at, at})
+	must(t, err)
+	equal(t, "upserted", n, 1)
+	equal(t, "table after", s.dump(t, tg), "1=2026-03-03T00:00:00Z 2=2026-03-02T00:00:00Z 3=2026-03-02T00:00:00Z 4=2026-03-03T00:00:00Z 5=2026-03-02T00:00:00Z")
 }
 
 // upsert: an unknown id is inserted, an older row moves forward, a newer
@@ -449,9 +477,9 @@ func (s *suite) busy(t *testing.T) error {
 // type name as GORM's migrator reports it, and which encodings fit.
 func (s *suite) classes(t *testing.T) {
 	want := map[string]map[string]timecol.Class{
-		"postgres": {"id": timecol.ClassInteger, "at": timecol.ClassZoned, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther},
-		"mysql":    {"id": timecol.ClassInteger, "at": timecol.ClassNaive, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther},
-		"sqlite":   {"id": timecol.ClassInteger, "at": timecol.ClassText, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassText},
+		"postgres": {"id": timecol.ClassInteger, "at": timecol.ClassZoned, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther, "day": timecol.ClassDate},
+		"mysql":    {"id": timecol.ClassInteger, "at": timecol.ClassNaive, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther, "day": timecol.ClassDate},
+		"sqlite":   {"id": timecol.ClassInteger, "at": timecol.ClassText, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassText, "day": timecol.ClassDate},
 	}[s.d.Name()]
 	cols, err := s.db.Migrator().ColumnTypes(&typesRow{})
 	must(t, err)
@@ -469,7 +497,7 @@ func (s *suite) classes(t *testing.T) {
 	at := s.target(t, &intRow{}, "LastSeenAt").Codec
 	ms := s.target(t, &millisRow{}, "Seen").Codec
 	for name, class := range got {
-		equal(t, "timestamp fits "+name, at.Fits(class), class != timecol.ClassInteger && class != timecol.ClassOther)
+		equal(t, "timestamp fits "+name, at.Fits(class), class != timecol.ClassInteger && class != timecol.ClassOther) // a date holds its day
 		equal(t, "unix millis fits "+name, ms.Fits(class), class == timecol.ClassInteger)
 	}
 	equal(t, "undeclared type", s.d.Classify(""), map[string]timecol.Class{"postgres": timecol.ClassOther, "mysql": timecol.ClassOther, "sqlite": timecol.ClassAny}[s.d.Name()])
