@@ -43,7 +43,9 @@ func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool
 }
 
 // LastSeen returns the freshest time the user was seen: the newest of the
-// buffered entries and the column; ok is false when none has a value. When
+// buffered entries and the column, as the column holds it (on a DATE
+// column the start of the day in the column's location, UTC by default);
+// ok is false when none has a value. When
 // Redis does not answer within 5×Buffer.TouchTimeout (100ms by default) it
 // answers from the backlog and the column and logs a warning. Errors:
 // ErrInvalidUserID, ErrNotInitialized, or the database's error wrapped.
