@@ -132,16 +132,16 @@ type Prior struct {
 
 // UpdatePrior is Update that also returns, for each entry i of the batch,
 // prior[i]: whether its row exists, whether it was written and the value
-// its column held before. Run it in a transaction: PostgreSQL returns the
+// its column held before. Run it in a transaction. PostgreSQL returns the
 // previous values of the rows written from the UPDATE itself (a self-join
 // on the key, RETURNING), and reads the others after it, only when some
-// were not written; MySQL reads the batch's rows first with the guard's
-// verdict, SELECT ... FOR UPDATE; SQLite reads them first by key (its
-// RETURNING cannot name the joined table), its transaction's snapshot
-// keeping them as read, and the UPDATE returns the keys it wrote. On PostgreSQL
-// the previous value is the statement snapshot's: a write of the same
-// column by another transaction not yet committed when the statement
-// started is not seen.
+// were not written; the previous value is then the statement snapshot's:
+// a write of the same column by another transaction not yet committed
+// when the statement started is not seen. MySQL reads the batch's rows
+// first with the guard's verdict, SELECT ... FOR UPDATE. SQLite reads them
+// first by key (its RETURNING cannot name the joined table), its
+// transaction's snapshot keeping them as read, and the UPDATE returns the
+// keys it wrote.
 func (d *Dialect) UpdatePrior(db *gorm.DB, t *Target, ids []any, ts []time.Time) (prior []Prior, written int, err error) {
 	switch {
 	case d.returning != nil:
