@@ -142,7 +142,7 @@ func (p *Plugin) writeTarget(ctx context.Context) (*dialect.Target, error) {
 		return u.write, nil
 	}
 	t := &dialect.Target{Table: u.model.table, PK: u.model.pk.DBName, Column: u.model.time.DBName, Codec: u.model.enc,
-		IntKey: u.ids.Integer(), ExactKey: u.ids.Kind == idcodec.String}
+		IntKey: u.ids.Integer(), ExactKey: u.ids.Kind == idcodec.String, Bound: p.cfg.StatementTimeout}
 	if err := p.dialect.ColumnTypes(p.db.WithContext(ctx), t); err != nil {
 		return nil, err
 	}

@@ -55,8 +55,11 @@ func (p *Plugin) writeChunks(ctx context.Context, batch []entry) (batchResult, [
 	return res, refused, nil
 }
 
-// writeChunk writes one statement's worth of entries. It retries deadlocks
-// and serialization failures up to MaxRetries times. A statement that ran
+// writeChunk writes one statement's worth of entries. It retries deadlocks,
+// serialization failures and errors of the connection or the server's
+// state (Dialect.Transient: a killed backend, a failover) up to MaxRetries
+// times; a transient error that outlasts them keeps the chunk in the
+// buffer, never counted against any entry. A statement that ran
 // past the statement bound is written in halves (splitTimedOut). When the
 // chunk fails with an error the server reported (one with a kind,
 // Dialect.ErrorKind), probeBatch decides whether no row can have caused it
@@ -83,6 +86,9 @@ func (p *Plugin) writeChunk(ctx context.Context, batch []entry) (batchResult, []
 	// An OnBatch failure is never split either (ErrOnBatch).
 	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || p.dialect.Retryable(err) {
 		return batchResult{}, nil, err
+	}
+	if p.dialect.Transient(err) {
+		return batchResult{}, nil, p.transientError(len(batch), err)
 	}
 	if kind := p.dialect.ErrorKind(err); kind != "" { // the server answered
 		if p.dialect.Exhausted(kind) {
@@ -122,19 +128,45 @@ func (p *Plugin) splitTimedOut(ctx context.Context, batch []entry, err error) (b
 	return a, append(ra, rb...), nil
 }
 
-// statement returns ctx bounded by StatementTimeout, for one SQL statement
-// of a flush (or the transaction of a write and OnBatch), and a check that
-// wraps a statement's error with errStatementTimeout when that bound (not
-// ctx) ended it: such a batch is written in halves (splitTimedOut).
-func (p *Plugin) statement(ctx context.Context) (context.Context, context.CancelFunc, func(error) error) {
-	sctx, cancel := context.WithTimeoutCause(ctx, p.cfg.StatementTimeout, errStatementTimeout)
+// serverGrace is how much longer than the statement bound the client
+// waits for a statement the server bounds itself (Target.ServerBound), so
+// that the server's own error ends it, rolled back, rather than the
+// client's giving up while the server runs on.
+const serverGrace = time.Second
+
+// statement returns ctx bounded by StatementTimeout (plus serverGrace for
+// the write of a target the server bounds itself; t may be nil), for one
+// SQL statement of a flush (or the transaction of a write and OnBatch), and
+// a check that wraps a statement's error with errStatementTimeout when
+// that bound (not ctx) ended it, or the server stopped it at its own time
+// bound (Dialect.TimedOut): such a batch is written in halves
+// (splitTimedOut).
+func (p *Plugin) statement(ctx context.Context, t *dialect.Target) (context.Context, context.CancelFunc, func(error) error) {
+	limit := p.cfg.StatementTimeout
+	if t != nil && t.ServerBound {
+		limit += serverGrace
+	}
+	sctx, cancel := context.WithTimeoutCause(ctx, limit, errStatementTimeout)
 	check := func(err error) error {
-		if err != nil && ctx.Err() == nil && context.Cause(sctx) == errStatementTimeout {
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return err
+		case context.Cause(sctx) == errStatementTimeout:
 			return fmt.Errorf("timed out after %v (%w): %w", p.cfg.StatementTimeout, errStatementTimeout, err)
+		case p.dialect.TimedOut(err):
+			return fmt.Errorf("stopped by the server at its time bound (%w): %w", errStatementTimeout, err)
 		}
 		return err
 	}
 	return sctx, cancel, check
+}
+
+// transientError is the error of a batch of n entries that met an error of
+// the connection or the server's state (Dialect.Transient) after its
+// retries: the entries stay buffered for the next flush, and none of them
+// counts toward MaxRefusals.
+func (p *Plugin) transientError(n int, err error) error {
+	return fmt.Errorf("lastseen: the database connection or server failed%s: %w", p.keeps(fmt.Sprintf(" (%d entries kept for the next flush)", n)), err)
 }
 
 // isolateRefused writes a batch the reachable database failed once: whole,
@@ -151,8 +183,13 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 	if ctx.Err() == nil && errors.Is(err, errStatementTimeout) {
 		return p.splitTimedOut(ctx, batch, err)
 	}
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) ||
-		(p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx)) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) {
+		return batchResult{}, nil, err
+	}
+	if p.dialect.Transient(err) {
+		return batchResult{}, nil, p.transientError(len(batch), err)
+	}
+	if p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx) {
 		return batchResult{}, nil, err
 	}
 	if kind := p.dialect.ErrorKind(err); p.dialect.Exhausted(kind) {
@@ -196,12 +233,14 @@ func (p *Plugin) databaseUp(ctx context.Context) bool {
 	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
 }
 
-// writeWithRetry writes the batch, retrying deadlocks and serialization
-// failures up to MaxRetries times (retry), with a warning per retry.
+// writeWithRetry writes the batch, retrying deadlocks, serialization
+// failures and errors of the connection or the server's state
+// (Dialect.Transient; the pool has replaced a broken connection by then)
+// up to MaxRetries times (retry), with a warning per retry.
 func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchResult, err error) {
 	attempt := 0
 	retryable := func(err error) bool {
-		if !p.dialect.Retryable(err) {
+		if !p.dialect.Retryable(err) && !p.dialect.Transient(err) {
 			return false
 		}
 		attempt++
@@ -220,13 +259,14 @@ func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchRes
 // lookup, the write (with OnBatch) and the row count each get
 // StatementTimeout.
 func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
-	tctx, cancel, check := p.statement(ctx)
+	tctx, cancel, check := p.statement(ctx, nil)
 	t, err := p.writeTarget(tctx)
 	cancel()
 	if err != nil {
 		return batchResult{}, check(err)
 	}
-	sctx, cancel, check := p.statement(ctx)
+	p.hooks.Writing(batchFields(batch))
+	sctx, cancel, check := p.statement(ctx, t)
 	defer cancel()
 	db := p.db.WithContext(sctx)
 	ids := make([]any, len(batch))
@@ -265,7 +305,7 @@ func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *dialect.Tar
 		return batchResult{}, check(err)
 	}
 	if br.written < n {
-		cctx, cancel, _ := p.statement(ctx)
+		cctx, cancel, _ := p.statement(ctx, nil)
 		defer cancel()
 		existing, err := p.dialect.Count(p.db.WithContext(cctx), t, ids)
 		if err != nil {
@@ -277,6 +317,15 @@ func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *dialect.Tar
 		br.stale = existing - br.written
 	}
 	return br, nil
+}
+
+// batchFields returns the fields (ids in their stored text) of a batch.
+func batchFields(batch []entry) []string {
+	out := make([]string, len(batch))
+	for i, e := range batch {
+		out[i] = e.field
+	}
+	return out
 }
 
 // upsert writes the batch with the dialect's upsert (Flush.Upsert).

@@ -66,7 +66,7 @@ func TestIDsCompareExactly(t *testing.T) {
 		var update string
 		stmts.mu.Lock()
 		for _, s := range stmts.sql {
-			if strings.HasPrefix(s, "UPDATE") {
+			if hasVerb(s, "UPDATE") {
 				update = s
 			}
 		}

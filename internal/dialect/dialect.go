@@ -47,6 +47,12 @@ type Dialect struct {
 	// exhausted reports kinds that name a resource of the server running
 	// out.
 	exhausted func(kind string) bool
+	// transient reports the dialect's errors of the connection or of the
+	// server's state (transientError adds the drivers' common ones).
+	transient func(error) bool
+	// timedOut reports the server's error for a statement it stopped at a
+	// time bound (nil: none).
+	timedOut func(error) bool
 	// badText reports why a string key column can never hold s.
 	badText func(s string) string
 	// exactIn returns the filter "col is exactly one of vals" (nil: the
@@ -182,6 +188,30 @@ func (d *Dialect) ErrorKind(err error) string { return d.errorKind(err) }
 // PostgreSQL's SQLSTATE class 53; MySQL's 1021, 1114, 1037, 1038, 1041
 // and 3; SQLite's SQLITE_FULL, SQLITE_NOMEM and SQLITE_IOERR.
 func (d *Dialect) Exhausted(kind string) bool { return d.exhausted(kind) }
+
+// Transient reports an error of the connection or of the server's state,
+// never of the statement's rows: the same statement may pass on a new
+// connection or once the server is back, so it must never count as a
+// row's refusal. On every dialect: driver.ErrBadConn, sql.ErrConnDone,
+// io.EOF and io.ErrUnexpectedEOF, a net.Error, ECONNRESET, ECONNREFUSED
+// and EPIPE, and go-sql-driver/mysql's ErrInvalidConn ("invalid
+// connection"); on PostgreSQL SQLSTATE class 08 (connection exception),
+// 57P01 admin_shutdown (pg_terminate_backend), 57P02 crash_shutdown and
+// 57P03 cannot_connect_now; on MySQL/MariaDB errors 2006 and 2013 (server
+// gone, connection lost), 1053 (server shutdown), 1317 (query
+// interrupted by KILL QUERY) and MariaDB's 1927 (connection killed); on
+// SQLite SQLITE_BUSY and SQLITE_LOCKED. A nil error is not transient.
+func (d *Dialect) Transient(err error) bool {
+	return err != nil && (transientError(err) || (d.transient != nil && d.transient(err)))
+}
+
+// TimedOut reports the server's error for a statement it stopped at a
+// time bound it was given (Target.ServerBound): MySQL's and MariaDB's
+// 1969 ER_STATEMENT_TIMEOUT and MySQL's 3024 ER_QUERY_TIMEOUT. It is
+// false elsewhere, where the client's context ends the statement.
+func (d *Dialect) TimedOut(err error) bool {
+	return err != nil && d.timedOut != nil && d.timedOut(err)
+}
 
 // BadText reports why a string key column can never hold s ("" when it
 // can): a NUL byte on PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL

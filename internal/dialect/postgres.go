@@ -23,6 +23,7 @@ var postgres = &Dialect{
 	onConflict:  standardOnConflict(nil),
 	retryable:   postgresRetryable,
 	exhausted:   postgresExhausted,
+	transient:   postgresTransient,
 	errorKind:   sqlState,
 	badText:     postgresBadText,
 	columnTypes: postgresColumnTypes,
