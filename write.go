@@ -11,12 +11,15 @@ import (
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // batchResult counts one written batch.
 type batchResult struct {
 	written, unknown, stale, batches int
+	ambiguous                        int // of the rows left unwritten, those a repeated hour hides (countAmbiguous)
 	uncomparable                     []string // fields of entries the guard could not compare
 }
 
@@ -222,6 +225,7 @@ func (a *batchResult) merge(b batchResult) {
 	a.unknown += b.unknown
 	a.stale += b.stale
 	a.batches += b.batches
+	a.ambiguous += b.ambiguous
 	a.uncomparable = append(a.uncomparable, b.uncomparable...)
 }
 
@@ -277,6 +281,13 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	br, err := p.writeStatement(ctx, db, t, batch, ids, ts, check)
 	if err != nil || br.stale == 0 {
 		return br, err
+	}
+	if n, err := p.countAmbiguous(db, t, batch); err != nil {
+		p.limited.log(p.log, slog.LevelWarn, "lastseen: cannot look for entries in a repeated hour", "err", err)
+	} else if n > 0 {
+		br.ambiguous, br.stale = n, br.stale-n
+		p.log.Warn("lastseen: entries in an hour a DST fall-back repeats were left unwritten: the column's wall time names two instants and the database cannot tell which",
+			"ambiguous", n, "zone", p.users.zone.String())
 	}
 	// A row left unwritten may hold a value the guard cannot compare.
 	if u, err := p.findUncomparable(db, t, ids); err == nil && len(u) > 0 {
@@ -501,4 +512,53 @@ func runHook(hook func(*gorm.DB, []Seen) error, tx *gorm.DB, batch []Seen) (err 
 		}
 	}()
 	return hook(tx, batch)
+}
+
+// countAmbiguous counts the entries of a batch that a DST fall-back left
+// unwritten where the statement compared wall times (no Target.Zone, on a
+// naive column whose location has DST): an entry in the second pass of a
+// repeated hour (02:10 CET) whose row holds a wall time at or after its own
+// that names an earlier instant too (02:50, which was CEST): later in real
+// time, but not newer to the guard. It reads those entries' rows (a few,
+// once a year) and compares in Go.
+func (p *Plugin) countAmbiguous(db *gorm.DB, t *dialect.Target, batch []entry) (int, error) {
+	loc := p.users.zone
+	if loc == nil || t.Zone != "" || !t.Codec.Naive() {
+		return 0, nil
+	}
+	second := map[string]entry{}
+	var ids []any
+	for _, e := range batch {
+		if timecol.SecondPass(e.at, loc) {
+			second[e.field] = e
+			ids = append(ids, e.id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	pk, col := clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
+	rows, err := db.Table("?", clause.Table{Name: t.Table}).Select("?, ?", pk, col).Where(clause.IN{Column: pk, Values: ids}).Rows()
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		id := reflect.New(p.users.ids.Type)
+		var cur timecol.NullTime
+		if err := rows.Scan(id.Interface(), &cur); err != nil {
+			return 0, err
+		}
+		field, err := p.users.ids.Normalize(id.Elem().Interface())
+		e, ok := second[field]
+		if err != nil || !ok || !cur.Valid {
+			continue
+		}
+		const wall = "2006-01-02 15:04:05.999999"
+		if cur.Time.Format(wall) != e.at.In(loc).Format(wall) && timecol.Earliest(cur.Time, loc).Before(e.at) {
+			n++
+		}
+	}
+	return n, rows.Err()
 }

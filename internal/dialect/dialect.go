@@ -77,11 +77,17 @@ type Dialect struct {
 	classify func(typ string) timecol.Class
 	// naive is the dialect's timestamp type without time zone.
 	naive timecol.Naive
+	// zones is set where the statements convert a naive column's wall
+	// times in Target.Zone (PostgreSQL).
+	zones bool
 	// anyValue is set where a column may hold values of any type (SQLite),
 	// so values its key cannot compare.
 	anyValue bool
 	// identity names the database server and database.
 	identity func(ctx context.Context, db *gorm.DB) (Identity, error)
+	// driverLocation is the location the driver writes a time in (nil: a
+	// time's own).
+	driverLocation func(db *gorm.DB) *time.Location
 }
 
 // Lookup returns the Dialect of GORM's dialector name
@@ -233,14 +239,32 @@ func (d *Dialect) ExactIn(col any, vals []any) (filter clause.Expr, ok bool) {
 // ColumnTypes reads from the catalog what the statements need to know of
 // t's columns: on PostgreSQL the key's and the time column's types
 // (Target.PKType, Target.ColType; a missing table or column wraps
-// ErrNoTable), on MySQL a string key's character set and collation (left
-// empty when not found); nothing on SQLite. Run it once, before Update,
-// Upsert and Count.
+// ErrNoTable) and whether the server knows Target.Zone, on MySQL a string
+// key's character set and collation (left empty when not found) and
+// whether the server takes Target.Bound (Target.ServerBound); nothing on
+// SQLite. Target.Zone is cleared where the statements do not use it. Run
+// it once, before Update, Upsert and Count.
 func (d *Dialect) ColumnTypes(db *gorm.DB, t *Target) error {
+	if !d.zones {
+		t.Zone = ""
+	}
 	if d.columnTypes == nil {
 		return nil
 	}
 	return d.columnTypes(db, t)
+}
+
+// DriverLocation is the location in which db's driver writes a time.Time
+// into a naive column, where it converts it: MySQL's DSN loc (go-sql-driver
+// converts every value to it; read from GORM's MySQL dialector,
+// DSNConfig.Loc, by reflection, as the library imports no driver); nil
+// elsewhere (pgx writes a time's own wall clock, SQLite keeps offsets) and
+// when it cannot be read.
+func (d *Dialect) DriverLocation(db *gorm.DB) *time.Location {
+	if d.driverLocation == nil || db == nil {
+		return nil
+	}
+	return d.driverLocation(db)
 }
 
 // Identity names the database server and the database db is connected

@@ -35,7 +35,8 @@ var mysql = &Dialect{
 	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
 		return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}}
 	}, Default: true},
-	identity: mysqlIdentity,
+	identity:       mysqlIdentity,
+	driverLocation: mysqlDriverLocation,
 }
 
 // mysqlErrorText is how go-sql-driver/mysql writes a server error:
@@ -204,6 +205,32 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.Table
 		t.PKCharset, t.PKCollation = *rows[0].Charset, *rows[0].Collation
 	}
 	return nil
+}
+
+// mysqlDriverLocation reads DSNConfig.Loc of GORM's MySQL dialector
+// (gorm.io/driver/mysql's Config, embedded in its Dialector) by
+// reflection; nil for another dialector or an unset one.
+func mysqlDriverLocation(db *gorm.DB) *time.Location {
+	v := reflect.ValueOf(db.Dialector)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	cfg := v.FieldByName("DSNConfig")
+	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() || cfg.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	loc := cfg.Elem().FieldByName("Loc")
+	if !loc.IsValid() || !loc.CanInterface() {
+		return nil
+	}
+	l, _ := loc.Interface().(*time.Location)
+	return l
 }
 
 // mysqlServerBound sets t.ServerBound on MariaDB (VERSION() names it; it

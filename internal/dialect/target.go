@@ -30,6 +30,15 @@ type Target struct {
 	// PKCharset and PKCollation are a MySQL string key's character set and
 	// collation ("" when unknown).
 	PKCharset, PKCollation string
+	// Zone is the IANA name of the location of a naive column's wall times
+	// ("Europe/Berlin"), set before ColumnTypes where that location has DST
+	// transitions. On PostgreSQL ColumnTypes keeps it when the column is a
+	// timestamp without time zone and the server knows the name; the
+	// statements then send instants, store their wall time in Zone (AT TIME
+	// ZONE), and compare instants: a stored wall time that a DST fall-back
+	// repeats counts as its first pass, the earlier instant. Elsewhere
+	// ColumnTypes clears it and wall times compare as they are.
+	Zone string
 	// Bound is the time bound of one bulk UPDATE (the flush's statement
 	// bound), set before ColumnTypes; 0 for none.
 	Bound time.Duration
