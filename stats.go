@@ -73,7 +73,7 @@ func (p *Plugin) Stats() Stats {
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
 		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Uncomparable: c.uncomparable.Load(),
-		Canceled:  c.canceled.Load(), Ambiguous: c.ambiguous.Load(),
+		Canceled: c.canceled.Load(), Ambiguous: c.ambiguous.Load(),
 		Evictions: c.evictions.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {

@@ -19,7 +19,7 @@ import (
 // batchResult counts one written batch.
 type batchResult struct {
 	written, unknown, stale, batches int
-	ambiguous                        int // of the rows left unwritten, those a repeated hour hides (countAmbiguous)
+	ambiguous                        int      // of the rows left unwritten, those a repeated hour hides (countAmbiguous)
 	uncomparable                     []string // fields of entries the guard could not compare
 }
 

@@ -199,7 +199,7 @@ func TestNaiveColumnDSTFallBack(t *testing.T) {
 				t.Helper()
 				q := map[string]string{"postgres": "to_char(seen, 'HH24:MI')", "mysql": "DATE_FORMAT(seen, '%H:%i')"}[h.dialect]
 				var got []string
-				must(t, h.db.Raw("SELECT COALESCE(" + q + ", 'NULL') FROM naive_users ORDER BY id").Scan(&got).Error)
+				must(t, h.db.Raw("SELECT COALESCE("+q+", 'NULL') FROM naive_users ORDER BY id").Scan(&got).Error)
 				return strings.Join(got, " ")
 			}
 			touch := func(id int64, at string) {
