@@ -67,7 +67,7 @@ func TestIDsCompareExactly(t *testing.T) {
 		stmts.mu.Lock()
 		for _, s := range stmts.sql {
 			if hasVerb(s, "UPDATE") {
-				update = s
+				update = boundPrefix.ReplaceAllString(s, "") // EXPLAIN takes the statement itself
 			}
 		}
 		stmts.mu.Unlock()

@@ -244,3 +244,40 @@ func TestNaiveColumnDSTFallBack(t *testing.T) {
 		})
 	}
 }
+
+// TestNaiveColumnCreatedAfterUse: the app registers the plugin before it
+// creates its table (as apps that migrate after db.Use do), with GORM's
+// NowFunc in Europe/Berlin, and writes its own 09:00Z into the naive
+// PostgreSQL column (pgx: the wall time 10:00). LastSeen before any flush
+// or purge reads 09:00Z: the read checks the table first, as the flush
+// does, and learns that the column is naive. Before, the column was taken
+// for timestamptz until the first flush or purge and LastSeen read 10:00Z,
+// an hour late. (The flush and the purge check the table before they write
+// or delete, so neither ever misfiled a value; the scopes, which run inside
+// the app's own statements, learn it at the first flush or purge.)
+func TestNaiveColumnCreatedAfterUse(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	must(t, err)
+	h := newHarness(t, servers.Postgres(), testenv.Miniredis())
+	ctx := context.Background()
+	db := h.openDB()
+	db.Config.NowFunc = func() time.Time { return time.Now().In(berlin) }
+	cfg := h.config()
+	cfg.Model, cfg.Field, cfg.Sessions.Model = &berlinUser{}, "Seen", &berlinSession{}
+	p := lastseen.New(cfg)
+	must(t, db.Use(p))
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	for _, ddl := range naiveDDL["postgres"] {
+		must(t, h.db.Exec(ddl).Error)
+	}
+	must(t, db.Create(&berlinUser{ID: 1, Seen: ptr(mustTime("2026-03-01T09:00:00Z").In(berlin))}).Error)
+	var wall string
+	must(t, h.db.Raw("SELECT to_char(seen, 'HH24:MI') FROM naive_users WHERE id = 1").Scan(&wall).Error)
+	equal(t, "the app's wall time", wall, "10:00")
+	at, ok, err := p.LastSeen(ctx, int64(1))
+	must(t, err)
+	equal(t, "LastSeen(1) before any flush", at.UTC().Format(time.RFC3339)+map[bool]string{true: " ok"}[ok], "2026-03-01T09:00:00Z ok")
+	many, err := p.LastSeenMany(ctx, []any{int64(1)})
+	must(t, err)
+	equal(t, "LastSeenMany", many[0].UTC().Format(time.RFC3339), "2026-03-01T09:00:00Z")
+}
