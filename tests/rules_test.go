@@ -11,6 +11,7 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
+	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
 )
 
@@ -378,4 +379,105 @@ func TestRuleConfig(t *testing.T) {
 	equal(t, "scope on another table", fmt.Sprint(err), "lastseen: Inactive: rule \"same\" is on table users, the statement on api_tokens")
 	err = db.Model(&apiToken{}).Scopes(lastseen.Inactive("none")).Count(&n).Error
 	equal(t, "unknown scope", fmt.Sprint(err), `lastseen: Inactive: no rule "none" in the Config.Rules of a plugin on this *gorm.DB`)
+}
+
+// TestRuleJob: a rule with a Schedule gets its cron entries after the
+// flush's and the purge's (a rule "off" none); its job logs one line per
+// run: Debug when nothing was inactive, Info with its counts, Debug when
+// another instance holds the rule's lock.
+func TestRuleJob(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	ctx := context.Background()
+	var out testenv.Logs
+	must(t, h.db.AutoMigrate(&apiToken{}))
+	cfg := h.config()
+	cfg.Logger = testenv.JSONLogger(&out)
+	cfg.Model, cfg.Field, cfg.Sessions.Disabled = &apiToken{}, "LastUsedAt", true
+	cfg.Rules = []lastseen.Rule{
+		{Name: "delete-90d", After: 90 * 24 * time.Hour, Schedule: "@every 1h; 30 3 * * *"},
+		{Name: "by-hand", After: time.Hour, Schedule: "off"},
+	}
+	p, db := h.plugin(cfg)
+	db.Config.NowFunc = h.clock.Now
+	entries := internals(p).Scheduler.Entries()
+	equal(t, "cron entries", len(entries), 2)
+	equal(t, "entry 2", fmt.Sprint(internals(p).Scheduler.Entry(2).Schedule), fmt.Sprint(mustSpec(t, "30 3 * * *")))
+
+	out.Take() // the scheduler's start
+	job := internals(p).RuleJobs["delete-90d"]
+	job(ctx)
+	common := `"plugin":"lastseen:github.com/lastseen/lastseen/tests.apiToken.LastUsedAt","table":"api_tokens","prefix":"` + h.prefix +
+		`","rule":"delete-90d","rule_table":"api_tokens",`
+	equal(t, "nothing inactive", out.Take(), `{"level":"DEBUG","msg":"lastseen: rule: nothing inactive",`+common+
+		`"acted":0,"batches":0,"retries":0,"cutoff":"2026-03-01T09:30:00Z","stopped":false}`+"\n")
+	must(t, db.Create(ruleTokens()).Error)
+	job(ctx)
+	equal(t, "a run", out.Take(), `{"level":"INFO","msg":"lastseen: rule",`+common+
+		`"acted":7,"batches":1,"retries":0,"cutoff":"2026-03-01T09:30:00Z","stopped":false}`+"\n")
+	held, err := internals(p).Buffer.LockRule(ctx, "delete-90d")
+	must(t, err)
+	defer held.Release(ctx)
+	job(ctx)
+	equal(t, "skipped", out.Take(), `{"level":"DEBUG","msg":"lastseen: rule skipped: another instance holds the lock",`+common+
+		`"acted":0,"batches":0,"retries":0,"cutoff":"0001-01-01T00:00:00Z","stopped":false}`+"\n")
+}
+
+func mustSpec(t *testing.T, spec string) cron.Schedule {
+	t.Helper()
+	s, err := cron.ParseStandard(spec)
+	must(t, err)
+	return s
+}
+
+// TestRuleManifest: the buffer's manifest records each rule for the
+// lastseen command: its table, key, columns and encodings, soft delete,
+// After, Where, whether the app's Action runs, and its batch size.
+func TestRuleManifest(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	cfg := h.config()
+	cfg.Sessions.Disabled = true
+	cfg.Rules = []lastseen.Rule{
+		{Name: "warn", Model: &apiToken{}, Field: "LastUsedAt", After: 80 * 24 * time.Hour, Where: "warned_at IS NULL",
+			Action: func(*gorm.DB, []any) error { return nil }, BatchSize: 200},
+		{Name: "devices", Model: &unixDevice{}, Field: "LastSeen", After: time.Hour, CreatedField: "-"},
+	}
+	p, _ := h.plugin(cfg)
+	m, err := h.r.Client.HGet(context.Background(), p.Config().Buffer.Prefix+":manifest", "rules").Result()
+	must(t, err)
+	equal(t, "rules", m, `[{"name":"warn","table":"api_tokens","id_column":"id","key":"unsigned","column":"last_used_at","encoding":"time",`+
+		`"created_column":"created_at","created_encoding":"time","soft_delete":"deleted_at","after":"1920h0m0s","where":"warned_at IS NULL","action":"app","batch":200},`+
+		`{"name":"devices","table":"unix_devices","id_column":"id","key":"text","column":"last_seen","encoding":"unix","after":"1h0m0s","action":"delete","batch":1000}]`)
+}
+
+// TestRuleBufferUnreadable: when the tracker's buffer cannot be read, the
+// batch acts on no row (logged), and the run goes on with the next batch.
+// The rule lives in a plugin without Redis, its model's activity in one
+// with Redis, which fails during batch 1 only.
+func TestRuleBufferUnreadable(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	ctx := context.Background()
+	var out testenv.Logs
+	db := h.openDB()
+	must(t, db.AutoMigrate(&apiToken{}, &lastseen.User{}))
+	must(t, db.Create(ruleTokens()).Error)
+	uc := h.config()
+	uc.Redis, uc.Logger, uc.Sessions.Disabled, uc.Buffer.Prefix = nil, testenv.JSONLogger(&out), true, "users"
+	uc.Rules = []lastseen.Rule{{Name: "delete-90d", Model: &apiToken{}, Field: "LastUsedAt", After: 90 * 24 * time.Hour, BatchSize: 4, Schedule: "off"}}
+	tc := h.config()
+	tc.Model, tc.Field, tc.Sessions.Disabled = &apiToken{}, "LastUsedAt", true
+	users, tokens := lastseen.New(uc), lastseen.New(tc)
+	must(t, db.Use(users))
+	must(t, db.Use(tokens))
+	t.Cleanup(func() { users.Close(ctx); tokens.Close(ctx) })
+	db.Config.NowFunc = h.clock.Now
+	seam(users).Purge.AfterSelect = func(_ string, batch int, _ []any) {
+		h.r.Mini.SetError(map[int]string{1: "LOADING Redis is loading the dataset in memory"}[batch])
+	}
+	res, err := users.RunRule(ctx, "delete-90d")
+	must(t, err)
+	equal(t, "deleted", res.Deleted, 3) // batch 1 (1 2 4 6) none; batch 2 (7 9 10) all
+	equal(t, "tokens left", tokenIDs(t, db.Model(&apiToken{})), "[1 2 3 4 5 6]")
+	equal(t, "log", out.Take(), `{"level":"WARN","msg":"lastseen: rule: cannot read the activity buffer; this batch acts on no row",`+
+		`"plugin":"lastseen:github.com/lastseen/lastseen.User.LastSeenAt","table":"users","prefix":"users","rule":"delete-90d",`+
+		`"err":"LOADING Redis is loading the dataset in memory"}`+"\n")
 }
