@@ -1,6 +1,7 @@
 package lastseen
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -139,7 +140,7 @@ func (p *Plugin) resolveRules(db *gorm.DB, d *dialect.Dialect, loc *time.Locatio
 		if f, err := createdField(m.schema, r.CreatedField, opt); err != nil {
 			return invalid("%v", err)
 		} else if f != nil {
-			if rt.created, err = timecol.New(m.schema, f, cmpOr(r.CreatedField, f.Name), timecol.Auto, opt+".CreatedField", d.Naive(), loc); err != nil {
+			if rt.created, err = timecol.New(m.schema, f, cmp.Or(r.CreatedField, f.Name), timecol.Auto, opt+".CreatedField", d.Naive(), loc); err != nil {
 				return invalid("%v", err)
 			}
 		}
@@ -151,14 +152,6 @@ func (p *Plugin) resolveRules(db *gorm.DB, d *dialect.Dialect, loc *time.Locatio
 		p.rules[i] = rt
 	}
 	return nil
-}
-
-// cmpOr is s, or else when s is empty.
-func cmpOr(s, or string) string {
-	if s == "" {
-		return or
-	}
-	return s
 }
 
 // createdField is the creation field name names in s: none for "-", GORM's

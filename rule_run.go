@@ -1,6 +1,7 @@
 package lastseen
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -247,7 +248,7 @@ func Inactive(name string) func(*gorm.DB) *gorm.DB {
 func (r *ruleTarget) check() tableCheck {
 	codecs := []optCodec{{r.opt + ".Field", r.cfg.Field, r.model.enc}}
 	if r.created != nil {
-		codecs = append(codecs, optCodec{r.opt + ".CreatedField", cmpOr(r.cfg.CreatedField, r.created.Field().Name), r.created})
+		codecs = append(codecs, optCodec{r.opt + ".CreatedField", cmp.Or(r.cfg.CreatedField, r.created.Field().Name), r.created})
 	}
 	return tableCheck{model: r.model, modelOpt: r.opt + ".Model", modelVal: r.cfg.Model, fieldOpt: r.opt + ".Field",
 		fieldName: r.cfg.Field, codecs: codecs, extra: codecs[1:]}
