@@ -260,24 +260,7 @@ func (r *ruleTarget) check() tableCheck {
 func (p *Plugin) ruleJob(r *ruleTarget) func(context.Context) {
 	return func(ctx context.Context) {
 		res, err := p.RunRule(ctx, r.cfg.Name)
-		attrs := []any{"rule", r.cfg.Name, "rule_table", r.model.table, "acted", res.Deleted, "batches", res.Batches,
-			"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
-		if res.Refused > 0 {
-			attrs = append(attrs, "refused", res.Refused, "first_refusal", res.FirstRefusal.Error())
-		}
-		switch {
-		case err == nil && res.Deleted == 0:
-			p.log.Debug("lastseen: rule: nothing inactive", attrs...)
-		case err == nil:
-			p.log.Info("lastseen: rule", attrs...)
-		case errors.Is(err, ErrLocked):
-			p.log.Debug("lastseen: rule skipped: another instance holds the lock", attrs...)
-		case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
-			p.log.Info("lastseen: rule stopped", append(attrs, "err", err)...)
-		case errors.Is(err, ErrSchema):
-			p.logSchemaError(&r.schemaLog, "lastseen: rule failed", err, attrs...)
-		default:
-			p.log.Error("lastseen: rule failed", append(attrs, "err", err)...)
-		}
+		p.logRun("lastseen: rule", "lastseen: rule: nothing inactive", &r.schemaLog, res, err,
+			"rule", r.cfg.Name, "rule_table", r.model.table, "acted", res.Deleted)
 	}
 }

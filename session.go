@@ -524,24 +524,32 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 		return
 	}
 	res, err := p.PurgeExpiredSessions(ctx)
-	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
-		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
+	p.logRun("lastseen: purge", "lastseen: purge: nothing expired", &p.schema.purgeLog, res, err,
+		"session_table", p.sessions.model.table, "deleted", res.Deleted)
+}
+
+// logRun logs one scheduled run of a sweep, msg "lastseen: purge" or
+// "lastseen: rule": Info with its counts (attrs first), Debug when it
+// acted on nothing (the message nothing) or was skipped, Error when it
+// failed (schema errors through lim).
+func (p *Plugin) logRun(msg, nothing string, lim *logLimiter, res PurgeResult, err error, attrs ...any) {
+	attrs = append(attrs, "batches", res.Batches, "retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration)
 	if res.Refused > 0 {
 		attrs = append(attrs, "refused", res.Refused, "first_refusal", res.FirstRefusal.Error())
 	}
 	switch {
 	case err == nil && res.Deleted == 0:
-		p.log.Debug("lastseen: purge: nothing expired", attrs...)
+		p.log.Debug(nothing, attrs...)
 	case err == nil:
-		p.log.Info("lastseen: purge", attrs...)
+		p.log.Info(msg, attrs...)
 	case errors.Is(err, ErrLocked):
-		p.log.Debug("lastseen: purge skipped: another instance holds the lock", attrs...)
+		p.log.Debug(msg+" skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
-		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
+		p.log.Info(msg+" stopped", append(attrs, "err", err)...)
 	case errors.Is(err, ErrSchema):
-		p.logSchemaError(&p.schema.purgeLog, "lastseen: purge failed", err, attrs...)
+		p.logSchemaError(lim, msg+" failed", err, attrs...)
 	default:
-		p.log.Error("lastseen: purge failed", append(attrs, "err", err)...)
+		p.log.Error(msg+" failed", append(attrs, "err", err)...)
 	}
 }
 
