@@ -337,7 +337,17 @@ func TestRuleStopsOnClose(t *testing.T) {
 	})
 }
 
-// TestRuleConfig: db.Use names a rule's bad value.
+// apiTokenSeen is apiToken with a column its table lacks.
+type apiTokenSeen struct {
+	ID         uint64 `gorm:"primaryKey;autoIncrement:false"`
+	LastUsedAt *time.Time
+	SeenAt     *time.Time
+}
+
+func (apiTokenSeen) TableName() string { return "api_tokens" }
+
+// TestRuleConfig: db.Use names a rule's bad value, and a column the
+// rule's table lacks.
 func TestRuleConfig(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	must(t, h.db.AutoMigrate(&apiToken{}))
@@ -365,6 +375,10 @@ func TestRuleConfig(t *testing.T) {
 		cfg.Rules = c.rules
 		equal(t, c.name, fmt.Sprint(h.openDB().Use(lastseen.New(cfg))), c.want)
 	}
+	wider := h.config()
+	wider.Rules = []lastseen.Rule{{Name: "a", After: day, Model: &apiTokenSeen{}, Field: "LastUsedAt", CreatedField: "SeenAt"}}
+	equal(t, "a column the table lacks", fmt.Sprint(h.openDB().Use(lastseen.New(wider))),
+		`lastseen: invalid config: Config.Rules[0].CreatedField "SeenAt": table api_tokens has no column seen_at`)
 	db := h.openDB()
 	cfg := h.config()
 	cfg.Rules = []lastseen.Rule{{Name: "same", After: day}}
