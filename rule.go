@@ -64,9 +64,10 @@ type Rule struct {
 	// is recorded for the lastseen command). Default "": none.
 	Where string
 	// Action gets the primary keys of each batch's inactive rows (at most
-	// BatchSize, in key order, locked FOR UPDATE where the dialect has it)
-	// in the batch's transaction, which commits when it returns nil; an
-	// error rolls the batch back and stops the run. On a retried deadlock
+	// BatchSize, in key order, as the key field's Go type: int64, string,
+	// ...; locked FOR UPDATE where the dialect has it) in the batch's
+	// transaction, which commits when it returns nil; an error rolls the
+	// batch back and stops the run, wrapped in RunRule's error. On a retried deadlock
 	// or a batch split around a row the database refuses, it runs again
 	// for the same rows: keep what it does outside the transaction
 	// idempotent. Default nil: delete the rows (GORM's Delete: a soft

@@ -95,22 +95,14 @@ func (p *Plugin) deletable(ctx context.Context, db *gorm.DB, q *gorm.DB, cutoff 
 	}
 	m := p.sessions.model
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	dest := reflect.New(reflect.SliceOf(m.typ))
 	var n int64
-	err := q.Select("?", pk).FindInBatches(dest.Interface(), p.cfg.PurgeBatchSize, func(_ *gorm.DB, _ int) error {
-		rows := dest.Elem()
-		ids := make([]any, 0, rows.Len())
-		for i := range rows.Len() {
-			if v, zero := m.pk.ValueOf(ctx, rows.Index(i)); !zero {
-				ids = append(ids, v)
-			}
-		}
+	err := eachBatch(ctx, q.Select("?", pk), m, p.cfg.PurgeBatchSize, func(ids []any) error { // rule_run.go
 		var c int64
 		err := fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).
 			Where(p.purgeCondition(ctx, db, ids, cutoff)).Count(&c).Error
 		n += c
 		return err
-	}).Error
+	})
 	if err != nil {
 		return 0, fmt.Errorf("lastseen: count the expired sessions a purge would delete: %w", err)
 	}
@@ -393,7 +385,6 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, sw *sweep, lock buffer.
 	res := PurgeResult{Cutoff: p.now().UTC()}
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
 	dest := reflect.New(reflect.SliceOf(m.typ))
-	ids := make([]any, 0, sw.size)
 
 	// Every select gets PurgeBatchTimeout: the timer runs while FindInBatches
 	// selects and is stopped while a batch is deleted.
@@ -410,14 +401,7 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, sw *sweep, lock buffer.
 	q = q.Model(reflect.New(m.typ).Interface()).Select("?", pk).Where(sw.cond(db, res.Cutoff))
 	err := q.FindInBatches(dest.Interface(), sw.size, func(_ *gorm.DB, batch int) error {
 		timer.Stop()
-		rows := dest.Elem()
-		ids = ids[:0]
-		for i := range rows.Len() {
-			if v, zero := m.pk.ValueOf(ctx, rows.Index(i)); !zero {
-				ids = append(ids, v)
-			}
-		}
-		if fail = p.purgeBatch(ctx, db, sw, lock, &res, batch, ids); fail != nil {
+		if fail = p.purgeBatch(ctx, db, sw, lock, &res, batch, keysOf(ctx, m, dest)); fail != nil {
 			return fail
 		}
 		timer.Reset(p.cfg.PurgeBatchTimeout)
