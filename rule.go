@@ -78,7 +78,8 @@ type Rule struct {
 	// "@every 1h".
 	Schedule string
 	// BatchSize is the number of rows a batch acts on. Lower it when the
-	// Action holds its transaction's row locks too long. Default 1000.
+	// Action holds its transaction's row locks too long, or runs past the
+	// 10s bound of a batch's transaction. Default 1000.
 	BatchSize int
 }
 
