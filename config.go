@@ -3,6 +3,7 @@ package lastseen
 import (
 	"cmp"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,8 +53,9 @@ const (
 	minLockTTL = time.Second
 )
 
-// Off as a Flush.Schedule or Sessions.Schedule leaves that job out of the
-// scheduler; Flush and PurgeExpiredSessions still work when called.
+// Off as a Flush.Schedule, Sessions.Schedule or Rule.Schedule leaves that
+// job out of the scheduler; Flush, PurgeExpiredSessions and RunRule still
+// work when called.
 const scheduleOff = "off"
 
 // maxThrottle is the longest throttle window: Redis's scripts compute
@@ -97,6 +99,7 @@ type Config struct {
 	Buffer   BufferConfig   // where pending timestamps wait
 	Flush    FlushConfig    // how and when they reach the table
 	Sessions SessionConfig  // expired sessions and their purge
+	Rules    []Rule         // inactivity rules: rows unused too long, acted on in batches
 	Presence PresenceConfig // online counts and fresh reads
 	Test     TestConfig     // for tests only
 }
@@ -286,6 +289,7 @@ type settings struct {
 	SessionEncoding      timecol.Encoding
 	ColumnLocation       *time.Location
 	RequireNoEviction    bool
+	Rules                []Rule
 	seam                 *testseam.Seam
 }
 
@@ -302,6 +306,7 @@ func (c Config) settings() settings {
 		ActiveField: c.Sessions.ActiveField, PurgeSchedule: c.Sessions.Schedule, PurgeBatchSize: c.Sessions.BatchSize,
 		OnlineWindow: c.Presence.OnlineWindow, ActiveUsersRetention: c.Presence.ActiveUsersRetention,
 		Overlay: c.Presence.Overlay, Now: c.Test.Now, seam: c.Test.Seam,
+		Rules: slices.Clone(c.Rules),
 	}
 	if c.Flush.Upsert {
 		s.WriteMode = upsert
@@ -331,6 +336,7 @@ func (s settings) public() Config {
 		Timeout: s.FlushTimeout, Upsert: s.WriteMode == upsert, OnBatch: s.OnBatch, ColumnLocation: s.ColumnLocation}
 	c.Sessions = SessionConfig{Model: s.SessionModel, ExpiresField: s.ExpiresField, IdleTimeout: s.IdleTimeout,
 		ActiveField: s.ActiveField, Schedule: s.PurgeSchedule, BatchSize: s.PurgeBatchSize, Disabled: s.DisablePurge}
+	c.Rules = slices.Clone(s.Rules)
 	c.Presence = PresenceConfig{OnlineWindow: s.OnlineWindow, ActiveUsersRetention: s.ActiveUsersRetention, Overlay: s.Overlay}
 	c.Test = TestConfig{Now: s.Now, Seam: s.seam}
 	return c
@@ -373,6 +379,15 @@ func withDefaults(cfg settings) settings {
 	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, defaultMaxIDLength)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
+	}
+	for i := range cfg.Rules { // after Model and Field
+		r := &cfg.Rules[i]
+		if r.Model == nil {
+			r.Model = cfg.Model
+		}
+		r.Field = cmp.Or(r.Field, cfg.Field)
+		r.Schedule = cmp.Or(r.Schedule, DefaultPurgeSchedule)
+		r.BatchSize = cmp.Or(r.BatchSize, defaultPurgeBatchSize)
 	}
 	if cfg.SessionModel == nil {
 		cfg.SessionModel = &Session{}

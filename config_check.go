@@ -19,7 +19,7 @@ func invalid(format string, args ...any) error {
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
 func checkConfig(c settings, d *dialect.Dialect) error {
-	for _, check := range []func(settings, *dialect.Dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
+	for _, check := range []func(settings, *dialect.Dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkRules, checkCounts} {
 		if err := check(c, d); err != nil {
 			return err
 		}

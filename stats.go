@@ -20,6 +20,7 @@ type counters struct {
 	ambiguous                                              atomic.Int64 // entries a repeated hour left unwritten
 	canceled                                               atomic.Int64
 	evictions                                              atomic.Int64 // the Redis buffer's eviction watch
+	ruleRuns, ruleErrors, ruleSkipped, ruleRows            atomic.Int64
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -58,6 +59,11 @@ type Stats struct {
 	PurgeSkipped    int64 // purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
 	PurgeRefused    int64 // expired sessions the database refused to delete, per run
+
+	RuleRuns    int64 // runs of inactivity rules (RunRule, scheduled)
+	RuleErrors  int64 // rule runs that returned an error
+	RuleSkipped int64 // rule runs skipped: another instance held the rule's lock
+	RuleRows    int64 // rows rules acted on: deleted, or handed to their Action
 }
 
 // Stats returns the counters now.
@@ -75,6 +81,7 @@ func (p *Plugin) Stats() Stats {
 		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Uncomparable: c.uncomparable.Load(),
 		Canceled: c.canceled.Load(), Ambiguous: c.ambiguous.Load(),
 		Evictions: c.evictions.Load(),
+		RuleRuns:  c.ruleRuns.Load(), RuleErrors: c.ruleErrors.Load(), RuleSkipped: c.ruleSkipped.Load(), RuleRows: c.ruleRows.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()

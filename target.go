@@ -81,8 +81,9 @@ func columnLocation(loc *time.Location, db *gorm.DB, d *dialect.Dialect) *time.L
 	return nil
 }
 
-// resolveTargets resolves the user and session models against db (table,
-// primary key, time column) and the user ids' codec against dialect d.
+// resolveTargets resolves the user and session models and the rules
+// against db (table, primary key, time columns) and the user ids' codec
+// against dialect d.
 func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect.Dialect) error {
 	c := p.cfg
 	loc := columnLocation(c.ColumnLocation, db, d)
@@ -112,7 +113,7 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect.Dialect) error {
 			return invalid("%v", err)
 		}
 	}
-	return nil
+	return p.resolveRules(db, d, loc) // rule.go
 }
 
 // dstZone is the location of a naive column's wall times, the codec's or

@@ -91,6 +91,10 @@ type Buffer interface {
 	// LockPurge takes the purge lock, or returns an error wrapping
 	// ErrNotObtained when another holder has it.
 	LockPurge(ctx context.Context) (Lease, error)
+	// LockRule takes the lock of the inactivity rule name (one per rule,
+	// apart from the purge lock and from each other), or returns an error
+	// wrapping ErrNotObtained when another holder has it.
+	LockRule(ctx context.Context, name string) (Lease, error)
 	// Sizes returns each shard's pending and in-flight counts, in shard
 	// order.
 	Sizes(ctx context.Context) ([]Sizes, error)
@@ -206,7 +210,7 @@ type Backlog interface {
 // The sentinel errors of the contract; test with errors.Is.
 var (
 	// ErrNotObtained: another flusher or purge holds the lock (LockShard,
-	// LockPurge).
+	// LockPurge, LockRule).
 	ErrNotObtained = errors.New("lastseen: lock held by another flusher or purge")
 	// ErrLockLost: a lease's lock expired or was taken over; the work under
 	// it must stop (its shard's in-flight set stays for the next flush).

@@ -571,8 +571,9 @@ func refusalLimit(c *check) {
 	c.sizes(0, 0, 2, 0, 0, 0, 0, 0)
 }
 
-// locksExclusive: a shard's lock and the purge lock have one holder at a
-// time (ErrNotObtained for a second); each shard's lock is its own; a
+// locksExclusive: a shard's lock, the purge lock and a rule's lock have
+// one holder at a time (ErrNotObtained for a second); each shard's and
+// each rule's lock is its own; a
 // released lock can be taken again; a held lock refreshes; Keep's context
 // runs until the work stops.
 func locksExclusive(c *check) {
@@ -587,6 +588,20 @@ func locksExclusive(c *check) {
 	c.must(err)
 	if _, err := c.b.LockPurge(c.ctx); !errors.Is(err, buffer.ErrNotObtained) {
 		c.t.Fatalf("second purge lock: %v, want ErrNotObtained", err)
+	}
+	r1, err := c.b.LockRule(c.ctx, "warn")
+	c.must(err)
+	if _, err := c.b.LockRule(c.ctx, "warn"); !errors.Is(err, buffer.ErrNotObtained) {
+		c.t.Fatalf("second lock of rule warn: %v, want ErrNotObtained", err)
+	}
+	r2, err := c.b.LockRule(c.ctx, "revoke") // each rule's lock is its own, apart from the purge's
+	c.must(err)
+	c.must(r1.Refresh(c.ctx))
+	r1.Release(c.ctx)
+	r1, err = c.b.LockRule(c.ctx, "warn")
+	c.must(err)
+	for _, l := range []buffer.Lease{r1, r2} {
+		l.Release(c.ctx)
 	}
 	c.must(l0.Refresh(c.ctx))
 	c.must(p.Refresh(c.ctx))
