@@ -47,8 +47,9 @@ const (
 	defaultFlushTimeout         = 5 * time.Minute
 	defaultPurgeTimeout         = 30 * time.Minute
 	defaultStatementTimeout     = 20 * time.Second
-	// minLockTTL is the shortest LockTTL the test seam may set: the
-	// statement bound derived from it (two thirds) stays at 666ms or more.
+	// minLockTTL is the shortest LockTTL the test seam may set: the keeper
+	// refreshes a lock every third of its TTL, and a refresh (a Redis round
+	// trip, with the retries of one that failed) must fit in that.
 	minLockTTL = time.Second
 )
 
@@ -356,11 +357,15 @@ func withDefaults(cfg settings) settings {
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, defaultMaxRetries)
 	cfg.PurgeBatchSize = cmp.Or(cfg.PurgeBatchSize, defaultPurgeBatchSize)
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, defaultPurgePause)
-	cfg.LockTTL = cmp.Or(cfg.LockTTL, defaultLockTTL) // before the timeouts that follow it
-	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, min(defaultPurgeBatchTimeout, cfg.LockTTL*2/3))
-	// Below the lock's TTL, so a statement never outlives a lock whose
-	// refreshes stopped; at least 666ms, as LockTTL is at least minLockTTL.
-	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, min(defaultStatementTimeout, cfg.LockTTL*2/3))
+	cfg.LockTTL = cmp.Or(cfg.LockTTL, defaultLockTTL)
+	// Neither bound depends on the lock's TTL: the lock's keeper refreshes
+	// it while a statement runs and cancels the run's context (and so the
+	// flush's statement in flight) once the lock is lost, so a statement may
+	// outlive one TTL of a lock that is still held. A purge batch runs to
+	// its bound even then (its delete is by key and expiry: a second purger
+	// deletes nothing twice).
+	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, defaultPurgeBatchTimeout)
+	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, defaultStatementTimeout)
 	cfg.FlushTimeout = cmp.Or(cfg.FlushTimeout, defaultFlushTimeout)
 	cfg.PurgeTimeout = cmp.Or(cfg.PurgeTimeout, defaultPurgeTimeout)
 	cfg.Field = cmp.Or(cfg.Field, defaultField)

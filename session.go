@@ -249,7 +249,7 @@ func (p *Plugin) purgeCondition(ctx context.Context, db *gorm.DB, ids []any, cut
 type PurgeResult struct {
 	Deleted      int           // session rows deleted
 	Batches      int           // delete transactions committed
-	Retries      int           // transactions repeated after a deadlock or serialization failure
+	Retries      int           // transactions repeated after a deadlock, a serialization failure or a connection failure
 	Cutoff       time.Time     // sessions expiring at or before this were purged (UTC)
 	Stopped      bool          // the run ended early: context ended, Close, or an error
 	Duration     time.Duration // wall time
@@ -474,14 +474,18 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, sw *sweep, lock bu
 	return context.Cause(ctx)
 }
 
-// deleteBatch runs one batch's work (act: a sweep's prepare) in its own
-// transaction under the batch timeout, retrying deadlocks and
-// serialization failures. The transaction ignores ctx ending (a batch is
-// never cut short); the waits between attempts do not, and then return
+// deleteBatch runs one batch's work (act: a sweep's prepare, on ids) in
+// its own transaction under the batch timeout, retrying deadlocks,
+// serialization failures and errors of the connection or the server's
+// state (Dialect.Transient). The transaction ignores ctx ending (a batch
+// is never cut short); the waits between attempts do not, and then return
 // ctx's cause.
-func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, act func(tx *gorm.DB) (int, error)) (n, retries int, err error) {
-	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.Retryable(err) }
+func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, act func(tx *gorm.DB) (int, error)) (n, retries int, err error) {
+	retryable := func(err error) bool {
+		return !errors.Is(err, errBatchTimeout) && (p.dialect.Retryable(err) || p.dialect.Transient(err))
+	}
 	retries, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
+		p.hooks.Deleting(ids)
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
 		defer cancel()
 		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) (err error) {
@@ -547,8 +551,9 @@ type purgeParts struct {
 }
 
 // isolate handles a batch whose delete failed with batchErr. An error
-// without a kind (the connection's), a timeout or a lasting deadlock stops
-// the run as before. Otherwise one session of the batch is deleted alone
+// without a kind, one of the connection or the server's state
+// (Dialect.Transient), a timeout or a lasting deadlock stops the run as
+// before: none of those is a session's refusal. Otherwise one session of the batch is deleted alone
 // (the probe); refused with the same kind of error, a delete that touches
 // no row witnesses. Refused the same way too, the refusal is systemic
 // (ErrSystemic, the run stops after this batch). Else the batch is halved
@@ -559,7 +564,7 @@ type purgeParts struct {
 func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (int, error) {
 	p := pp.p
 	kind := p.dialect.ErrorKind(batchErr)
-	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.Retryable(batchErr) {
+	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.Retryable(batchErr) || p.dialect.Transient(batchErr) {
 		return 0, batchErr
 	}
 	if p.dialect.Exhausted(kind) {
@@ -573,7 +578,11 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 		deleted, err = pp.delete(ctx, probe)
 	}
 	if err != nil && p.sameKind(ctx, err, kind) {
-		if werr := pp.deleteNothing(ctx); p.sameKind(ctx, werr, kind) {
+		werr := pp.deleteNothing(ctx)
+		if p.dialect.Transient(werr) { // no answer: not the session's refusal
+			return deleted, werr
+		}
+		if p.sameKind(ctx, werr, kind) {
 			return deleted, fmt.Errorf("%w (error kind %s): %w", ErrSystemic, kind, batchErr)
 		}
 		if n == 1 {
@@ -619,7 +628,7 @@ func (pp *purgeParts) split(ctx context.Context, ids []any) (int, error) {
 func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pp.p.cfg.PurgeBatchTimeout)
 	defer cancel()
-	n, retries, err := pp.p.deleteBatch(ctx, pp.db, pp.sw.prepare(rctx, pp.db, ids, pp.res.Cutoff))
+	n, retries, err := pp.p.deleteBatch(ctx, pp.db, ids, pp.sw.prepare(rctx, pp.db, ids, pp.res.Cutoff))
 	pp.res.Retries += retries
 	if err == nil {
 		pp.res.Batches++
@@ -628,10 +637,11 @@ func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
 }
 
 // refuse records one session the database refused to delete on its own, or
-// returns err when it is not such a refusal (no kind, a timeout, ctx ended).
+// returns err when it is not such a refusal (no kind, the connection's or
+// the server's state, a timeout, ctx ended).
 func (pp *purgeParts) refuse(ctx context.Context, id any, err error) error {
 	p := pp.p
-	if context.Cause(ctx) != nil || p.dialect.ErrorKind(err) == "" || errors.Is(err, errBatchTimeout) {
+	if context.Cause(ctx) != nil || p.dialect.ErrorKind(err) == "" || p.dialect.Transient(err) || errors.Is(err, errBatchTimeout) {
 		return err
 	}
 	pp.res.Refused++

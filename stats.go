@@ -17,6 +17,7 @@ type counters struct {
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
 	uncomparable                                           atomic.Int64 // entries the guard could not compare
+	ambiguous                                              atomic.Int64 // entries a repeated hour left unwritten
 	canceled                                               atomic.Int64
 	evictions                                              atomic.Int64 // the Redis buffer's eviction watch
 	ruleRuns, ruleErrors, ruleSkipped, ruleRows            atomic.Int64
@@ -50,6 +51,7 @@ type Stats struct {
 	Failed       int64     // entries the database refused, kept for the next flush
 	Dropped      int64     // entries dropped after their 5th refusal, or lost at Close without Redis
 	Uncomparable int64     // entries the column could not be compared with (ErrUncomparable)
+	Ambiguous    int64     // entries in an hour a DST fall-back repeats, left unwritten (FlushResult.Ambiguous)
 	LastFlush    time.Time // end of the last flush without error (UTC); zero before one
 
 	Purges          int64 // purge runs
@@ -77,7 +79,7 @@ func (p *Plugin) Stats() Stats {
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
 		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Uncomparable: c.uncomparable.Load(),
-		Canceled:  c.canceled.Load(),
+		Canceled: c.canceled.Load(), Ambiguous: c.ambiguous.Load(),
 		Evictions: c.evictions.Load(),
 		RuleRuns:  c.ruleRuns.Load(), RuleErrors: c.ruleErrors.Load(), RuleSkipped: c.ruleSkipped.Load(), RuleRows: c.ruleRows.Load(),
 	}

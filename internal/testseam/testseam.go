@@ -27,15 +27,14 @@ import (
 // Plugin.Config().Test.Seam.
 type Seam struct {
 	// LockTTL is the time-to-live of the flush and purge locks (30s; at
-	// least 1s, db.Use refuses less).
+	// least 1s, db.Use refuses less), refreshed every third of it while a
+	// flush or purge works.
 	LockTTL time.Duration
-	// StatementTimeout bounds each SQL statement of a flush (20s, or two
-	// thirds of LockTTL when that is shorter: at least 666ms); it must be
-	// shorter than LockTTL. A batch whose statement runs past it is written
-	// in halves.
+	// StatementTimeout bounds each SQL statement of a flush (20s, whatever
+	// LockTTL: the lock is refreshed while the statement runs). A batch
+	// whose statement runs past it is written in halves.
 	StatementTimeout time.Duration
-	// PurgeBatchTimeout bounds one purge batch (10s, or two thirds of
-	// LockTTL when that is shorter).
+	// PurgeBatchTimeout bounds one purge batch (10s, whatever LockTTL).
 	PurgeBatchTimeout time.Duration
 	// PurgeTimeout is the deadline of a scheduled purge (30m).
 	PurgeTimeout time.Duration
@@ -96,6 +95,13 @@ type FlushHooks struct {
 	// LockRefreshed: the lock under key was refreshed by its keeper, while
 	// the flush or purge holding it runs.
 	LockRefreshed func(key string)
+	// BeforeWrite: the write statement of these entries (their ids as
+	// stored in the buffer) is next, its table resolved; a retry calls it
+	// again.
+	BeforeWrite func(fields []string)
+	// BeforeDelete: the purge's delete of these session ids is next; a
+	// retry calls it again.
+	BeforeDelete func(ids []any)
 }
 
 // PurgeHooks are called at fixed points of a purge or of a run of an
@@ -147,6 +153,20 @@ func (h *FlushHooks) Unlinking(shard int) {
 func (h *FlushHooks) BacklogTaken(n int) {
 	if h != nil && h.AfterBacklogTake != nil {
 		h.AfterBacklogTake(n)
+	}
+}
+
+// Writing calls BeforeWrite if set.
+func (h *FlushHooks) Writing(fields []string) {
+	if h != nil && h.BeforeWrite != nil {
+		h.BeforeWrite(fields)
+	}
+}
+
+// Deleting calls BeforeDelete if set.
+func (h *FlushHooks) Deleting(ids []any) {
+	if h != nil && h.BeforeDelete != nil {
+		h.BeforeDelete(ids)
 	}
 }
 

@@ -138,6 +138,9 @@ func (l *shardLease) Requeue(_ context.Context, refused []buffer.Refused, ceilin
 	defer s.mu.Unlock()
 	var dropped []string
 	for _, r := range refused {
+		if _, held := s.inflight[r.Field]; !held {
+			continue // renamed meanwhile (Buffer.Rename): no longer this entry
+		}
 		delete(s.inflight, r.Field)
 		s.refusals[r.Field]++
 		if limit > 0 && s.refusals[r.Field] >= limit {
