@@ -12,8 +12,8 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// Member is an app's user with Discourse's count of days visited.
-type Member struct {
+// ForumUser is a forum's user with Discourse's count of days visited.
+type ForumUser struct {
 	ID          int64 `gorm:"primaryKey"`
 	LastSeenAt  *time.Time
 	DaysVisited int `gorm:"not null;default:0"`
@@ -42,7 +42,7 @@ func recordVisits(tx *gorm.DB, batch []lastseen.Seen) error {
 			return res.Error
 		}
 		if res.RowsAffected == 1 {
-			err := tx.Model(&Member{}).Where("id = ?", s.ID).UpdateColumn("days_visited", gorm.Expr("days_visited + 1")).Error
+			err := tx.Model(&ForumUser{}).Where("id = ?", s.ID).UpdateColumn("days_visited", gorm.Expr("days_visited + 1")).Error
 			if err != nil {
 				return err
 			}
@@ -58,11 +58,11 @@ func Example_dailyVisits() {
 	db, rdb, done := exampleEnv()
 	defer done()
 	now := time.Date(2026, 3, 1, 9, 40, 0, 0, time.UTC)
-	db.AutoMigrate(&Member{}, &UserVisit{})
-	db.Create([]Member{{ID: 1}, {ID: 2}})
+	db.AutoMigrate(&ForumUser{}, &UserVisit{})
+	db.Create([]ForumUser{{ID: 1}, {ID: 2}})
 	members := lastseen.New(lastseen.Config{
 		Redis:    rdb,
-		Model:    &Member{},
+		Model:    &ForumUser{},
 		Logger:   slog.New(slog.DiscardHandler),
 		Buffer:   lastseen.BufferConfig{Prefix: "app:members"},
 		Flush:    lastseen.FlushConfig{OnBatch: recordVisits, Schedule: "off"},
@@ -90,7 +90,7 @@ func Example_dailyVisits() {
 	for _, v := range visits {
 		fmt.Println("visit", v.UserID, v.VisitedAt.UTC().Format(time.DateOnly))
 	}
-	var ms []Member
+	var ms []ForumUser
 	db.Order("id").Find(&ms)
 	for _, m := range ms {
 		fmt.Println("member", m.ID, "days visited", m.DaysVisited)
@@ -136,15 +136,15 @@ func Example_returnAfterAbsence() {
 	defer done()
 	now := time.Date(2026, 3, 16, 9, 0, 0, 0, time.UTC)
 	at := func(s string) *time.Time { t, _ := time.Parse(time.RFC3339, s); return &t }
-	db.AutoMigrate(&Member{}, &WelcomeBack{})
-	db.Create([]Member{
+	db.AutoMigrate(&ForumUser{}, &WelcomeBack{})
+	db.Create([]ForumUser{
 		{ID: 1, LastSeenAt: at("2026-03-01T08:00:00Z")}, // 15 days away
 		{ID: 2, LastSeenAt: at("2026-03-10T08:00:00Z")}, // 6 days
 		{ID: 3}, // never seen
 	})
 	members := lastseen.New(lastseen.Config{
 		Redis:    rdb,
-		Model:    &Member{},
+		Model:    &ForumUser{},
 		Logger:   slog.New(slog.DiscardHandler),
 		Buffer:   lastseen.BufferConfig{Prefix: "app:members"},
 		Flush:    lastseen.FlushConfig{OnBatch: queueWelcomeBacks, Schedule: "off"},

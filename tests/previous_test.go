@@ -272,3 +272,40 @@ func TestReturnAfterAbsence(t *testing.T) {
 		equal(t, "returned", strings.Join(returned, "; "), "1 away since 2026-02-15")
 	})
 }
+
+// TestOnBatchPreviousNaiveColumn: on a naive timestamp column (PostgreSQL
+// timestamp, MySQL DATETIME) holding Berlin wall times, Previous is the
+// instant of the wall time the column held (10:00 in Berlin: 09:00Z), read
+// by PostgreSQL through the zone-aware UPDATE, and the forward-only guard
+// still decides Written.
+func TestOnBatchPreviousNaiveColumn(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	must(t, err)
+	for _, d := range servers.ServerDialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, memoryKind())
+			ctx := context.Background()
+			for _, ddl := range naiveDDL[h.dialect] {
+				must(t, h.db.Exec(ddl).Error)
+			}
+			must(t, h.db.Exec("INSERT INTO naive_users (id, seen) VALUES (1, '2026-03-01 10:00:00'), (2, '2026-03-01 11:00:00')").Error)
+			var got []string
+			cfg := h.config()
+			cfg.Model, cfg.Field, cfg.Sessions.Model = &berlinUser{}, "Seen", &berlinSession{}
+			cfg.Flush.ColumnLocation = berlin
+			cfg.Flush.OnBatch = func(_ *gorm.DB, batch []lastseen.Seen) error {
+				got = append(got, describeSeen(batch))
+				return nil
+			}
+			p, _ := h.plugin(cfg)
+			for _, id := range []int64{1, 2} {
+				_, err := p.Touch(ctx, id) // 09:30Z, 10:30 in Berlin
+				must(t, err)
+			}
+			res, err := p.Flush(ctx)
+			must(t, err)
+			equal(t, "hook", sortedBatches(got), "1 written 2026-03-01T09:30:00Z over 2026-03-01T09:00:00Z; 2 kept 2026-03-01T10:00:00Z")
+			equal(t, "counts", fmt.Sprintf("written=%d stale=%d", res.Written, res.Stale), "written=1 stale=1")
+		})
+	}
+}

@@ -24,6 +24,8 @@ var mysql = &Dialect{
 	onConflict:         mysqlOnConflict,
 	retryable:          mysqlRetryable,
 	exhausted:          mysqlExhausted,
+	transient:          mysqlTransient,
+	timedOut:           mysqlTimedOut,
 	errorKind:          mysqlErrorNumber,
 	badText:            mysqlBadText,
 	exactIn:            mysqlExactIn,
@@ -36,7 +38,8 @@ var mysql = &Dialect{
 	}, Default: true, Date: func(day string) clause.Expr {
 		return clause.Expr{SQL: "CAST(? AS DATE)", Vars: []any{day}}
 	}},
-	identity: mysqlIdentity,
+	identity:       mysqlIdentity,
+	driverLocation: mysqlDriverLocation,
 }
 
 // mysqlErrorText is how go-sql-driver/mysql writes a server error:
@@ -110,7 +113,8 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 }
 
 // mysqlUpdate joins the batch as a derived table of SELECT ... UNION ALL
-// rows, which MySQL 5.7+ and MariaDB 10.x all accept:
+// rows, which MySQL 5.7+ and MariaDB 10.x all accept (on MariaDB behind
+// "SET STATEMENT max_statement_time = N FOR", Target.ServerBound):
 //
 //	UPDATE `users` AS t JOIN (SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v ON t.`id` = v.id
 //	SET t.`last_seen_at` = v.ts WHERE (t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts)
@@ -120,7 +124,7 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 //	... JOIN (SELECT CAST(? AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_general_ci AS id, ...) AS v
 //	ON t.`id` = v.id AND BINARY t.`id` = BINARY v.id SET ...
 func mysqlUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
-	return clause.Expr{SQL: "UPDATE ? AS t JOIN ? ON ? SET t.? = v.ts WHERE ?", Vars: []any{
+	return clause.Expr{SQL: mysqlBoundPrefix(t) + "UPDATE ? AS t JOIN ? ON ? SET t.? = v.ts WHERE ?", Vars: []any{
 		clause.Table{Name: t.Table}, mysqlBatch(t, ids, ts), mysqlMatch(t), clause.Column{Name: t.Column}, mysqlGuard(t),
 	}}
 }
@@ -171,10 +175,11 @@ func mysqlGuard(t *Target) clause.Expr {
 
 // mysqlReadPrior is the batch's rows, their values and whether the guard
 // holds, locked FOR UPDATE (InnoDB's exclusive row locks, held to the end
-// of the transaction) when lock is set (readPrior): MySQL's UPDATE has no
-// RETURNING.
+// of the transaction) when lock is set (readPrior), behind MariaDB's
+// statement bound as the UPDATE: MySQL's UPDATE has no RETURNING.
 func mysqlReadPrior(t *Target, ids []any, ts []time.Time, lock bool) clause.Expr {
-	return selectPrior(t, mysqlBatch(t, ids, ts), mysqlMatch(t), mysqlGuard(t), map[bool]string{true: " FOR UPDATE"}[lock])
+	sel := selectPrior(t, mysqlBatch(t, ids, ts), mysqlMatch(t), mysqlGuard(t), map[bool]string{true: " FOR UPDATE"}[lock])
+	return clause.Expr{SQL: mysqlBoundPrefix(t) + "?", Vars: []any{sel}} // bounded as the UPDATE is
 }
 
 // mysqlOnConflict puts the newer-only guard into the assigned value, since
@@ -203,9 +208,14 @@ func mysqlRetryable(err error) bool {
 var mysqlName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
 
 // mysqlColumnTypes reads a string key's character set and collation from
-// information_schema.COLUMNS, for mysqlUpdate. Nothing found (an integer
-// key, a missing table) leaves them empty.
+// information_schema.COLUMNS, for mysqlUpdate, and whether the server
+// takes the statement bound itself (mysqlServerBound). Nothing found (an
+// integer key, a missing table) leaves the character set and collation
+// empty.
 func mysqlColumnTypes(db *gorm.DB, t *Target) error {
+	if err := mysqlServerBound(db, t); err != nil {
+		return err
+	}
 	if t.IntKey {
 		return nil
 	}
@@ -223,6 +233,69 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.Table
 		t.PKCharset, t.PKCollation = *rows[0].Charset, *rows[0].Collation
 	}
 	return nil
+}
+
+// mysqlDriverLocation reads DSNConfig.Loc of GORM's MySQL dialector
+// (gorm.io/driver/mysql's Config, embedded in its Dialector) by
+// reflection; nil for another dialector or an unset one.
+func mysqlDriverLocation(db *gorm.DB) *time.Location {
+	v := reflect.ValueOf(db.Dialector)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	cfg := v.FieldByName("DSNConfig")
+	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() || cfg.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	loc := cfg.Elem().FieldByName("Loc")
+	if !loc.IsValid() || !loc.CanInterface() {
+		return nil
+	}
+	l, _ := loc.Interface().(*time.Location)
+	return l
+}
+
+// mysqlServerBound sets t.ServerBound on MariaDB (VERSION() names it; it
+// has SET STATEMENT ... FOR since 10.1) when t.Bound is set and the
+// session's max_statement_time is not already as short (0 is none): the
+// server then stops a bulk UPDATE that runs past the bound and rolls it
+// back. MySQL has no such bound for an UPDATE (its max_execution_time
+// bounds SELECTs alone): there only the client gives up, by closing the
+// connection, and the server may still finish the statement.
+func mysqlServerBound(db *gorm.DB, t *Target) error {
+	t.ServerBound = false
+	if t.Bound <= 0 {
+		return nil
+	}
+	var version string
+	if err := db.Raw("SELECT VERSION()").Scan(&version).Error; err != nil {
+		return err
+	}
+	if !strings.Contains(version, "MariaDB") {
+		return nil
+	}
+	var session float64
+	if err := db.Raw("SELECT @@SESSION.max_statement_time").Scan(&session).Error; err != nil {
+		return err
+	}
+	t.ServerBound = session == 0 || session > t.Bound.Seconds()
+	return nil
+}
+
+// mysqlBoundPrefix is MariaDB's statement bound in front of a bulk UPDATE
+// (Target.ServerBound), in seconds with microseconds: a number the library
+// computes, written into the statement as the syntax requires.
+func mysqlBoundPrefix(t *Target) string {
+	if !t.ServerBound {
+		return ""
+	}
+	return "SET STATEMENT max_statement_time = " + strconv.FormatFloat(t.Bound.Seconds(), 'f', 6, 64) + " FOR "
 }
 
 // mysqlExhausted: MySQL/MariaDB server errors for a full disk or table

@@ -22,9 +22,11 @@ var postgres = &Dialect{
 	update:      postgresUpdate,
 	returning:   postgresUpdateReturning,
 	readPrior:   postgresReadPrior,
-	onConflict:  standardOnConflict(nil),
+	onConflict:  postgresOnConflict,
+	zones:       true,
 	retryable:   postgresRetryable,
 	exhausted:   postgresExhausted,
+	transient:   postgresTransient,
 	errorKind:   sqlState,
 	badText:     postgresBadText,
 	columnTypes: postgresColumnTypes,
@@ -74,9 +76,17 @@ func postgresBadText(s string) string {
 //	UPDATE "users" AS t SET "last_seen_at" = v.ts
 //	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
 //	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
+//
+// A naive column in a zone with DST (Target.Zone) gets the instants
+// instead, its wall time in the zone, and the guard compares instants, a
+// repeated wall time taken for its first pass (pgEarliest):
+//
+//	UPDATE "users" AS t SET "last_seen_at" = v.ts AT TIME ZONE z.name
+//	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts), (SELECT CAST($3 AS text) AS name) AS z
+//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR <earliest instant of t."last_seen_at"> < v.ts)
 func postgresUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
-	return clause.Expr{SQL: "UPDATE ? AS t SET ? = v.ts FROM ? WHERE t.? = v.id AND ?", Vars: []any{
-		clause.Table{Name: t.Table}, clause.Column{Name: t.Column}, postgresBatch(t, ids, ts),
+	return clause.Expr{SQL: "UPDATE ? AS t SET ? = ? FROM ? WHERE t.? = v.id AND ?", Vars: []any{
+		clause.Table{Name: t.Table}, clause.Column{Name: t.Column}, postgresNewValue(t), postgresBatch(t, ids, ts),
 		clause.Column{Name: t.PK}, postgresGuard(t),
 	}}
 }
@@ -90,24 +100,44 @@ func postgresUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
 //	RETURNING t."id", o."last_seen_at"
 func postgresUpdateReturning(t *Target, ids []any, ts []time.Time) clause.Expr {
 	table, pk, col := clause.Table{Name: t.Table}, clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
-	return clause.Expr{SQL: "UPDATE ? AS t SET ? = v.ts FROM ?, ? AS o WHERE t.? = v.id AND ? AND o.? = t.? RETURNING t.?, o.?", Vars: []any{
-		table, col, postgresBatch(t, ids, ts), table,
+	return clause.Expr{SQL: "UPDATE ? AS t SET ? = ? FROM ?, ? AS o WHERE t.? = v.id AND ? AND o.? = t.? RETURNING t.?, o.?", Vars: []any{
+		table, col, postgresNewValue(t), postgresBatch(t, ids, ts), table,
 		pk, postgresGuard(t), pk, pk, pk, col,
 	}}
 }
 
-// postgresBatch is the batch as the rows (id, ts) of v:
+// postgresBatch is the batch as the rows (id, ts) of v, and for a naive
+// column in a zone with DST (Target.Zone) the zone's name as z.name, the
+// values then instants:
 //
-//	unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
+//	unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)[, (SELECT CAST($3 AS text) AS name) AS z]
 func postgresBatch(t *Target, ids []any, ts []time.Time) clause.Expr {
+	if t.Zone != "" {
+		return clause.Expr{SQL: "unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS timestamptz[])) AS v(id, ts), (SELECT CAST(? AS text) AS name) AS z",
+			Vars: []any{pgIDs(ids), pgInstants(ts), t.Zone}}
+	}
 	return clause.Expr{SQL: "unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)",
 		Vars: []any{pgIDs(ids), pgTimes(t.Codec, ts)}}
 }
 
+// postgresNewValue is what the column is set to: v.ts, or its wall time in
+// z.name for a naive column in a zone with DST (Target.Zone).
+func postgresNewValue(t *Target) clause.Expr {
+	if t.Zone != "" {
+		return clause.Expr{SQL: "v.ts AT TIME ZONE z.name"}
+	}
+	return clause.Expr{SQL: "v.ts"}
+}
+
 // postgresGuard is the forward-only condition on row t and batch row v:
-// the column is NULL or older than v.ts.
+// the column is NULL or older than v.ts; for a naive column in a zone
+// with DST (Target.Zone) compared as instants, a repeated wall time taken
+// for its first pass (pgEarliest).
 func postgresGuard(t *Target) clause.Expr {
 	col := clause.Column{Name: t.Column}
+	if t.Zone != "" {
+		return clause.Expr{SQL: "(t.? IS NULL OR ? < v.ts)", Vars: []any{col, pgEarliest(clause.Column{Table: "t", Name: t.Column}, clause.Expr{SQL: "z.name"})}}
+	}
 	return clause.Expr{SQL: "(t.? IS NULL OR t.? < v.ts)", Vars: []any{col, col}}
 }
 
@@ -115,11 +145,67 @@ func postgresGuard(t *Target) clause.Expr {
 // guard holds, locked with FOR UPDATE OF t when lock is set (readPrior):
 //
 //	SELECT t."id", t."last_seen_at", CASE WHEN (guard) THEN 1 ELSE 0 END
-//	FROM "users" AS t JOIN unnest(...) AS v(id, ts) ON t."id" = v.id FOR UPDATE OF t
+//	FROM "users" AS t, unnest(...) AS v(id, ts) WHERE t."id" = v.id FOR UPDATE OF t
 func postgresReadPrior(t *Target, ids []any, ts []time.Time, lock bool) clause.Expr {
 	pk := clause.Column{Name: t.PK}
 	on := clause.Expr{SQL: "t.? = v.id", Vars: []any{pk}}
 	return selectPrior(t, postgresBatch(t, ids, ts), on, postgresGuard(t), map[bool]string{true: " FOR UPDATE OF t"}[lock])
+}
+
+// pgEarliest is the earliest instant whose wall time in zone is the naive
+// timestamp c: "c AT TIME ZONE zone" takes a wall time that a DST fall-back
+// repeats for its second pass, the later instant (the offset in force
+// after the transition); this moves it back by the transition's size (2
+// hours, 1 hour, 30 minutes) where the instant that much earlier shows the
+// same wall time:
+//
+//	CASE WHEN ((c AT TIME ZONE zone) - interval '2 hours') AT TIME ZONE zone = c THEN (c AT TIME ZONE zone) - interval '2 hours'
+//	WHEN ... '1 hour' ... WHEN ... '30 minutes' ... ELSE c AT TIME ZONE zone END
+func pgEarliest(c, zone any) clause.Expr {
+	var b strings.Builder
+	var vars []any
+	b.WriteString("CASE")
+	for _, shift := range []string{"2 hours", "1 hour", "30 minutes"} {
+		b.WriteString(" WHEN ((? AT TIME ZONE ?) - interval '" + shift + "') AT TIME ZONE ? = ? THEN (? AT TIME ZONE ?) - interval '" + shift + "'")
+		vars = append(vars, c, zone, zone, c, c, zone)
+	}
+	b.WriteString(" ELSE ? AT TIME ZONE ? END")
+	vars = append(vars, c, zone)
+	return clause.Expr{SQL: b.String(), Vars: vars}
+}
+
+// postgresOnConflict is the standard upsert; for a naive column in a zone
+// with DST (Target.Zone) its guard compares instants: the row's earliest
+// (pgEarliest) before the inserted wall time's later instant (its second
+// pass, for a wall time a fall-back repeats).
+func postgresOnConflict(t *Target) clause.OnConflict {
+	oc := standardOnConflict(nil)(t)
+	if t.Zone == "" {
+		return oc
+	}
+	cur := clause.Column{Table: t.Table, Name: t.Column}
+	excluded := clause.Column{Table: "excluded", Name: t.Column}
+	oc.Where = clause.Where{Exprs: []clause.Expression{clause.Or(
+		clause.Expr{SQL: "? IS NULL", Vars: []any{cur}},
+		clause.Expr{SQL: "? < (? AT TIME ZONE ?)", Vars: []any{pgEarliest(cur, t.Zone), excluded, t.Zone}},
+	)}}
+	return oc
+}
+
+// pgInstants writes times as instants in UTC with microseconds, each
+// element double-quoted, for a timestamptz[] cast.
+func pgInstants(ts []time.Time) string {
+	b := make([]byte, 0, 2+len(ts)*30)
+	b = append(b, '{')
+	for i, t := range ts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = t.UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z07:00")
+		b = append(b, '"')
+	}
+	return string(append(b, '}'))
 }
 
 // postgresCount counts with the same array and cast as postgresUpdate, so an
@@ -230,6 +316,14 @@ FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AN
 	}
 	if t.IntKey {
 		t.PKType = "bigint"
+	}
+	if t.Zone != "" && t.ColType == "timestamp without time zone" {
+		var probe string // a name the server does not know fails: 22023
+		if db.Raw("SELECT CAST(now() AT TIME ZONE ? AS text)", t.Zone).Scan(&probe).Error != nil {
+			t.Zone = ""
+		}
+	} else {
+		t.Zone = ""
 	}
 	return nil
 }

@@ -265,13 +265,14 @@ func countWritten(prior []Prior) int {
 }
 
 // selectPrior is the SELECT of readPrior from a dialect's pieces of its
-// UPDATE: the batch's rows as v (from), the join of row t to them (on),
-// the forward-only guard, and the locking clause (lock, "" for none):
+// UPDATE: the batch's rows as v (from, which may name more than one
+// table), the join of row t to them (on), the forward-only guard, and the
+// locking clause (lock, "" for none):
 //
 //	SELECT t."id", t."last_seen_at", CASE WHEN <guard> THEN 1 ELSE 0 END
-//	FROM "users" AS t JOIN <from> ON <on><lock>
+//	FROM "users" AS t, <from> WHERE <on><lock>
 func selectPrior(t *Target, from, on, guard clause.Expr, lock string) clause.Expr {
-	return clause.Expr{SQL: "SELECT t.?, t.?, CASE WHEN ? THEN 1 ELSE 0 END FROM ? AS t JOIN ? ON ?" + lock, Vars: []any{
+	return clause.Expr{SQL: "SELECT t.?, t.?, CASE WHEN ? THEN 1 ELSE 0 END FROM ? AS t, ? WHERE ?" + lock, Vars: []any{
 		clause.Column{Name: t.PK}, clause.Column{Name: t.Column}, guard, clause.Table{Name: t.Table}, from, on,
 	}}
 }
