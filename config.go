@@ -90,7 +90,9 @@ type Config struct {
 	// Throttle is the throttle window: a user is recorded at most once per
 	// window, so the column lags the truth by at most Throttle plus the
 	// flush interval. Raise it to write less, lower it for fresher values.
-	// Default 5m; 1ms to 31 days.
+	// Default 5m; 1ms to 31 days. On a DATE column each window ends at the
+	// next midnight in the column's location: the default is then 25h and
+	// a shorter Throttle is refused.
 	Throttle time.Duration
 	// Logger gets one line per job run and rate-limited warnings. Default
 	// slog.Default().
@@ -158,9 +160,10 @@ type FlushConfig struct {
 	// a row.
 	Upsert bool
 	// OnBatch, when set, runs in each batch's transaction after its write,
-	// with the batch's entries; an error rolls the batch back and keeps it
-	// buffered (the flush returns ErrOnBatch). Use it to keep derived rows
-	// (daily visits, an audit log) in step with the column.
+	// with the batch's entries, each with the value the column held before
+	// (Seen); an error rolls the batch back and keeps it buffered (the
+	// flush returns ErrOnBatch). Use it to keep derived rows (daily visits,
+	// an audit log) in step with the column.
 	OnBatch func(tx *gorm.DB, batch []Seen) error
 	// ColumnLocation is the time zone of the wall times in a column without
 	// one (PostgreSQL timestamp, MySQL DATETIME). Set it when the app's own
@@ -204,7 +207,8 @@ type SessionConfig struct {
 type PresenceConfig struct {
 	// OnlineWindow is the longest window Online answers for. Each minute
 	// with a touch keeps one HyperLogLog per shard (at most 12 KB) that
-	// long. Default 1h, at least Throttle; negative turns Online off.
+	// long. Default 1h, at least Throttle (off on a DATE column); negative
+	// turns Online off.
 	OnlineWindow time.Duration
 	// ActiveUsersRetention is how long the daily HyperLogLogs ActiveUsers
 	// counts are kept after their UTC day. Default 35 days; negative turns

@@ -42,6 +42,9 @@ type Plugin struct {
 	now       func() time.Time
 	realClock bool // Config.Now was left unset: the local cache may use the monotonic clock
 	idLenSet  bool // Config.MaxIDLength was set: a key column shorter than it is an error, not a lower default
+	// throttleSet and onlineSet: Throttle and Presence.OnlineWindow were
+	// set, not defaults a DATE column changes (dayPrecision).
+	throttleSet, onlineSet bool
 
 	mu           sync.Mutex // guards db during Initialize and closed
 	db           *gorm.DB
@@ -98,7 +101,7 @@ func New(c Config) *Plugin {
 	cfg := withDefaults(s)
 	name := pluginName(cfg.Model, cfg.Field)
 	p := &Plugin{cfg: cfg, name: name, log: cfg.Logger.With("plugin", "lastseen", "tracks", name[len(namePrefix):]),
-		now: cfg.Now, realClock: realClock, idLenSet: idLenSet}
+		now: cfg.Now, realClock: realClock, idLenSet: idLenSet, throttleSet: s.Throttle != 0, onlineSet: s.OnlineWindow != 0}
 	p.key = fmt.Sprintf("%s#%p", name, p)
 	if cfg.seam != nil {
 		p.hooks, p.purgeHooks = &cfg.seam.Flush, &cfg.seam.Purge
@@ -185,7 +188,7 @@ func (p *Plugin) initialize(db *gorm.DB) error {
 		_ = buf.Close()
 		return err
 	}
-	t, err := newTracker(p.cfg, buf, p.realClock, p.users.ids, p.log, &p.stats)
+	t, err := newTracker(p.cfg, buf, p.realClock, p.users.ids, p.users.model.enc, p.log, &p.stats)
 	if err != nil {
 		_ = buf.Close()
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -279,7 +282,10 @@ func (p *Plugin) validate(db *gorm.DB) error {
 	if err := p.resolveTargets(db, d); err != nil {
 		return err
 	}
-	return p.inspectSchema(db)
+	if err := p.inspectSchema(db); err != nil {
+		return err
+	}
+	return p.dayPrecision() // dates.go
 }
 
 // ready returns the database handle, or notReady / ErrClosed.

@@ -43,7 +43,9 @@ func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool
 }
 
 // LastSeen returns the freshest time the user was seen: the newest of the
-// buffered entries and the column; ok is false when none has a value. When
+// buffered entries and the column, as the column holds it (on a DATE
+// column the start of the day in the column's location, UTC by default);
+// ok is false when none has a value. When
 // Redis does not answer within 5×Buffer.TouchTimeout (100ms by default) it
 // answers from the backlog and the column and logs a warning. Errors:
 // ErrInvalidUserID, ErrNotInitialized, or the database's error wrapped.
@@ -61,6 +63,7 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 		p.tracker.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; LastSeen answers from the database", "err", err) })
 		at, ok = held, !held.IsZero()
 	}
+	at = p.users.model.enc.Day(at) // a DATE column's value: the day
 	uid, _ := p.users.ids.Normalize(userID)
 	id, _ := p.users.ids.Parse(uid)
 	p.learnUsersTable(ctx)
@@ -146,8 +149,9 @@ func raise(m map[string]time.Time, uid string, at time.Time) {
 // buffered returns the newest buffered timestamp of each of uids
 // (distinct, canonical) that has one (Buffer.Newest: with Redis one
 // pipeline, HMGET of both hashes of each shard holding some of them, and
-// the backlog), also when the read failed, with the error. guard bounds the
-// read as a touch is (the overlay on the query path).
+// the backlog), as the column will hold it (its day on a DATE column),
+// also when the read failed, with the error. guard bounds the read as a
+// touch is (the overlay on the query path).
 func (t *tracker) buffered(ctx context.Context, uids []string, guard bool) (map[string]time.Time, error) {
 	latest := make(map[string]time.Time, len(uids))
 	if len(uids) == 0 {
@@ -156,7 +160,7 @@ func (t *tracker) buffered(ctx context.Context, uids []string, guard bool) (map[
 	got, err := t.buf.Newest(ctx, uids, t.now(), guard)
 	for i, at := range got {
 		if !at.IsZero() {
-			latest[uids[i]] = at
+			latest[uids[i]] = t.col.Day(at)
 		}
 	}
 	return latest, err

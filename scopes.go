@@ -18,8 +18,10 @@ const (
 
 // SeenWithin is a scope that keeps the rows seen (not NULL) at or after
 // NowFunc() - d, by the Field of the plugin on db tracking the statement's
-// table (the least Name of several), else "last_seen_at". The table lags
-// by up to Throttle plus the flush interval; Plugin.LastSeen does not.
+// table (the least Name of several), else "last_seen_at". A DATE column
+// compares days: the rows whose date is on or after the day of
+// NowFunc() - d in the column's location. The table lags by up to
+// Throttle plus the flush interval; Plugin.LastSeen does not.
 //
 //	db.Scopes(lastseen.SeenWithin(5 * time.Minute)).Find(&users)
 func SeenWithin(d time.Duration) func(*gorm.DB) *gorm.DB {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/idcodec"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/maypok86/otter/v2"
 	"golang.org/x/time/rate"
 )
@@ -28,6 +29,7 @@ type tracker struct {
 	buf      buffer.Buffer
 	throttle time.Duration
 	ids      idcodec.Codec
+	col      *timecol.Codec // the tracked column: a DATE column's windows end at midnight
 	now      func() time.Time
 	ticks    func() int64                  // nanoseconds on the clock of the local cache's deadlines
 	cache    *otter.Cache[cacheKey, int64] // value: deadline in ticks()
@@ -39,11 +41,12 @@ type tracker struct {
 // newTracker builds the request path. With realClock (Config.Now unset) the
 // local cache's deadlines run on the monotonic clock alone, one vDSO read
 // where time.Now makes two: it is most of the cost of a cached Touch.
-func newTracker(cfg settings, buf buffer.Buffer, realClock bool, ids idcodec.Codec, log *slog.Logger, stats *counters) (*tracker, error) {
+func newTracker(cfg settings, buf buffer.Buffer, realClock bool, ids idcodec.Codec, col *timecol.Codec, log *slog.Logger, stats *counters) (*tracker, error) {
 	t := &tracker{
 		buf:      buf,
 		throttle: cfg.Throttle,
 		ids:      ids,
+		col:      col,
 		now:      cfg.Now,
 		stats:    stats,
 		log:      log,
@@ -207,8 +210,14 @@ func (t *tracker) cached(userID any) bool {
 // a past time (a late event, a replay) opens only what is left of its own
 // window, and one whose window has already ended opens none (1ms, Redis's
 // PX floor) and never holds back the user's current touch. A time ahead of
-// now (within maxClockSkew) opens a whole window.
+// now (within maxClockSkew) opens a whole window. On a DATE column the
+// window ends at the start of the day after at's, in the column's
+// location, or after Throttle if that is sooner (a column found to be a
+// DATE only after db.Use, whose Throttle was not fitted to it).
 func (t *tracker) window(at, now time.Time) time.Duration {
+	if t.col != nil && t.col.Date() {
+		return max(time.Millisecond, min(t.throttle, t.col.NextDay(at).Sub(now)))
+	}
 	elapsed := now.Sub(at)
 	if elapsed <= 0 { // at is now or ahead of it: a whole window
 		return t.throttle
@@ -238,11 +247,14 @@ func touchError(err error) error {
 // When known is after now - Throttle (and at most an hour ahead), the
 // user was recorded in this window already: it returns false, nil without
 // any I/O or lookup, counted in Stats.Known. Otherwise, and for the zero
-// time (a NULL column), it is Touch. known compares as an instant.
+// time (a NULL column), it is Touch. known compares as an instant; on a
+// DATE column it is the column's date as loaded (the date it carries, in
+// its own location), and the user was recorded when it is today's date in
+// the column's location.
 func (p *Plugin) TouchKnown(ctx context.Context, userID any, known time.Time) (recorded bool, err error) {
 	if t := p.tracker; t != nil && !known.IsZero() {
 		now := p.now()
-		if known.After(now.Add(-t.throttle)) && !known.After(now.Add(maxClockSkew)) {
+		if t.knownRecent(known, now) {
 			p.stats.touches.Add(1)
 			p.stats.throttled.Add(1)
 			p.stats.known.Add(1)
@@ -251,6 +263,17 @@ func (p *Plugin) TouchKnown(ctx context.Context, userID any, known time.Time) (r
 		return p.touch(ctx, userID, now, now)
 	}
 	return p.Touch(ctx, userID)
+}
+
+// knownRecent reports whether a loaded column value known shows the user
+// recorded in the window open at now (TouchKnown): after now - Throttle,
+// at most maxClockSkew ahead; on a DATE column, today's date or later.
+func (t *tracker) knownRecent(known, now time.Time) bool {
+	if t.col != nil && t.col.Date() {
+		day, _ := t.col.FromGo(known)
+		return !day.Before(t.col.Day(now)) && !day.After(now.Add(maxClockSkew))
+	}
+	return known.After(now.Add(-t.throttle)) && !known.After(now.Add(maxClockSkew))
 }
 
 // Middleware returns net/http middleware (chi, gorilla/mux, ServeMux)

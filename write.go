@@ -299,22 +299,25 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	return br, nil
 }
 
-// writeStatement runs the batch's statement (withHook) on db, bounded by
-// StatementTimeout (check names a timeout), and splits the rows it did not
-// write into Unknown and Stale with a count bounded the same way.
+// writeStatement runs the batch's statement on db (with Flush.OnBatch:
+// writeHooked), bounded by StatementTimeout (check names a timeout), and
+// splits the rows it did not write into Unknown and Stale with a count
+// bounded the same way.
 func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *dialect.Target, batch []entry, ids []any, ts []time.Time, check func(error) error) (batchResult, error) {
 	n := len(batch)
-	if p.cfg.WriteMode == upsert {
-		br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) { return p.upsert(tx, t, ids, ts) })
+	if p.cfg.OnBatch != nil {
+		br, err := p.writeHooked(db, t, batch, ids, ts)
 		return br, check(err)
 	}
-	br, err := p.withHook(db, batch, func(tx *gorm.DB) (batchResult, error) {
-		written, err := p.dialect.Update(tx, t, ids, ts)
-		return batchResult{written: written, batches: 1}, err
-	})
+	if p.cfg.WriteMode == upsert {
+		br, err := p.upsert(db, t, ids, ts)
+		return br, check(err)
+	}
+	written, err := p.dialect.Update(db, t, ids, ts)
 	if err != nil {
 		return batchResult{}, check(err)
 	}
+	br := batchResult{written: written, batches: 1}
 	if br.written < n {
 		cctx, cancel, _ := p.statement(ctx, nil)
 		defer cancel()
@@ -413,12 +416,31 @@ func entriesMap(es []entry) map[string]int64 {
 	return m
 }
 
-// Seen is one entry of a batch as Flush.OnBatch receives it. The write
-// only moved the column forward: a row already as new, or an id without a
-// row, was left unchanged.
+// Seen is one entry of a batch as Flush.OnBatch receives it: the write
+// only moved the column forward, and each entry says what it found.
+//
+//   - Written: the column was NULL or older than At and now holds At (with
+//     Flush.Upsert, a row created for an unknown id too); Previous is the
+//     value it held (zero for NULL or a created row).
+//   - Stale: Written is false, the row already held At or later (a batch
+//     written again after a failed acknowledgement, a late TouchAt, the
+//     app's own newer write); Previous is the value it kept.
+//   - Unknown: Written is false and Previous zero: no row has the id
+//     (deleted, or never created; never with Flush.Upsert), or its value is
+//     one SQLite's guard cannot compare (FlushResult.Uncomparable).
+//
+// Previous is read in the batch's transaction, before the hook runs: on
+// PostgreSQL from the UPDATE itself (its snapshot: a write of the same
+// column by another transaction still open when the statement started is
+// not seen), on MySQL by SELECT ... FOR UPDATE before it, on SQLite by a
+// SELECT before it. A hook that acts on "first visit of the day" or
+// "back after 14 days" compares Previous with At on Written entries only:
+// a batch written twice is Stale the second time, so it acts once.
 type Seen struct {
-	ID any       // the primary key as the key field's Go type (int64, string, uuid.UUID, ...)
-	At time.Time // the timestamp written (UTC, microseconds)
+	ID       any       // the primary key as the key field's Go type (int64, string, uuid.UUID, ...)
+	At       time.Time // the timestamp of the batch (UTC, microseconds)
+	Previous time.Time // the column's value before this write, or the value it kept (UTC); zero for NULL or no row
+	Written  bool      // this write moved the column to At
 }
 
 // SeenIDs returns the batch's ids as T, the key field's Go type, for a
@@ -433,10 +455,11 @@ func SeenIDs[T any](batch []Seen) []T {
 	return ids
 }
 
-// withHook runs write, the batch's one bulk statement, and, when
-// Config.OnBatch is set, runs both in one transaction with the hook after
-// the statement: the hook's statements commit or roll back with the batch's
-// timestamps.
+// writeHooked runs the batch's bulk statement and Config.OnBatch in one
+// transaction, the hook after the statement, with each entry's previous
+// value (Dialect.UpdatePrior, UpsertPrior): the hook's statements commit or
+// roll back with the batch's timestamps. The counts come from what the
+// write found: no count after it.
 //
 // The bulk statement is raw SQL (UPDATE ... FROM or JOIN, or INSERT ... ON
 // CONFLICT with a map): GORM's model hooks (BeforeSave, BeforeUpdate,
@@ -444,18 +467,25 @@ func SeenIDs[T any](batch []Seen) []T {
 // autoUpdateTime fields (UpdatedAt) are not set, and the soft-delete filter
 // does not apply (a soft-deleted row's column moves too). OnBatch is the
 // place for what such hooks would do.
-func (p *Plugin) withHook(db *gorm.DB, batch []entry, write func(tx *gorm.DB) (batchResult, error)) (batchResult, error) {
-	hook := p.cfg.OnBatch
-	if hook == nil {
-		return write(db)
-	}
+func (p *Plugin) writeHooked(db *gorm.DB, t *dialect.Target, batch []entry, ids []any, ts []time.Time) (batchResult, error) {
 	var br batchResult
 	err := db.Transaction(func(tx *gorm.DB) error {
-		var err error
-		if br, err = write(tx); err != nil {
+		prior, err := p.writePrior(tx, t, ids, ts)
+		if err != nil {
 			return err
 		}
-		if err := runHook(hook, tx.Session(&gorm.Session{NewDB: true}), p.seen(batch)); err != nil {
+		br = batchResult{batches: 1}
+		for _, pr := range prior {
+			switch {
+			case pr.Written:
+				br.written++
+			case pr.Found:
+				br.stale++
+			default:
+				br.unknown++
+			}
+		}
+		if err := runHook(p.cfg.OnBatch, tx.Session(&gorm.Session{NewDB: true}), p.seen(batch, prior)); err != nil {
 			return fmt.Errorf("%w: %w", ErrOnBatch, err)
 		}
 		return nil
@@ -466,17 +496,38 @@ func (p *Plugin) withHook(db *gorm.DB, batch []entry, write func(tx *gorm.DB) (b
 	return br, nil
 }
 
-// seen converts a batch for OnBatch, each id to the primary key field's Go
-// type where the codec's type differs only in width or name (int64 to int,
-// uint64 to uint, string to a named string type).
-func (p *Plugin) seen(batch []entry) []Seen {
+// writePrior writes the batch in tx and returns what it found of each
+// entry's row: UpdatePrior or UpsertPrior.
+func (p *Plugin) writePrior(tx *gorm.DB, t *dialect.Target, ids []any, ts []time.Time) ([]dialect.Prior, error) {
+	if p.cfg.seam != nil && p.cfg.seam.NoPrevious { // the benchmark's baseline: nothing read
+		var err error
+		if p.cfg.WriteMode == upsert {
+			_, err = p.dialect.Upsert(tx, t, ids, ts)
+		} else {
+			_, err = p.dialect.Update(tx, t, ids, ts)
+		}
+		return make([]dialect.Prior, len(ids)), err
+	}
+	write := p.dialect.UpdatePrior
+	if p.cfg.WriteMode == upsert {
+		write = p.dialect.UpsertPrior
+	}
+	prior, _, err := write(tx, t, ids, ts)
+	return prior, err
+}
+
+// seen converts a batch for OnBatch with what the write found of each
+// entry, each id to the primary key field's Go type where the codec's type
+// differs only in width or name (int64 to int, uint64 to uint, string to a
+// named string type).
+func (p *Plugin) seen(batch []entry, prior []dialect.Prior) []Seen {
 	ft := p.users.model.pk.FieldType
 	if ft.Kind() == reflect.Pointer {
 		ft = ft.Elem()
 	}
 	out := make([]Seen, len(batch))
 	for i, e := range batch {
-		out[i] = Seen{ID: convertID(e.id, ft), At: e.at}
+		out[i] = Seen{ID: convertID(e.id, ft), At: e.at, Previous: prior[i].Before, Written: prior[i].Written}
 	}
 	return out
 }

@@ -15,13 +15,13 @@ func TestClassify(t *testing.T) {
 		"postgres": {
 			"timestamptz": timecol.ClassZoned, "timestamp": timecol.ClassNaive,
 			"int8": timecol.ClassInteger, "int4": timecol.ClassInteger, "int2": timecol.ClassInteger,
-			"numeric": timecol.ClassOther, "float8": timecol.ClassOther, "date": timecol.ClassOther,
+			"numeric": timecol.ClassOther, "float8": timecol.ClassOther, "date": timecol.ClassDate,
 			"text": timecol.ClassOther, "varchar": timecol.ClassOther, "timetz": timecol.ClassOther, "": timecol.ClassOther,
 		},
 		"mysql": {
 			"timestamp": timecol.ClassZoned, "datetime": timecol.ClassNaive,
 			"bigint": timecol.ClassInteger, "int": timecol.ClassInteger, "integer": timecol.ClassInteger, "mediumint": timecol.ClassInteger,
-			"smallint": timecol.ClassOther, "tinyint": timecol.ClassOther, "date": timecol.ClassOther, "double": timecol.ClassOther,
+			"smallint": timecol.ClassOther, "tinyint": timecol.ClassOther, "date": timecol.ClassDate, "double": timecol.ClassOther,
 			"decimal": timecol.ClassOther, "varchar": timecol.ClassOther, "longtext": timecol.ClassOther, "": timecol.ClassOther,
 		},
 		"sqlite": {
@@ -30,7 +30,7 @@ func TestClassify(t *testing.T) {
 			"point": timecol.ClassInteger, // "poINT": SQLite's affinity rule, first match
 			"real":  timecol.ClassOther, "float": timecol.ClassOther, "double precision": timecol.ClassOther, "blob": timecol.ClassOther,
 			"datetime": timecol.ClassText, "timestamp": timecol.ClassText, "timestamptz": timecol.ClassText, "text": timecol.ClassText,
-			"varchar(64)": timecol.ClassText, "numeric": timecol.ClassText, "date": timecol.ClassText,
+			"varchar(64)": timecol.ClassText, "numeric": timecol.ClassText, "date": timecol.ClassDate, "datetime2": timecol.ClassText,
 		},
 	} {
 		d := Lookup(dialect)

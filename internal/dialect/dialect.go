@@ -33,6 +33,17 @@ type Dialect struct {
 	// update returns the bulk UPDATE that moves the time column of existing
 	// rows forward to the batch's values and never inserts.
 	update func(t *Target, ids []any, ts []time.Time) clause.Expr
+	// returning returns update joined to each row as the statement found
+	// it, returning the key and the previous value of each row written
+	// (nil: the dialect reads them first, with readPrior).
+	returning func(t *Target, ids []any, ts []time.Time) clause.Expr
+	// returnsKeys is set where the UPDATE takes a RETURNING clause naming
+	// the target's own columns only (SQLite 3.35+).
+	returnsKeys bool
+	// readPrior returns the SELECT of the batch's rows: key, time column and
+	// whether update's guard holds (1 or 0), locking the rows where the
+	// dialect can when lock is set (selectPrior).
+	readPrior func(t *Target, ids []any, ts []time.Time, lock bool) clause.Expr
 	// onConflict returns the newer-only assignment and condition for an
 	// upsert.
 	onConflict func(t *Target) clause.OnConflict
@@ -142,10 +153,11 @@ func (d *Dialect) WithMaxParams(n int) *Dialect {
 // ids must be refused before they reach a statement.
 func (d *Dialect) MaxUnsigned() uint64 { return d.maxUnsigned }
 
-// Naive is the dialect's timestamp type without time zone, for a
-// timecol.Codec: PostgreSQL's timestamp, MySQL's DATETIME(6) (taken for
-// naive until the catalog says otherwise, as GORM creates DATETIME);
-// SQLite has none.
+// Naive is the dialect's timestamp type without time zone and its date
+// type, for a timecol.Codec: PostgreSQL's timestamp and date, MySQL's
+// DATETIME(6) (taken for naive until the catalog says otherwise, as GORM
+// creates DATETIME) and DATE; SQLite has no timestamp type and keeps
+// dates as text.
 func (d *Dialect) Naive() timecol.Naive { return d.naive }
 
 // Classify tells what a column's declared type holds, from GORM's

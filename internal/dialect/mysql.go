@@ -20,6 +20,7 @@ var mysql = &Dialect{
 	name:               "mysql",
 	maxParams:          65535,
 	update:             mysqlUpdate,
+	readPrior:          mysqlReadPrior,
 	onConflict:         mysqlOnConflict,
 	retryable:          mysqlRetryable,
 	exhausted:          mysqlExhausted,
@@ -34,7 +35,9 @@ var mysql = &Dialect{
 	classify:           classifyMySQL,
 	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
 		return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}}
-	}, Default: true},
+	}, Default: true, Date: func(day string) clause.Expr {
+		return clause.Expr{SQL: "CAST(? AS DATE)", Vars: []any{day}}
+	}},
 	identity:       mysqlIdentity,
 	driverLocation: mysqlDriverLocation,
 }
@@ -114,15 +117,23 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 // "SET STATEMENT max_statement_time = N FOR", Target.ServerBound):
 //
 //	UPDATE `users` AS t JOIN (SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v ON t.`id` = v.id
-//	SET ...
+//	SET t.`last_seen_at` = v.ts WHERE (t.`last_seen_at` IS NULL OR t.`last_seen_at` < v.ts)
 //
 // and for a string key, exactly (mysqlExactIn), the index lookup first:
 //
 //	... JOIN (SELECT CAST(? AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_general_ci AS id, ...) AS v
 //	ON t.`id` = v.id AND BINARY t.`id` = BINARY v.id SET ...
 func mysqlUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
+	return clause.Expr{SQL: mysqlBoundPrefix(t) + "UPDATE ? AS t JOIN ? ON ? SET t.? = v.ts WHERE ?", Vars: []any{
+		clause.Table{Name: t.Table}, mysqlBatch(t, ids, ts), mysqlMatch(t), clause.Column{Name: t.Column}, mysqlGuard(t),
+	}}
+}
+
+// mysqlBatch is the batch as the rows (id, ts) of the derived table v:
+//
+//	(SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v
+func mysqlBatch(t *Target, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
-	b.WriteString(mysqlBoundPrefix(t))
 	// A string key's first id is cast to CHAR, a VARCHAR: the column of a
 	// UNION of bare parameters is a CHAR, whose values lose their trailing
 	// spaces ("pad " would become "pad"). It is cast to the key's own
@@ -130,28 +141,45 @@ func mysqlUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
 	// compares like with like and keeps the index.
 	switch {
 	case t.IntKey:
-		b.WriteString("UPDATE ? AS t JOIN (SELECT ? AS id, ? AS ts")
+		b.WriteString("(SELECT ? AS id, ? AS ts")
 	case t.PKCollation != "":
-		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR CHARACTER SET " + t.PKCharset + ") COLLATE " + t.PKCollation + " AS id, ? AS ts")
+		b.WriteString("(SELECT CAST(? AS CHAR CHARACTER SET " + t.PKCharset + ") COLLATE " + t.PKCollation + " AS id, ? AS ts")
 	default:
-		b.WriteString("UPDATE ? AS t JOIN (SELECT CAST(? AS CHAR) AS id, ? AS ts")
+		b.WriteString("(SELECT CAST(? AS CHAR) AS id, ? AS ts")
 	}
-	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.Table}, ids[0], t.Codec.Value(ts[0]))
+	vars := make([]any, 0, 2*len(ids))
+	vars = append(vars, ids[0], t.Codec.Value(ts[0]))
 	for i := 1; i < len(ids); i++ {
 		b.WriteString(" UNION ALL SELECT ?, ?")
 		vars = append(vars, ids[i], t.Codec.Value(ts[i]))
 	}
-	pk, col := clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
-	b.WriteString(") AS v ON t.? = v.id")
-	vars = append(vars, pk)
-	if t.ExactKey { // index lookup first, then the exact filter (mysqlExactIn)
-		b.WriteString(" AND BINARY t.? = BINARY v.id")
-		vars = append(vars, pk)
-	}
-	b.WriteString(" SET t.? = v.ts WHERE t.? IS NULL OR t.? < v.ts")
-	vars = append(vars, col, col, col)
+	b.WriteString(") AS v")
 	return clause.Expr{SQL: b.String(), Vars: vars}
+}
+
+// mysqlMatch joins row t to batch row v by key, exactly for a string key
+// (the index lookup first, then mysqlExactIn's binary comparison).
+func mysqlMatch(t *Target) clause.Expr {
+	pk := clause.Column{Name: t.PK}
+	if t.ExactKey {
+		return clause.Expr{SQL: "t.? = v.id AND BINARY t.? = BINARY v.id", Vars: []any{pk, pk}}
+	}
+	return clause.Expr{SQL: "t.? = v.id", Vars: []any{pk}}
+}
+
+// mysqlGuard is the forward-only condition on row t and batch row v.
+func mysqlGuard(t *Target) clause.Expr {
+	col := clause.Column{Name: t.Column}
+	return clause.Expr{SQL: "(t.? IS NULL OR t.? < v.ts)", Vars: []any{col, col}}
+}
+
+// mysqlReadPrior is the batch's rows, their values and whether the guard
+// holds, locked FOR UPDATE (InnoDB's exclusive row locks, held to the end
+// of the transaction) when lock is set (readPrior), behind MariaDB's
+// statement bound as the UPDATE: MySQL's UPDATE has no RETURNING.
+func mysqlReadPrior(t *Target, ids []any, ts []time.Time, lock bool) clause.Expr {
+	sel := selectPrior(t, mysqlBatch(t, ids, ts), mysqlMatch(t), mysqlGuard(t), map[bool]string{true: " FOR UPDATE"}[lock])
+	return clause.Expr{SQL: mysqlBoundPrefix(t) + "?", Vars: []any{sel}} // bounded as the UPDATE is
 }
 
 // mysqlOnConflict puts the newer-only guard into the assigned value, since
@@ -322,6 +350,8 @@ func classifyMySQL(typ string) timecol.Class {
 		return timecol.ClassZoned
 	case "datetime":
 		return timecol.ClassNaive
+	case "date":
+		return timecol.ClassDate
 	case "bigint", "int", "integer", "mediumint":
 		return timecol.ClassInteger
 	}

@@ -20,6 +20,8 @@ var postgres = &Dialect{
 	name:        "postgres",
 	maxParams:   65535,
 	update:      postgresUpdate,
+	returning:   postgresUpdateReturning,
+	readPrior:   postgresReadPrior,
 	onConflict:  postgresOnConflict,
 	zones:       true,
 	retryable:   postgresRetryable,
@@ -34,6 +36,8 @@ var postgres = &Dialect{
 	classify:    classifyPostgres,
 	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
 		return clause.Expr{SQL: "CAST(? AS timestamp)", Vars: []any{wall}}
+	}, Date: func(day string) clause.Expr {
+		return clause.Expr{SQL: "CAST(? AS date)", Vars: []any{day}}
 	}},
 	identity: postgresIdentity,
 }
@@ -81,21 +85,71 @@ func postgresBadText(s string) string {
 //	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts), (SELECT CAST($3 AS text) AS name) AS z
 //	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR <earliest instant of t."last_seen_at"> < v.ts)
 func postgresUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
+	return clause.Expr{SQL: "UPDATE ? AS t SET ? = ? FROM ? WHERE t.? = v.id AND ?", Vars: []any{
+		clause.Table{Name: t.Table}, clause.Column{Name: t.Column}, postgresNewValue(t), postgresBatch(t, ids, ts),
+		clause.Column{Name: t.PK}, postgresGuard(t),
+	}}
+}
+
+// postgresUpdateReturning is postgresUpdate joined to each row as the
+// statement's snapshot holds it (o: a self-join on the key), returning the
+// key and the previous value of every row written:
+//
+//	UPDATE "users" AS t SET "last_seen_at" = v.ts FROM unnest(...) AS v(id, ts), "users" AS o
+//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts) AND o."id" = t."id"
+//	RETURNING t."id", o."last_seen_at"
+func postgresUpdateReturning(t *Target, ids []any, ts []time.Time) clause.Expr {
+	table, pk, col := clause.Table{Name: t.Table}, clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
+	return clause.Expr{SQL: "UPDATE ? AS t SET ? = ? FROM ?, ? AS o WHERE t.? = v.id AND ? AND o.? = t.? RETURNING t.?, o.?", Vars: []any{
+		table, col, postgresNewValue(t), postgresBatch(t, ids, ts), table,
+		pk, postgresGuard(t), pk, pk, pk, col,
+	}}
+}
+
+// postgresBatch is the batch as the rows (id, ts) of v, and for a naive
+// column in a zone with DST (Target.Zone) the zone's name as z.name, the
+// values then instants:
+//
+//	unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)[, (SELECT CAST($3 AS text) AS name) AS z]
+func postgresBatch(t *Target, ids []any, ts []time.Time) clause.Expr {
+	if t.Zone != "" {
+		return clause.Expr{SQL: "unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS timestamptz[])) AS v(id, ts), (SELECT CAST(? AS text) AS name) AS z",
+			Vars: []any{pgIDs(ids), pgInstants(ts), t.Zone}}
+	}
+	return clause.Expr{SQL: "unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)",
+		Vars: []any{pgIDs(ids), pgTimes(t.Codec, ts)}}
+}
+
+// postgresNewValue is what the column is set to: v.ts, or its wall time in
+// z.name for a naive column in a zone with DST (Target.Zone).
+func postgresNewValue(t *Target) clause.Expr {
+	if t.Zone != "" {
+		return clause.Expr{SQL: "v.ts AT TIME ZONE z.name"}
+	}
+	return clause.Expr{SQL: "v.ts"}
+}
+
+// postgresGuard is the forward-only condition on row t and batch row v:
+// the column is NULL or older than v.ts; for a naive column in a zone
+// with DST (Target.Zone) compared as instants, a repeated wall time taken
+// for its first pass (pgEarliest).
+func postgresGuard(t *Target) clause.Expr {
 	col := clause.Column{Name: t.Column}
 	if t.Zone != "" {
-		sql := "UPDATE ? AS t SET ? = v.ts AT TIME ZONE z.name FROM unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS timestamptz[])) AS v(id, ts)," +
-			" (SELECT CAST(? AS text) AS name) AS z WHERE t.? = v.id AND (t.? IS NULL OR ? < v.ts)"
-		return clause.Expr{SQL: sql, Vars: []any{
-			clause.Table{Name: t.Table}, col, pgIDs(ids), pgInstants(ts), t.Zone,
-			clause.Column{Name: t.PK}, col, pgEarliest(clause.Column{Table: "t", Name: t.Column}, clause.Expr{SQL: "z.name"}),
-		}}
+		return clause.Expr{SQL: "(t.? IS NULL OR ? < v.ts)", Vars: []any{col, pgEarliest(clause.Column{Table: "t", Name: t.Column}, clause.Expr{SQL: "z.name"})}}
 	}
-	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)" +
-		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
-	return clause.Expr{SQL: sql, Vars: []any{
-		clause.Table{Name: t.Table}, col, pgIDs(ids), pgTimes(t.Codec, ts),
-		clause.Column{Name: t.PK}, col, col,
-	}}
+	return clause.Expr{SQL: "(t.? IS NULL OR t.? < v.ts)", Vars: []any{col, col}}
+}
+
+// postgresReadPrior is the batch's rows, their values and whether the
+// guard holds, locked with FOR UPDATE OF t when lock is set (readPrior):
+//
+//	SELECT t."id", t."last_seen_at", CASE WHEN (guard) THEN 1 ELSE 0 END
+//	FROM "users" AS t, unnest(...) AS v(id, ts) WHERE t."id" = v.id FOR UPDATE OF t
+func postgresReadPrior(t *Target, ids []any, ts []time.Time, lock bool) clause.Expr {
+	pk := clause.Column{Name: t.PK}
+	on := clause.Expr{SQL: "t.? = v.id", Vars: []any{pk}}
+	return selectPrior(t, postgresBatch(t, ids, ts), on, postgresGuard(t), map[bool]string{true: " FOR UPDATE OF t"}[lock])
 }
 
 // pgEarliest is the earliest instant whose wall time in zone is the naive
@@ -294,6 +348,8 @@ func classifyPostgres(typ string) timecol.Class {
 		return timecol.ClassZoned
 	case "timestamp":
 		return timecol.ClassNaive
+	case "date":
+		return timecol.ClassDate
 	case "int8", "int4", "int2":
 		return timecol.ClassInteger
 	}

@@ -21,6 +21,8 @@ var sqlite = &Dialect{
 	name:        "sqlite",
 	maxParams:   32766,
 	update:      sqliteUpdate,
+	readPrior:   sqliteReadPrior,
+	returnsKeys: true,
 	onConflict:  standardOnConflict(sqliteKey),
 	key:         sqliteKey,
 	retryable:   sqliteRetryable,
@@ -98,11 +100,18 @@ func sqliteKey(enc timecol.Encoding, x any) clause.Expr {
 //
 // (the guard compares through sqliteKey: integers for Unix time).
 func sqliteUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
+	return clause.Expr{SQL: "UPDATE ? AS t SET ? = v.ts FROM ? WHERE ? AND ?", Vars: []any{
+		clause.Table{Name: t.Table}, clause.Column{Name: t.Column}, sqliteBatch(t, ids, ts), sqliteMatch(t), sqliteGuard(t),
+	}}
+}
+
+// sqliteBatch is the batch as the rows (id, ts) of v:
+//
+//	(SELECT column1 AS id, column2 AS ts FROM (VALUES (?, ?), (?, ?))) AS v
+func sqliteBatch(t *Target, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
-	b.WriteString("UPDATE ? AS t SET ? = v.ts FROM (SELECT column1 AS id, column2 AS ts FROM (VALUES ")
-	col := clause.Column{Name: t.Column}
-	vars := make([]any, 0, 2*len(ids)+5)
-	vars = append(vars, clause.Table{Name: t.Table}, col)
+	b.WriteString("(SELECT column1 AS id, column2 AS ts FROM (VALUES ")
+	vars := make([]any, 0, 2*len(ids))
 	for i := range ids {
 		if i > 0 {
 			b.WriteString(", ")
@@ -110,17 +119,36 @@ func sqliteUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
 		b.WriteString("(?, ?)")
 		vars = append(vars, ids[i], t.Codec.Value(ts[i]))
 	}
-	pk := clause.Column{Name: t.PK}
-	b.WriteString(")) AS v WHERE t.? = v.id")
-	vars = append(vars, pk)
-	if t.ExactKey { // index lookup first, then the exact filter (sqliteExactIn)
-		b.WriteString(" AND t.? = v.id COLLATE BINARY")
-		vars = append(vars, pk)
-	}
-	b.WriteString(" AND (t.? IS NULL OR ?)")
-	guard := (&Dialect{key: sqliteKey}).Compare(t.Codec.Encoding(), clause.Column{Table: "t", Name: t.Column}, "<", clause.Expr{SQL: "v.ts"})
-	vars = append(vars, col, guard)
+	b.WriteString(")) AS v")
 	return clause.Expr{SQL: b.String(), Vars: vars}
+}
+
+// sqliteMatch joins row t to batch row v by key, exactly for a string key
+// (the index lookup first, then sqliteExactIn's binary comparison).
+func sqliteMatch(t *Target) clause.Expr {
+	pk := clause.Column{Name: t.PK}
+	if t.ExactKey {
+		return clause.Expr{SQL: "t.? = v.id AND t.? = v.id COLLATE BINARY", Vars: []any{pk, pk}}
+	}
+	return clause.Expr{SQL: "t.? = v.id", Vars: []any{pk}}
+}
+
+// sqliteGuard is the forward-only condition on row t and batch row v,
+// compared through sqliteKey.
+func sqliteGuard(t *Target) clause.Expr {
+	guard := (&Dialect{key: sqliteKey}).Compare(t.Codec.Encoding(), clause.Column{Table: "t", Name: t.Column}, "<", clause.Expr{SQL: "v.ts"})
+	return clause.Expr{SQL: "(t.? IS NULL OR ?)", Vars: []any{clause.Column{Name: t.Column}, guard}}
+}
+
+// sqliteReadPrior is the batch's rows, their values and whether the guard
+// holds (readPrior). SQLite has no row locks: a transaction that read them
+// and then writes either keeps its snapshot or fails with SQLITE_BUSY
+// (retryable), so the values read are those the write replaces. Its
+// RETURNING cannot return them from the UPDATE itself: it may not name the
+// tables of UPDATE ... FROM (sqlite.org/lang_returning.html, "Limitations
+// And Caveats").
+func sqliteReadPrior(t *Target, ids []any, ts []time.Time, _ bool) clause.Expr {
+	return selectPrior(t, sqliteBatch(t, ids, ts), sqliteMatch(t), sqliteGuard(t), "")
 }
 
 func sqliteRetryable(err error) bool {
@@ -155,12 +183,17 @@ func sqliteIdentity(ctx context.Context, db *gorm.DB) (Identity, error) {
 
 // classifySQLite follows SQLite's type affinity rules (the declared type
 // containing "INT" is an integer; "REAL", "FLOA", "DOUB" and "BLOB" hold
-// neither timestamps nor integers here; no type holds anything). Other
-// names (DATETIME, TIMESTAMP, TEXT) take the text drivers write.
+// neither timestamps nor integers here; no type holds anything). A column
+// declared DATE holds dates as text "2006-01-02": NUMERIC affinity keeps
+// such text as it is, date() and julianday() read it, and it sorts as
+// text does. Other names (DATETIME, TIMESTAMP, TEXT) take the text drivers
+// write.
 func classifySQLite(typ string) timecol.Class {
 	switch {
 	case typ == "":
 		return timecol.ClassAny
+	case typ == "date":
+		return timecol.ClassDate
 	case strings.Contains(typ, "int"):
 		return timecol.ClassInteger
 	case strings.Contains(typ, "real"), strings.Contains(typ, "floa"), strings.Contains(typ, "doub"), strings.Contains(typ, "blob"):

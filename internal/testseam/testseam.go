@@ -60,6 +60,11 @@ type Seam struct {
 	// and the session time columns (0: learned from the field; 1: time; 2:
 	// Unix seconds; 3: Unix milliseconds), as a struct tag would.
 	FieldEncoding, SessionEncoding int
+	// NoPrevious runs Flush.OnBatch as before entries carried their
+	// previous values: the plain bulk statement and the hook in one
+	// transaction, each Seen with a zero Previous and Written false; for
+	// the benchmark of what reading them costs.
+	NoPrevious bool
 
 	// Flush are the points where a test stops a flush; the plugin calls
 	// them where they are set.

@@ -18,14 +18,17 @@ const (
 	ClassText
 	// ClassInteger is an integer type.
 	ClassInteger
-	// ClassOther is anything else (date, numeric, real, varchar on
-	// PostgreSQL and MySQL).
+	// ClassOther is anything else (numeric, real, varchar on PostgreSQL
+	// and MySQL).
 	ClassOther
+	// ClassDate holds dates: PostgreSQL and MySQL date, SQLite a column
+	// declared DATE (text "2006-01-02").
+	ClassDate
 )
 
 // String says what a column of class k holds: "any value", "timestamps
 // with a time zone", "timestamps without a time zone", "timestamps as
-// text", "integers", else "neither timestamps nor integers".
+// text", "integers", "dates", else "neither timestamps nor integers".
 func (k Class) String() string {
 	switch k {
 	case ClassAny:
@@ -38,18 +41,21 @@ func (k Class) String() string {
 		return "timestamps as text"
 	case ClassInteger:
 		return "integers"
+	case ClassDate:
+		return "dates"
 	}
 	return "neither timestamps nor integers"
 }
 
 // Fits reports whether a column of class k can hold c's encoding: any
-// value fits ClassAny, a timestamp fits the zoned, naive and text classes,
-// an integer encoding ClassInteger; nothing fits ClassOther.
+// value fits ClassAny, a timestamp fits the zoned, naive, text and date
+// classes (a date holds its day), an integer encoding ClassInteger;
+// nothing fits ClassOther.
 func (c *Codec) Fits(k Class) bool {
 	switch k {
 	case ClassAny:
 		return true
-	case ClassZoned, ClassNaive, ClassText:
+	case ClassZoned, ClassNaive, ClassText, ClassDate:
 		return !c.Integer()
 	case ClassInteger:
 		return c.Integer()
@@ -59,10 +65,14 @@ func (c *Codec) Fits(k Class) bool {
 
 // SetClass records the class the catalog declares for the column: on a
 // dialect with a naive timestamp type, the column is naive exactly when k
-// is ClassNaive; elsewhere it does nothing.
+// is ClassNaive; a timestamp column is a date exactly when k is
+// ClassDate.
 func (c *Codec) SetClass(k Class) {
 	if c.naiveSQL != nil {
 		c.naive.Store(k == ClassNaive)
+	}
+	if !c.Integer() {
+		c.date.Store(k == ClassDate)
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-// Naive is a dialect's timestamp type without time zone, as a Codec needs
-// it. The zero value is a dialect without one (SQLite).
+// Naive is a dialect's types without time zone, as a Codec needs them:
+// its timestamp without time zone and its date. The zero value is a
+// dialect without a naive timestamp type whose dates are text (SQLite).
 type Naive struct {
 	// Cast casts a wall-time literal ("2006-01-02 15:04:05.999999") to the
 	// naive type, so that the driver's own location never shifts it: for
@@ -25,11 +26,20 @@ type Naive struct {
 	// declared type was read from the catalog (SetClass): true on MySQL,
 	// where GORM creates DATETIME.
 	Default bool
+	// Date casts a date literal ("2006-01-02") to the dialect's date type,
+	// for example CAST(? AS date). nil: the literal is bound as text.
+	Date func(day string) clause.Expr
 }
 
 // Codec is one resolved time column: its field, its Encoding, and, for a
-// naive timestamp column, the location of its wall times. Make it with
-// New; it is safe for concurrent use (SetClass may run while others read).
+// naive timestamp or a date column, the location of its wall times or
+// days. Make it with New; it is safe for concurrent use (SetClass may run
+// while others read).
+//
+// A date column (a timestamp field over a DATE column) holds the day of
+// an instant in the location (UTC when none is set): it binds the day
+// ("2026-03-01", cast by Naive.Date), and reads, compares and returns
+// days as the instant their day starts at in the location (Day).
 type Codec struct {
 	enc   Encoding // Time, UnixSeconds or UnixMillis
 	field *schema.Field
@@ -44,6 +54,11 @@ type Codec struct {
 	// naive is set when the column is a timestamp without time zone: from
 	// the catalog (SetClass), until then Naive.Default.
 	naive atomic.Bool
+	// dateSQL is Naive.Date (nil: a date is bound as text).
+	dateSQL func(day string) clause.Expr
+	// date is set when the column is a date: from the catalog (SetClass),
+	// until then from the field's GORM type tag (`gorm:"type:date"`).
+	date atomic.Bool
 }
 
 // New resolves field f of s (named name in the option opt, both for
@@ -54,7 +69,7 @@ type Codec struct {
 // <why>`, names a configured value outside Auto..UnixMillis or a field
 // FieldEncoding refuses.
 func New(s *schema.Schema, f *schema.Field, name string, configured Encoding, opt string, naive Naive, loc *time.Location) (*Codec, error) {
-	c := &Codec{field: f, loc: loc}
+	c := &Codec{field: f, loc: loc, dateSQL: naive.Date}
 	if naive.Cast != nil {
 		c.naiveSQL = naive.Cast
 		c.naive.Store(naive.Default)
@@ -67,6 +82,7 @@ func New(s *schema.Schema, f *schema.Field, name string, configured Encoding, op
 		return nil, fmt.Errorf("%s %q: %s.%s is a %s: %v", opt, name, s.Name, f.Name, f.FieldType, err)
 	}
 	c.enc, c.how = enc, how
+	c.date.Store(enc == Time && strings.EqualFold(string(f.DataType), "date"))
 	return c, nil
 }
 
@@ -86,6 +102,49 @@ func (c *Codec) Location() *time.Location { return c.loc }
 
 // Integer reports an integer encoding (UnixSeconds or UnixMillis).
 func (c *Codec) Integer() bool { return c.enc != Time }
+
+// Date reports whether the column holds dates: as the catalog said
+// (SetClass), else as the field's GORM type tag says.
+func (c *Codec) Date() bool { return c.date.Load() }
+
+// dayLoc is the location of a date column's days: the codec's location,
+// else UTC.
+func (c *Codec) dayLoc() *time.Location {
+	if c.loc != nil {
+		return c.loc
+	}
+	return time.UTC
+}
+
+// startOf is the instant, in UTC, at which the day y-m-d starts in the
+// location of a date column's days.
+func (c *Codec) startOf(y int, m time.Month, d int) time.Time {
+	return time.Date(y, m, d, 0, 0, 0, 0, c.dayLoc()).UTC()
+}
+
+// Day is what the column holds of t, as an instant in UTC: for a date
+// column the start of t's day in its location, else t. The zero time
+// stays zero.
+func (c *Codec) Day(t time.Time) time.Time {
+	if t.IsZero() || !c.Date() {
+		return t
+	}
+	y, m, d := t.In(c.dayLoc()).Date()
+	return c.startOf(y, m, d)
+}
+
+// NextDay is the start of the day after t's day in a date column's
+// location, as an instant in UTC: 23 to 25 hours after the start of t's
+// day where DST begins or ends.
+func (c *Codec) NextDay(t time.Time) time.Time {
+	y, m, d := t.In(c.dayLoc()).Date()
+	return c.startOf(y, m, d+1)
+}
+
+// dayText is t's day in a date column's location, "2006-01-02".
+func (c *Codec) dayText(t time.Time) string {
+	return t.In(c.dayLoc()).Format(time.DateOnly)
+}
 
 // count is t as a whole number of the unit, truncated.
 func (c *Codec) count(t time.Time) int64 {
@@ -108,14 +167,19 @@ func (c *Codec) fromCount(n int64) time.Time {
 func (c *Codec) wallTime() bool { return c.loc != nil && c.naiveSQL != nil && c.naive.Load() }
 
 // Value is t as the column stores it, for a bound parameter: an int64 of
-// the unit (truncated) for an integer encoding, the dialect's cast of the
-// wall time in the location (microseconds) for a naive timestamp column
-// with a location, else t in UTC (which the driver writes in its own
-// location).
+// the unit (truncated) for an integer encoding, t's day in the location
+// for a date column ("2006-01-02", cast by Naive.Date), the dialect's
+// cast of the wall time in the location (microseconds) for a naive
+// timestamp column with a location, else t in UTC (which the driver
+// writes in its own location).
 func (c *Codec) Value(t time.Time) any {
 	switch {
 	case c.Integer():
 		return c.count(t)
+	case c.Date() && c.dateSQL != nil:
+		return c.dateSQL(c.dayText(t))
+	case c.Date():
+		return c.dayText(t)
 	case c.wallTime():
 		return c.naiveSQL(t.In(c.loc).Format("2006-01-02 15:04:05.999999"))
 	}
@@ -125,7 +189,8 @@ func (c *Codec) Value(t time.Time) any {
 // Bound is t as the right side of "column op t" (op "<", "<=", ">=" or
 // ">"): for an integer encoding rounded so that the comparison of whole
 // units is exact (a column of n units is at or after t when n >= ceil(t),
-// at or before t when n <= floor(t)); else Value(t).
+// at or before t when n <= floor(t)); else Value(t), so a date column
+// compares with t's day.
 func (c *Codec) Bound(t time.Time, op string) any {
 	if !c.Integer() {
 		return c.Value(t)
@@ -139,7 +204,8 @@ func (c *Codec) Bound(t time.Time, op string) any {
 
 // AppendText appends t as PostgreSQL's array input reads it for the
 // column's type, and returns the extended buffer: the decimal count of the
-// unit for an integer encoding; the wall time in the location,
+// unit for an integer encoding; t's day in the location, "2006-01-02",
+// for a date column; the wall time in the location,
 // "2006-01-02T15:04:05.999999", for a naive column with a location; else
 // the instant in UTC with microseconds, "2006-01-02T15:04:05.999999Z". The
 // text holds no quote or backslash.
@@ -147,6 +213,8 @@ func (c *Codec) AppendText(b []byte, t time.Time) []byte {
 	switch {
 	case c.Integer():
 		return strconv.AppendInt(b, c.count(t), 10)
+	case c.Date():
+		return t.In(c.dayLoc()).AppendFormat(b, time.DateOnly)
 	case c.wallTime():
 		return t.In(c.loc).AppendFormat(b, "2006-01-02T15:04:05.999999")
 	}
@@ -156,8 +224,10 @@ func (c *Codec) AppendText(b []byte, t time.Time) []byte {
 // Decode reads a value the driver returned for the column, as an instant
 // in UTC: NULL is not valid; an integer encoding reads an int64 (or its
 // decimal text); a timestamp reads as NullTime does, a naive column's wall
-// time in the location. The error, "lastseen: cannot read ...", quotes at
-// most 40 bytes of the value.
+// time in the location; a date column's value is its day (the date the
+// driver's time carries, in its own location) starting in the location.
+// The error, "lastseen: cannot read ...", quotes at most 40 bytes of the
+// value.
 func (c *Codec) Decode(v any) (t time.Time, valid bool, err error) {
 	if v == nil {
 		return time.Time{}, false, nil
@@ -182,6 +252,10 @@ func (c *Codec) Decode(v any) (t time.Time, valid bool, err error) {
 		return time.Time{}, false, err
 	}
 	t = nt.Time
+	if c.Date() {
+		y, m, d := t.Date()
+		return c.startOf(y, m, d), true, nil
+	}
 	if c.wallTime() {
 		t = time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), c.loc)
 	}
@@ -198,18 +272,29 @@ func asString(v any) string {
 
 // FromGo reads the field's Go value (GORM's field.ValueOf): a time, a
 // named time type, a driver.Valuer (its Value() decoded), or an integer of
-// the unit. Zero times, NULLs, nil pointers and values it cannot read are
-// not valid.
+// the unit; a date column's value is its day, as Decode reads it. Zero
+// times, NULLs, nil pointers and values it cannot read are not valid.
 func (c *Codec) FromGo(v any) (t time.Time, valid bool) {
+	t, valid, decoded := c.fromGo(v)
+	if valid && !decoded && c.Date() {
+		y, m, d := t.Date()
+		t = c.startOf(y, m, d)
+	}
+	return t, valid
+}
+
+// fromGo is FromGo before a date column's time is taken for its day;
+// decoded reports a value Decode read (already a day).
+func (c *Codec) fromGo(v any) (t time.Time, valid, decoded bool) {
 	rv := reflect.ValueOf(v)
 	for rv.IsValid() && rv.Kind() == reflect.Pointer {
 		if rv.IsNil() {
-			return time.Time{}, false
+			return time.Time{}, false, false
 		}
 		rv = rv.Elem()
 	}
 	if !rv.IsValid() {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	vr, ok := rv.Interface().(driver.Valuer)
 	if !ok && rv.CanAddr() {
@@ -218,33 +303,38 @@ func (c *Codec) FromGo(v any) (t time.Time, valid bool) {
 	if ok {
 		dv, err := vr.Value()
 		if err != nil {
-			return time.Time{}, false
+			return time.Time{}, false, false
 		}
 		t, valid, err := c.Decode(dv)
-		return t, valid && err == nil && !t.IsZero()
+		return t, valid && err == nil && !t.IsZero(), true
 	}
 	switch {
 	case rv.Type().ConvertibleTo(timeType):
 		t := rv.Convert(timeType).Interface().(time.Time)
-		return t, !t.IsZero()
+		return t, !t.IsZero(), false
 	case rv.CanInt() && c.Integer():
-		return c.fromCount(rv.Int()), rv.Int() != 0
+		return c.fromCount(rv.Int()), rv.Int() != 0, false
 	case rv.CanUint() && c.Integer():
-		return c.fromCount(int64(rv.Uint())), rv.Uint() != 0
+		return c.fromCount(int64(rv.Uint())), rv.Uint() != 0, false
 	}
-	return time.Time{}, false
+	return time.Time{}, false, false
 }
 
 // ToGo is t as a value GORM's setter of the field takes (field.Set): an
 // int64 of the unit for an integer encoding (a Scanner gets it in Scan),
-// else a new *time.Time in UTC (set as a pointer, converted to a named
-// time type, or given to a Scanner's Scan), so that no time another row
-// points to is overwritten.
+// for a date column t's day in the location as midnight UTC (as pgx and
+// SQLite drivers return a date), else a new *time.Time in UTC (set as a
+// pointer, converted to a named time type, or given to a Scanner's Scan),
+// so that no time another row points to is overwritten.
 func (c *Codec) ToGo(t time.Time) any {
 	if c.Integer() {
 		return c.count(t)
 	}
 	u := t.UTC()
+	if c.Date() {
+		y, m, d := t.In(c.dayLoc()).Date()
+		u = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	}
 	return &u
 }
 

@@ -17,15 +17,16 @@ type row struct {
 	At       time.Time
 	Ptr      *time.Time
 	Null     sql.NullTime
-	Millis   int64  `lastseen:"unixmilli"`
-	Secs     int64  `lastseen:"unix"`
-	Auto     int64  `gorm:"autoUpdateTime:milli"`
-	AutoSecs int64  `gorm:"autoUpdateTime"`
-	Nano     int64  `gorm:"autoUpdateTime:nano"`
-	Bare     int64  // an integer without a unit
-	BadTag   int64  `lastseen:"ms"`
-	Name     string // not a time
-	Small    int32  `lastseen:"unix"`
+	Millis   int64     `lastseen:"unixmilli"`
+	Secs     int64     `lastseen:"unix"`
+	Auto     int64     `gorm:"autoUpdateTime:milli"`
+	AutoSecs int64     `gorm:"autoUpdateTime"`
+	Nano     int64     `gorm:"autoUpdateTime:nano"`
+	Bare     int64     // an integer without a unit
+	BadTag   int64     `lastseen:"ms"`
+	Name     string    // not a time
+	Small    int32     `lastseen:"unix"`
+	Day      time.Time `gorm:"type:date"`
 }
 
 func parse(t *testing.T) *schema.Schema {
@@ -262,6 +263,7 @@ func TestFits(t *testing.T) {
 		ClassText:    {true, false, "timestamps as text"},
 		ClassInteger: {false, true, "integers"},
 		ClassOther:   {false, false, "neither timestamps nor integers"},
+		ClassDate:    {true, false, "dates"},
 	} {
 		got := [3]any{tc.Fits(k), secs.Fits(k), k.String()}
 		if got != want {
@@ -321,5 +323,73 @@ func TestDSTFallBack(t *testing.T) {
 	t.Setenv("TZ", ":/usr/share/zoneinfo/Europe/Berlin")
 	if got := localName(); got != "Europe/Berlin" {
 		t.Errorf("localName with a TZ path = %q", got)
+	}
+}
+
+// TestCodecDate: a timestamp field over a date column holds days in the
+// codec's location (UTC without one): it binds the day, cast where the
+// dialect casts, reads a driver's date as the instant its day starts
+// there, and knows where the next day starts across DST.
+func TestCodecDate(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cast := func(day string) clause.Expr { return clause.Expr{SQL: "CAST(? AS date)", Vars: []any{day}} }
+	tagged := codec(t, "Day", Naive{Date: cast}, nil) // `gorm:"type:date"`: a date until the catalog says otherwise
+	plain := codec(t, "At", Naive{}, berlin)
+	if !tagged.Date() || plain.Date() {
+		t.Fatalf("Date() before the catalog: tagged %v, plain %v; want true, false", tagged.Date(), plain.Date())
+	}
+	plain.SetClass(ClassDate) // the catalog: a DATE column, SQLite's text
+	secs := codec(t, "Secs", Naive{}, nil)
+	secs.SetClass(ClassDate)
+	if secs.Date() {
+		t.Errorf("an integer encoding is never a date")
+	}
+	at := time.Date(2026, 3, 1, 23, 30, 0, 0, time.UTC) // 00:30 on March 2 in Berlin
+	for _, c := range []struct {
+		what, got, want string
+	}{
+		{"tagged Value", fmt.Sprint(tagged.Value(at)), "{CAST(? AS date) [2026-03-01] false}"},
+		{"Berlin Value", fmt.Sprint(plain.Value(at)), "2026-03-02"},
+		{"Berlin Bound", fmt.Sprint(plain.Bound(at, ">=")), "2026-03-02"},
+		{"tagged AppendText", string(tagged.AppendText(nil, at)), "2026-03-01"},
+		{"Berlin AppendText", string(plain.AppendText(nil, at)), "2026-03-02"},
+		{"tagged Day", tagged.Day(at).Format(time.RFC3339), "2026-03-01T00:00:00Z"},
+		{"Berlin Day", plain.Day(at).Format(time.RFC3339), "2026-03-01T23:00:00Z"},
+		{"Day of zero", fmt.Sprint(plain.Day(time.Time{}).IsZero()), "true"},
+		{"Berlin NextDay", plain.NextDay(at).Format(time.RFC3339), "2026-03-02T23:00:00Z"},
+		// 29 March 2026: Berlin moves to summer time, a day of 23 hours.
+		{"NextDay at DST", plain.NextDay(time.Date(2026, 3, 28, 23, 0, 0, 0, time.UTC)).Format(time.RFC3339), "2026-03-29T22:00:00Z"},
+		{"ToGo", plain.ToGo(at).(*time.Time).Format(time.RFC3339), "2026-03-02T00:00:00Z"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %s, want %s", c.what, c.got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), "2026-03-01T23:00:00Z"},                       // pgx, SQLite: midnight UTC
+		{time.Date(2026, 3, 2, 0, 0, 0, 0, time.FixedZone("-05", -5*3600)), "2026-03-01T23:00:00Z"}, // MySQL: midnight in the DSN's loc
+		{"2026-03-02", "2026-03-01T23:00:00Z"},
+		{nil, "NULL"},
+	} {
+		got := "NULL"
+		if d, valid, err := plain.Decode(c.v); err != nil {
+			got = err.Error()
+		} else if valid {
+			got = d.Format(time.RFC3339)
+		}
+		if got != c.want {
+			t.Errorf("Decode(%v) = %s, want %s", c.v, got, c.want)
+		}
+	}
+	for _, v := range []any{time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), sql.NullTime{Time: time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), Valid: true}} {
+		if got, valid := plain.FromGo(v); !valid || got.Format(time.RFC3339) != "2026-03-01T23:00:00Z" {
+			t.Errorf("FromGo(%v) = %v %v, want 2026-03-01T23:00:00Z", v, got, valid)
+		}
 	}
 }

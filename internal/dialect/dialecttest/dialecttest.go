@@ -56,7 +56,12 @@ type (
 		At      *time.Time
 		Seconds *int64
 		Ratio   *float64
-		Name    *string `gorm:"size:64"`
+		Name    *string    `gorm:"size:64"`
+		Day     *time.Time `gorm:"type:date"`
+	}
+	dateRow struct {
+		ID  int64      `gorm:"primaryKey;autoIncrement:false"`
+		Day *time.Time `gorm:"type:date"`
 	}
 )
 
@@ -65,6 +70,7 @@ func (stringRow) TableName() string  { return "dialecttest_string" }
 func (millisRow) TableName() string  { return "dialecttest_millis" }
 func (indexedRow) TableName() string { return "dialecttest_indexed" }
 func (typesRow) TableName() string   { return "dialecttest_types" }
+func (dateRow) TableName() string    { return "dialecttest_date" }
 
 // Exercise runs the contract on db, which must be a database of the
 // test's own, on a dialect Lookup knows: it creates tables named
@@ -75,14 +81,17 @@ func Exercise(t *testing.T, db *gorm.DB) {
 	if d == nil {
 		t.Fatalf("dialect.Lookup(%q) is nil", db.Dialector.Name())
 	}
-	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}}
+	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}, &dateRow{}}
 	must(t, db.Migrator().DropTable(models...))
 	must(t, db.AutoMigrate(models...))
 	t.Cleanup(func() { _ = db.Migrator().DropTable(models...) })
 	s := &suite{d: d, db: db}
 	t.Run("update", s.update)
 	t.Run("update unix millis", s.updateMillis)
+	t.Run("update date", s.updateDate)
 	t.Run("upsert", s.upsert)
+	t.Run("update reading previous values", s.updatePrior)
+	t.Run("upsert reading previous values", s.upsertPrior)
 	t.Run("count", s.count)
 	t.Run("exact string key", s.exact)
 	t.Run("error kinds", s.errorKinds)
@@ -182,6 +191,27 @@ func (s *suite) updateMillis(t *testing.T) {
 	equal(t, "stored milliseconds", raw, t1.UnixMilli())
 }
 
+// updateDate: on a date column the bulk statements write each timestamp's
+// day (UTC here), forward only: a row already on that day or later is
+// left, and so is it by the upsert; the previous values are days.
+func (s *suite) updateDate(t *testing.T) {
+	tg := s.target(t, &dateRow{}, "Day")
+	equal(t, "a date column", tg.Codec.Date(), true)
+	day := func(d int) time.Time { return time.Date(2026, 3, d, 0, 0, 0, 0, time.UTC) }
+	at := time.Date(2026, 3, 2, 21, 30, 0, 0, time.UTC)
+	s.seed(t, tg, int64(1), nil, int64(2), day(1), int64(3), day(2), int64(4), day(3))
+	n, err := s.d.Update(s.db, tg, []any{int64(1), int64(2), int64(3), int64(4)}, []time.Time{at, at, at, at})
+	must(t, err)
+	equal(t, "rows written", n, 2)
+	equal(t, "table", s.dump(t, tg), "1=2026-03-02T00:00:00Z 2=2026-03-02T00:00:00Z 3=2026-03-02T00:00:00Z 4=2026-03-03T00:00:00Z")
+	prior, n := s.writePrior(t, s.d.UpdatePrior, tg, []any{int64(1), int64(4)}, []time.Time{at.Add(24 * time.Hour), at.Add(24 * time.Hour)})
+	equal(t, "prior", fmt.Sprint(n, " ", prior), "1 1 written over 00:00, 4 kept 00:00")
+	n, err = s.d.Upsert(s.db, tg, []any{int64(2), int64(5)}, []time.Time{at, at})
+	must(t, err)
+	equal(t, "upserted", n, 1)
+	equal(t, "table after", s.dump(t, tg), "1=2026-03-03T00:00:00Z 2=2026-03-02T00:00:00Z 3=2026-03-02T00:00:00Z 4=2026-03-03T00:00:00Z 5=2026-03-02T00:00:00Z")
+}
+
 // upsert: an unknown id is inserted, an older row moves forward, a newer
 // one stays; the count is of the rows inserted or moved.
 func (s *suite) upsert(t *testing.T) {
@@ -194,6 +224,82 @@ func (s *suite) upsert(t *testing.T) {
 	n, err = s.d.Upsert(s.db, tg, []any{int64(1), int64(4)}, []time.Time{t1, t0})
 	must(t, err)
 	equal(t, "rows written again", n, 0)
+}
+
+// updatePrior: UpdatePrior writes what Update writes and returns, per
+// entry, whether its row exists, whether it was written, and the value the
+// column held before (or kept); on a string key exactly, and on an integer
+// column of Unix milliseconds.
+func (s *suite) updatePrior(t *testing.T) {
+	tg := s.target(t, &intRow{}, "LastSeenAt")
+	s.seed(t, tg, int64(1), nil, int64(2), t0, int64(3), t2, int64(4), t1)
+	ids := []any{int64(1), int64(2), int64(3), int64(4), int64(5)}
+	prior, n := s.writePrior(t, s.d.UpdatePrior, tg, ids, []time.Time{t1, t1, t1, t1, t1})
+	equal(t, "rows written", n, 2)
+	equal(t, "prior", prior, "1 written over NULL, 2 written over 09:00, 3 kept 11:00, 4 kept 10:00, 5 no row")
+	equal(t, "table", s.dump(t, tg), "1=2026-03-01T10:00:00Z 2=2026-03-01T10:00:00Z 3=2026-03-01T11:00:00Z 4=2026-03-01T10:00:00Z")
+	// All written: nothing is read after the statement.
+	prior, n = s.writePrior(t, s.d.UpdatePrior, tg, ids[:2], []time.Time{t2, t2})
+	equal(t, "all written", fmt.Sprint(n, " ", prior), "2 1 written over 10:00, 2 written over 10:00")
+
+	tg = s.target(t, &stringRow{}, "LastSeenAt")
+	s.seed(t, tg, "bob", t0, "pad", t0, `q"\`, t0)
+	prior, n = s.writePrior(t, s.d.UpdatePrior, tg, []any{"Bob", "pad ", `q"\`, "bob"}, []time.Time{t1, t1, t1, t0})
+	equal(t, "string key: rows written", n, 1)
+	equal(t, "string key: prior", prior, `Bob no row, pad  no row, q"\ written over 09:00, bob kept 09:00`)
+
+	tg = s.target(t, &millisRow{}, "Seen")
+	s.seed(t, tg, int64(1), nil, int64(2), t0, int64(3), t2)
+	prior, n = s.writePrior(t, s.d.UpdatePrior, tg, []any{int64(1), int64(2), int64(3)}, []time.Time{t1, t1, t1})
+	equal(t, "unix millis: rows written", n, 2)
+	equal(t, "unix millis: prior", prior, "1 written over NULL, 2 written over 09:00, 3 kept 11:00")
+}
+
+// upsertPrior: UpsertPrior writes what Upsert writes and returns, per
+// entry, the row as it was: an unknown id is written (created) with no
+// value before.
+func (s *suite) upsertPrior(t *testing.T) {
+	tg := s.target(t, &intRow{}, "LastSeenAt")
+	s.seed(t, tg, int64(1), t0, int64(2), t2, int64(3), nil)
+	prior, n := s.writePrior(t, s.d.UpsertPrior, tg, []any{int64(1), int64(2), int64(3), int64(4)}, []time.Time{t1, t1, t1, t1})
+	equal(t, "rows written", n, 3)
+	equal(t, "prior", prior, "1 written over 09:00, 2 kept 11:00, 3 written over NULL, 4 written, no row before")
+	equal(t, "table", s.dump(t, tg), "1=2026-03-01T10:00:00Z 2=2026-03-01T11:00:00Z 3=2026-03-01T10:00:00Z 4=2026-03-01T10:00:00Z")
+}
+
+// writePrior runs write (UpdatePrior or UpsertPrior) in a transaction and
+// describes what it returned, entry by entry: "<id> written over <before>",
+// "<id> kept <value>", "<id> no row" or "<id> written, no row before";
+// values as 15:04 in UTC, NULL for none.
+func (s *suite) writePrior(t *testing.T, write func(*gorm.DB, *dialect.Target, []any, []time.Time) ([]dialect.Prior, int, error),
+	tg *dialect.Target, ids []any, ts []time.Time) (string, int) {
+	t.Helper()
+	var prior []dialect.Prior
+	var n int
+	must(t, s.db.Transaction(func(tx *gorm.DB) error {
+		var err error
+		prior, n, err = write(tx, tg, ids, ts)
+		return err
+	}))
+	equal(t, "entries", len(prior), len(ids))
+	out := make([]string, len(prior))
+	for i, p := range prior {
+		v := "NULL"
+		if !p.Before.IsZero() {
+			v = p.Before.Format("15:04")
+		}
+		switch {
+		case p.Written && !p.Found:
+			out[i] = fmt.Sprintf("%v written, no row before", ids[i])
+		case p.Written:
+			out[i] = fmt.Sprintf("%v written over %s", ids[i], v)
+		case p.Found:
+			out[i] = fmt.Sprintf("%v kept %s", ids[i], v)
+		default:
+			out[i] = fmt.Sprintf("%v no row", ids[i])
+		}
+	}
+	return strings.Join(out, ", "), n
 }
 
 // count: the ids of the batch that have a row, whatever their value; on
@@ -488,9 +594,9 @@ func (s *suite) version(t *testing.T) string {
 // type name as GORM's migrator reports it, and which encodings fit.
 func (s *suite) classes(t *testing.T) {
 	want := map[string]map[string]timecol.Class{
-		"postgres": {"id": timecol.ClassInteger, "at": timecol.ClassZoned, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther},
-		"mysql":    {"id": timecol.ClassInteger, "at": timecol.ClassNaive, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther},
-		"sqlite":   {"id": timecol.ClassInteger, "at": timecol.ClassText, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassText},
+		"postgres": {"id": timecol.ClassInteger, "at": timecol.ClassZoned, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther, "day": timecol.ClassDate},
+		"mysql":    {"id": timecol.ClassInteger, "at": timecol.ClassNaive, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther, "day": timecol.ClassDate},
+		"sqlite":   {"id": timecol.ClassInteger, "at": timecol.ClassText, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassText, "day": timecol.ClassDate},
 	}[s.d.Name()]
 	cols, err := s.db.Migrator().ColumnTypes(&typesRow{})
 	must(t, err)
@@ -508,7 +614,7 @@ func (s *suite) classes(t *testing.T) {
 	at := s.target(t, &intRow{}, "LastSeenAt").Codec
 	ms := s.target(t, &millisRow{}, "Seen").Codec
 	for name, class := range got {
-		equal(t, "timestamp fits "+name, at.Fits(class), class != timecol.ClassInteger && class != timecol.ClassOther)
+		equal(t, "timestamp fits "+name, at.Fits(class), class != timecol.ClassInteger && class != timecol.ClassOther) // a date holds its day
 		equal(t, "unix millis fits "+name, ms.Fits(class), class == timecol.ClassInteger)
 	}
 	equal(t, "undeclared type", s.d.Classify(""), map[string]timecol.Class{"postgres": timecol.ClassOther, "mysql": timecol.ClassOther, "sqlite": timecol.ClassAny}[s.d.Name()])
