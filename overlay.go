@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/idcodec"
 	"gorm.io/gorm"
 )
 
@@ -37,81 +38,166 @@ func (p *Plugin) overlay(db *gorm.DB) {
 	if db.Error != nil || t == nil || st.Schema == nil {
 		return
 	}
-	if rows := p.overlayRows(st); len(rows) > 0 {
-		p.overlayOn(st.Context, rows)
+	s, _ := p.scratch.Get().(*overlayScratch)
+	if s == nil {
+		s = new(overlayScratch)
+	}
+	s.rows = p.overlayRows(st, s.rows[:0])
+	if len(s.rows) > 0 {
+		p.overlayOn(st.Context, s)
+	}
+	if s.reset() {
+		p.scratch.Put(s)
 	}
 }
 
-// overlayRows returns the rows of the tracked model that the statement
-// loaded with the last-seen column: its own result's, or those its Joins
-// loaded.
-func (p *Plugin) overlayRows(st *gorm.Statement) []reflect.Value {
+// overlayScratch is what one overlay call works in, reused through
+// Plugin.scratch so that a query allocates no slice per row.
+type overlayScratch struct {
+	rows []reflect.Value // the loaded rows of the tracked model
+	text []byte          // the ids of rows, one after the other
+	ends []int           // where each id ends in text
+	of   []int           // the index in rows of each id
+	uids []string        // the ids, slices of one string
+	at   []time.Time     // the buffered value of each id
+}
+
+// overlayScratchMax is the most rows a scratch keeps room for when it goes
+// back to the pool: a rare huge query does not pin its slices.
+const overlayScratchMax = 4096
+
+// reset drops the scratch's references to rows and ids, and reports
+// whether it is small enough to keep.
+func (s *overlayScratch) reset() bool {
+	clear(s.rows)
+	clear(s.uids)
+	return cap(s.rows) <= overlayScratchMax && cap(s.uids) <= overlayScratchMax && cap(s.at) <= overlayScratchMax
+}
+
+// overlayRows appends to rows the rows of the tracked model that the
+// statement loaded with the last-seen column: its own result's, or those
+// its Joins loaded.
+func (p *Plugin) overlayRows(st *gorm.Statement, rows []reflect.Value) []reflect.Value {
 	m := p.users.model
 	if st.Schema.ModelType == m.typ {
 		if !selects(st.Selects, st.Omits, m) {
-			return nil
+			return rows
 		}
-		return modelRows(st.ReflectValue, m.typ)
+		return appendModelRows(rows, st.ReflectValue, m.typ)
 	}
-	var rows []reflect.Value
 	for _, j := range st.Joins {
 		rel := st.Schema.Relationships.Relations[j.Name]
 		if rel == nil || rel.FieldSchema == nil || rel.FieldSchema.ModelType != m.typ || !selects(j.Selects, j.Omits, m) {
 			continue
 		}
-		for _, parent := range modelRows(st.ReflectValue, st.Schema.ModelType) {
+		parents := len(rows)
+		rows = appendModelRows(rows, st.ReflectValue, st.Schema.ModelType)
+		n := parents
+		for _, parent := range rows[parents:] {
 			if v := derefReflect(rel.Field.ReflectValueOf(st.Context, parent)); v.Kind() == reflect.Struct && v.CanAddr() {
-				rows = append(rows, v)
+				rows[n] = v
+				n++
 			}
 		}
+		clear(rows[n:])
+		rows = rows[:n]
 	}
 	return rows
 }
 
-// overlayOn puts the freshest buffered value into each row's last-seen
-// field where it is newer than the column's.
-func (p *Plugin) overlayOn(ctx context.Context, rows []reflect.Value) {
-	m, t := p.users.model, p.tracker
-	uids := make([]string, len(rows))
-	var distinct []string
-	for i, rv := range rows {
-		id, zero := m.pk.ValueOf(ctx, rv)
-		if zero {
-			continue
-		}
-		if uid, err := t.ids.Normalize(derefValue(id)); err == nil {
-			uids[i] = uid
-			distinct = append(distinct, uid)
+// overlayOn puts the freshest buffered value into each of s.rows'
+// last-seen field where it is newer than the column's. It reads the
+// buffer once for every row's id (a row without a valid id is left
+// alone), the ids written into one string.
+func (p *Plugin) overlayOn(ctx context.Context, s *overlayScratch) {
+	t := p.tracker
+	s.text, s.ends, s.of = s.text[:0], s.ends[:0], s.of[:0]
+	for i, rv := range s.rows {
+		var ok bool
+		if s.text, ok = p.appendRowID(ctx, s.text, rv); ok {
+			s.ends = append(s.ends, len(s.text))
+			s.of = append(s.of, i)
 		}
 	}
-	slices.Sort(distinct)
-	distinct = slices.Compact(distinct)
-	if len(distinct) == 0 {
+	if len(s.of) == 0 {
 		return
 	}
-	latest := p.overlayRead(ctx, distinct)
-	for i, rv := range rows {
-		at, ok := latest[uids[i]]
-		if !ok || uids[i] == "" {
-			continue
+	text, start := string(s.text), 0
+	s.uids = s.uids[:0]
+	for _, end := range s.ends {
+		s.uids = append(s.uids, text[start:end])
+		start = end
+	}
+	s.at = slices.Grow(s.at[:0], len(s.uids))[:len(s.uids)]
+	if err := t.buf.Newest(ctx, s.uids, s.at, t.now(), true); err != nil {
+		t.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; the overlay leaves the column's values", "err", err) })
+	}
+	for j, at := range s.at {
+		if !at.IsZero() {
+			p.overlayRow(ctx, s.rows[s.of[j]], at)
 		}
-		cur, _ := m.time.ValueOf(ctx, rv)
-		if c, has := m.enc.FromGo(cur); has && !at.After(c) {
-			continue
-		}
-		_ = m.time.Set(ctx, rv, m.enc.ToGo(at)) // GORM's setter converts, or calls the field's Scan
 	}
 }
 
-// overlayRead returns the buffered values of uids: Redis through the
-// breaker within TouchTimeout (nothing from it on failure), and the backlog.
-func (p *Plugin) overlayRead(ctx context.Context, uids []string) map[string]time.Time {
-	t := p.tracker
-	latest, err := t.buffered(ctx, uids, true)
-	if err != nil {
-		t.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; the overlay leaves the column's values", "err", err) })
+// appendRowID appends the canonical text of row's primary key to dst
+// (Normalize's, without boxing an integer or string key), or reports false
+// when the row has no valid id.
+func (p *Plugin) appendRowID(ctx context.Context, dst []byte, row reflect.Value) ([]byte, bool) {
+	m, ids := p.users.model, p.tracker.ids
+	if ids.Kind == idcodec.Scanner { // a UUID: through its own methods, as Touch takes it
+		id, zero := m.pk.ValueOf(ctx, row)
+		if zero {
+			return dst, false
+		}
+		uid, err := ids.Normalize(derefValue(id))
+		if err != nil {
+			return dst, false
+		}
+		return append(dst, uid...), true
 	}
-	return latest
+	v, ok := fieldValue(row, m.pk.StructField.Index)
+	if !ok {
+		return dst, false
+	}
+	return ids.AppendKey(dst, v)
+}
+
+// overlayRow puts at into row's last-seen field when it is newer than the
+// column's value.
+func (p *Plugin) overlayRow(ctx context.Context, row reflect.Value, at time.Time) {
+	m := p.users.model
+	cur, _ := m.time.ValueOf(ctx, row)
+	if c, has := m.enc.FromGo(cur); has && !at.After(c) {
+		return
+	}
+	_ = m.time.Set(ctx, row, m.enc.ToGo(at)) // GORM's setter converts, or calls the field's Scan
+}
+
+// fieldValue returns the field at GORM's index path (a negative step is an
+// embedded pointer, -i-1) in row, pointers removed; false when a pointer on
+// the way, or the field's own, is nil. Unlike GORM's ReflectValueOf it
+// never allocates a nil embedded struct.
+func fieldValue(row reflect.Value, index []int) (reflect.Value, bool) {
+	v := row
+	for _, i := range index {
+		if i < 0 {
+			i = -i - 1
+		}
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return reflect.Value{}, false
+			}
+			v = v.Elem()
+		}
+		v = v.Field(i)
+	}
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return reflect.Value{}, false
+		}
+		v = v.Elem()
+	}
+	return v, true
 }
 
 // selects reports whether a statement (or a join) with these Select and
@@ -127,25 +213,24 @@ func selects(sel, omit []string, m *model) bool {
 	return len(sel) == 0 || named(sel)
 }
 
-// modelRows returns the addressable struct values of type typ in rv: rv
-// itself, or the elements of a slice or array, through pointers.
-func modelRows(rv reflect.Value, typ reflect.Type) []reflect.Value {
+// appendModelRows appends to rows the addressable struct values of type
+// typ in rv: rv itself, or the elements of a slice or array, through
+// pointers.
+func appendModelRows(rows []reflect.Value, rv reflect.Value, typ reflect.Type) []reflect.Value {
 	rv = derefReflect(rv)
 	switch rv.Kind() {
 	case reflect.Struct:
 		if rv.Type() == typ && rv.CanAddr() {
-			return []reflect.Value{rv}
+			rows = append(rows, rv)
 		}
 	case reflect.Slice, reflect.Array:
-		var out []reflect.Value
 		for i := range rv.Len() {
 			if e := derefReflect(rv.Index(i)); e.Kind() == reflect.Struct && e.Type() == typ && e.CanAddr() {
-				out = append(out, e)
+				rows = append(rows, e)
 			}
 		}
-		return out
 	}
-	return nil
+	return rows
 }
 
 func derefReflect(rv reflect.Value) reflect.Value {

@@ -176,18 +176,18 @@ func (b *Buffer) Count(_ context.Context, keysOf func(keys.Shard) []string) (int
 
 // Newest reads each uid's pending and in-flight values under its shard's
 // mutex. It never fails.
-func (b *Buffer) Newest(_ context.Context, uids []string, _ time.Time, _ bool) ([]time.Time, error) {
-	out := make([]time.Time, len(uids))
+func (b *Buffer) Newest(_ context.Context, uids []string, out []time.Time, _ time.Time, _ bool) error {
 	for i, uid := range uids {
 		s := b.shard(uid)
 		s.mu.Lock()
 		ts := max(s.pending[uid], s.inflight[uid])
 		s.mu.Unlock()
+		out[i] = time.Time{}
 		if ts > 0 {
 			out[i] = time.UnixMicro(ts).UTC()
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Sizes counts each shard's maps under its mutex.

@@ -1,0 +1,244 @@
+package redisbuf
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lastseen/lastseen/internal/buffer"
+	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/redis/go-redis/v9"
+)
+
+// readCallIDs is about the most ids one read script call takes (it ends at
+// the end of a bucket): a script holds Redis for its whole run, so a huge
+// read goes in several calls that other clients' commands can come
+// between.
+const readCallIDs = 1000
+
+// Newest reads uids' pending and in-flight values with the read script
+// (HMGET of the pending hash of each bucket holding some of them, and of
+// its in-flight hash while a flush has one) and folds in the backlog. On a
+// single server (a *redis.Client, Sentinel's included) one call takes up to
+// readCallIDs ids of any shards; a Redis Cluster, a Ring or another client
+// gets one call per shard (one slot each); several calls go in one
+// pipeline. Each call carries its ids packed into one argument, the bucket
+// keys are boxed once when the buffer opens, and the reply holds only the
+// values found: a read of users with nothing buffered gets an empty reply.
+// With guard the read goes through the breaker within TouchTimeout, as a
+// touch. Duplicate ids are read once. When some calls failed it returns
+// what the others read, with the error.
+func (b *Buffer) Newest(ctx context.Context, uids []string, out []time.Time, now time.Time, guard bool) error {
+	clear(out[:len(uids)])
+	if b.backlog.len() > 0 {
+		for i, uid := range uids {
+			if ts, ok := b.backlog.get(uid); ok {
+				out[i] = time.UnixMicro(ts).UTC()
+			}
+		}
+	}
+	if len(uids) == 0 {
+		return nil
+	}
+	plan := b.planRead(uids)
+	var cmds []*redis.Cmd
+	read := func(ctx context.Context, rdb *client) (_ []any, err error) {
+		cmds, err = evalArgs(ctx, rdb, readScript, plan.calls(b.shards, rdb))
+		return nil, err
+	}
+	var err error
+	if guard {
+		if _, err = b.call(ctx, read); err != nil {
+			return err // the calls may still be running: read nothing of them
+		}
+	} else {
+		err = b.redis(ctx, func(ctx context.Context, rdb *client) error {
+			_, err := read(ctx, rdb)
+			return err
+		})
+		if err != nil && ctx.Err() != nil { // cut short: the calls may still be running (client.do)
+			return err
+		}
+	}
+	plan.fold(cmds, out, now)
+	return err
+}
+
+// readPlan is one Newest's ids in the order the read script gets them:
+// by shard, bucket and id, so that a call covers whole buckets and
+// duplicates are neighbours.
+type readPlan struct {
+	uids  []string
+	locs  []readLoc
+	first []int32 // the index in locs of each distinct id, in order, then len(locs)
+	base  []int   // the index in first of each call's first id, then the number of distinct ids
+}
+
+// readLoc is where uids[i] lives.
+type readLoc struct {
+	shard, bucket, i int32
+}
+
+// planRead locates and orders uids.
+func (b *Buffer) planRead(uids []string) *readPlan {
+	p := &readPlan{uids: uids, locs: make([]readLoc, len(uids))}
+	for i, uid := range uids {
+		n, bucket := keys.Locate(uid, len(b.shards))
+		p.locs[i] = readLoc{shard: int32(n), bucket: int32(bucket), i: int32(i)}
+	}
+	slices.SortFunc(p.locs, func(x, y readLoc) int {
+		switch {
+		case x.shard != y.shard:
+			return int(x.shard - y.shard)
+		case x.bucket != y.bucket:
+			return int(x.bucket - y.bucket)
+		}
+		return strings.Compare(uids[x.i], uids[y.i])
+	})
+	p.first = make([]int32, 0, len(uids)+1)
+	for j, l := range p.locs {
+		if j == 0 || uids[l.i] != uids[p.locs[j-1].i] {
+			p.first = append(p.first, int32(j))
+		}
+	}
+	p.first = append(p.first, int32(len(p.locs)))
+	return p
+}
+
+// loc is the location of the k-th distinct id.
+func (p *readPlan) loc(k int) readLoc { return p.locs[p.first[k]] }
+
+// calls returns the read script's calls as whole EVALSHA argument lists
+// (see evalArgs), and sets base. A call ends where the shard changes
+// (unless rdb is a single server) and at the end of the bucket where it
+// reached readCallIDs ids.
+func (p *readPlan) calls(shards []shardKeys, rdb *client) [][]any {
+	_, single := rdb.UniversalClient.(*redis.Client)
+	distinct := len(p.first) - 1
+	p.base = p.base[:0]
+	for k := range distinct {
+		cur := p.loc(k)
+		switch {
+		case k == 0:
+		case !single && cur.shard != p.loc(k-1).shard:
+		case k-p.base[len(p.base)-1] >= readCallIDs && (cur.shard != p.loc(k-1).shard || cur.bucket != p.loc(k-1).bucket):
+		default:
+			continue
+		}
+		p.base = append(p.base, k)
+	}
+	p.base = append(p.base, distinct)
+	var text []byte
+	ends := make([]int, len(p.base))
+	for c := 1; c < len(p.base); c++ {
+		for k := p.base[c-1]; k < p.base[c]; k++ {
+			text = append(text, p.uids[p.loc(k).i]...)
+		}
+		ends[c] = len(text)
+	}
+	packed := string(text) // one string, sliced for each call
+	calls := make([][]any, len(p.base)-1)
+	for c := range calls {
+		calls[c] = p.call(shards, p.base[c], p.base[c+1], packed[ends[c]:ends[c+1]])
+	}
+	return calls
+}
+
+// newBucket reports whether the k-th distinct id is the first of its
+// bucket in the call that starts at from.
+func (p *readPlan) newBucket(k, from int) bool {
+	if k == from {
+		return true
+	}
+	l, prev := p.loc(k), p.loc(k-1)
+	return l.bucket != prev.bucket || l.shard != prev.shard
+}
+
+// call returns the call that reads the distinct ids from to end (indexes
+// in first), whose texts packed holds one after the other: KEYS the pending
+// and in-flight hash of each of their buckets, ARGV for each bucket the
+// number of its ids and their lengths, then packed.
+func (p *readPlan) call(shards []shardKeys, from, end int, packed string) []any {
+	n := end - from
+	args := make([]any, 3, 4+4*n)
+	args[0], args[1] = "evalsha", readScript.Hash()
+	for k := from; k < end; k++ {
+		if l := p.loc(k); p.newBucket(k, from) {
+			args = append(args, shards[l.shard].readArgs[2*l.bucket], shards[l.shard].readArgs[2*l.bucket+1])
+		}
+	}
+	args[2] = len(args) - 3
+	count := 0
+	for k := from; k < end; k++ {
+		if p.newBucket(k, from) {
+			args = append(args, 0)
+			count = len(args) - 1
+		}
+		args[count] = args[count].(int) + 1
+		args = append(args, len(p.uids[p.loc(k).i]))
+	}
+	return append(args, packed)
+}
+
+// fold raises out to the values the calls read: the reply of a call is a
+// code and a value for each value found, the code 2×(the id's position in
+// the call) for a pending value and that plus 1 for an in-flight one.
+func (p *readPlan) fold(cmds []*redis.Cmd, out []time.Time, now time.Time) {
+	for c, cmd := range cmds {
+		reply, _ := cmd.Val().([]any) // nil when the call failed
+		for j := 0; j+1 < len(reply); j += 2 {
+			code, ok := reply[j].(int64)
+			s, isText := reply[j+1].(string)
+			k := p.base[c] + int(code/2)
+			if !ok || !isText || code < 0 || k >= p.base[c+1] {
+				continue
+			}
+			at, valid := buffer.ParseMicros(s, now)
+			if !valid {
+				continue
+			}
+			for _, l := range p.locs[p.first[k]:p.first[k+1]] {
+				if at.After(out[l.i]) {
+					out[l.i] = at
+				}
+			}
+		}
+	}
+}
+
+// evalArgs runs calls of script, each a whole EVALSHA argument list
+// ("evalsha", script.Hash(), the number of keys, the keys, the arguments)
+// that the caller built without go-redis boxing every key again: one call
+// alone, several in one pipeline. When Redis does not know the script
+// (NOSCRIPT) it loads it and runs them once more, as evalPipelined does.
+// The commands hold each call's reply or error; the error is the first
+// command's.
+func evalArgs(ctx context.Context, rdb *client, script *redis.Script, calls [][]any) ([]*redis.Cmd, error) {
+	run := func() ([]*redis.Cmd, error) {
+		cmds := make([]*redis.Cmd, len(calls))
+		for i, args := range calls {
+			cmds[i] = redis.NewCmd(ctx, args...)
+			cmds[i].SetFirstKeyPos(3)
+		}
+		if len(cmds) == 1 {
+			return cmds, rdb.Process(ctx, cmds[0])
+		}
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, cmd := range cmds {
+				_ = pipe.Process(ctx, cmd)
+			}
+			return nil
+		})
+		return cmds, err
+	}
+	cmds, err := run()
+	if err != nil && isNoScript(err) {
+		if lerr := script.Load(ctx, rdb).Err(); lerr != nil {
+			return cmds, errors.Join(err, lerr)
+		}
+		cmds, err = run()
+	}
+	return cmds, err
+}
