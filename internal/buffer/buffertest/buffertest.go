@@ -658,9 +658,9 @@ func reads(c *check) {
 }
 
 // newestMany: Newest of 2,500 ids over every shard (more than one call of
-// the Redis buffer's read takes), a third of them recorded, some in flight,
-// one newer in pending than in flight, and the first ten asked twice, gives
-// each id its own value.
+// the Redis buffer's read takes), a third of them recorded, one shard's in
+// flight with nothing pending, then one of them newer in pending than in
+// flight, and the first ten asked twice, gives each id its own value.
 func newestMany(c *check) {
 	uids := make([]string, 0, 2510)
 	want := make([]time.Duration, 0, 2510)
@@ -677,6 +677,7 @@ func newestMany(c *check) {
 	defer l.Release(c.ctx)
 	_, err := l.Swap(c.ctx)
 	c.must(err)
+	c.newest(uids, want...) // shard 1: in flight only
 	newer := 0
 	for want[newer] < 0 || keys.ShardOf(uids[newer], c.s.Shards) != 1 { // a user now in flight
 		newer++

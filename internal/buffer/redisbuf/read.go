@@ -2,6 +2,7 @@ package redisbuf
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"strings"
@@ -18,18 +19,28 @@ import (
 // between.
 const readCallIDs = 1000
 
+// readEntryIDs is the most ids of one bucket entry of a call (one HMGET;
+// Lua's unpack is bounded by its C stack), and maxReadID the longest id the
+// read takes, in bytes: both are written in two bytes of the call's layout.
+const (
+	readEntryIDs = 1000
+	maxReadID    = 1<<16 - 1
+)
+
 // Newest reads uids' pending and in-flight values with the read script
 // (HMGET of the pending hash of each bucket holding some of them, and of
 // its in-flight hash while a flush has one) and folds in the backlog. On a
 // single server (a *redis.Client, Sentinel's included) one call takes up to
 // readCallIDs ids of any shards; a Redis Cluster, a Ring or another client
 // gets one call per shard (one slot each); several calls go in one
-// pipeline. Each call carries its ids packed into one argument, the bucket
-// keys are boxed once when the buffer opens, and the reply holds only the
-// values found: a read of users with nothing buffered gets an empty reply.
-// With guard the read goes through the breaker within TouchTimeout, as a
-// touch. Duplicate ids are read once. When some calls failed it returns
-// what the others read, with the error.
+// pipeline. A call carries two arguments besides its keys, its ids packed
+// one after the other and their layout (see read.lua), the bucket keys are
+// boxed once when the buffer opens, and the reply holds only the values
+// found: a read of users with nothing buffered gets an empty reply. With
+// guard the read goes through the breaker within TouchTimeout, as a touch.
+// Duplicate ids are read once; an id longer than maxReadID bytes (the
+// plugin's are at most 4,096) is not read. When some calls failed it
+// returns what the others read, with the error.
 func (b *Buffer) Newest(ctx context.Context, uids []string, out []time.Time, now time.Time, guard bool) error {
 	clear(out[:len(uids)])
 	if b.backlog.len() > 0 {
@@ -43,6 +54,9 @@ func (b *Buffer) Newest(ctx context.Context, uids []string, out []time.Time, now
 		return nil
 	}
 	plan := b.planRead(uids)
+	if len(plan.locs) == 0 {
+		return nil
+	}
 	var cmds []*redis.Cmd
 	read := func(ctx context.Context, rdb *client) (_ []any, err error) {
 		cmds, err = evalArgs(ctx, rdb, readScript, plan.calls(b.shards, rdb))
@@ -72,8 +86,9 @@ func (b *Buffer) Newest(ctx context.Context, uids []string, out []time.Time, now
 type readPlan struct {
 	uids  []string
 	locs  []readLoc
-	first []int32 // the index in locs of each distinct id, in order, then len(locs)
-	base  []int   // the index in first of each call's first id, then the number of distinct ids
+	first []int32  // the index in locs of each distinct id, in order, then len(locs)
+	base  []int    // the index in first of each call's first id, then the number of distinct ids
+	ends  [][2]int // where each call's ids end in the packed text, and its layout in the layout
 }
 
 // readLoc is where uids[i] lives.
@@ -83,10 +98,12 @@ type readLoc struct {
 
 // planRead locates and orders uids.
 func (b *Buffer) planRead(uids []string) *readPlan {
-	p := &readPlan{uids: uids, locs: make([]readLoc, len(uids))}
+	p := &readPlan{uids: uids, locs: make([]readLoc, 0, len(uids))}
 	for i, uid := range uids {
-		n, bucket := keys.Locate(uid, len(b.shards))
-		p.locs[i] = readLoc{shard: int32(n), bucket: int32(bucket), i: int32(i)}
+		if len(uid) <= maxReadID {
+			n, bucket := keys.Locate(uid, len(b.shards))
+			p.locs = append(p.locs, readLoc{shard: int32(n), bucket: int32(bucket), i: int32(i)})
+		}
 	}
 	slices.SortFunc(p.locs, func(x, y readLoc) int {
 		switch {
@@ -113,73 +130,60 @@ func (p *readPlan) loc(k int) readLoc { return p.locs[p.first[k]] }
 // calls returns the read script's calls as whole EVALSHA argument lists
 // (see evalArgs), and sets base. A call ends where the shard changes
 // (unless rdb is a single server) and at the end of the bucket where it
-// reached readCallIDs ids.
+// reached readCallIDs ids; a bucket entry (a pair of keys) ends where the
+// bucket changes or after readEntryIDs ids. The ids of every call are
+// written into one string and their layouts into another, each call
+// taking its slice of both.
 func (p *readPlan) calls(shards []shardKeys, rdb *client) [][]any {
 	_, single := rdb.UniversalClient.(*redis.Client)
 	distinct := len(p.first) - 1
-	p.base = p.base[:0]
+	var text, layout []byte
+	var calls [][]any
+	var args []any
+	p.base, p.ends = p.base[:0], p.ends[:0]
+	entry, n := 0, 0 // the current entry's count in layout, and its ids
 	for k := range distinct {
-		cur := p.loc(k)
-		switch {
-		case k == 0:
-		case !single && cur.shard != p.loc(k-1).shard:
-		case k-p.base[len(p.base)-1] >= readCallIDs && (cur.shard != p.loc(k-1).shard || cur.bucket != p.loc(k-1).bucket):
-		default:
-			continue
+		l := p.loc(k)
+		uid := p.uids[l.i]
+		moved := k == 0 || l.shard != p.loc(k-1).shard || l.bucket != p.loc(k-1).bucket
+		if k == 0 || (!single && l.shard != p.loc(k-1).shard) || (moved && k-p.base[len(p.base)-1] >= readCallIDs) {
+			if args != nil {
+				calls = append(calls, endCall(args))
+				p.ends = append(p.ends, [2]int{len(text), len(layout)})
+			}
+			args = make([]any, 3, 5+2*min(distinct-k, readCallIDs))
+			args[0], args[1] = "evalsha", readScript.Hash()
+			p.base = append(p.base, k)
+			moved = true
 		}
-		p.base = append(p.base, k)
+		if moved || n == readEntryIDs {
+			args = append(args, shards[l.shard].readArgs[2*l.bucket], shards[l.shard].readArgs[2*l.bucket+1])
+			entry, n = len(layout), 0
+			layout = append(layout, 0, 0)
+		}
+		n++
+		binary.BigEndian.PutUint16(layout[entry:], uint16(n))
+		layout = binary.BigEndian.AppendUint16(layout, uint16(len(uid)))
+		text = append(text, uid...)
+	}
+	if args != nil {
+		calls = append(calls, endCall(args))
+		p.ends = append(p.ends, [2]int{len(text), len(layout)})
 	}
 	p.base = append(p.base, distinct)
-	var text []byte
-	ends := make([]int, len(p.base))
-	for c := 1; c < len(p.base); c++ {
-		for k := p.base[c-1]; k < p.base[c]; k++ {
-			text = append(text, p.uids[p.loc(k).i]...)
-		}
-		ends[c] = len(text)
-	}
-	packed := string(text) // one string, sliced for each call
-	calls := make([][]any, len(p.base)-1)
-	for c := range calls {
-		calls[c] = p.call(shards, p.base[c], p.base[c+1], packed[ends[c]:ends[c+1]])
+	packed, lay := string(text), string(layout) // one string each, sliced for every call
+	from := [2]int{}
+	for c, end := range p.ends {
+		calls[c] = append(calls[c], packed[from[0]:end[0]], lay[from[1]:end[1]])
+		from = end
 	}
 	return calls
 }
 
-// newBucket reports whether the k-th distinct id is the first of its
-// bucket in the call that starts at from.
-func (p *readPlan) newBucket(k, from int) bool {
-	if k == from {
-		return true
-	}
-	l, prev := p.loc(k), p.loc(k-1)
-	return l.bucket != prev.bucket || l.shard != prev.shard
-}
-
-// call returns the call that reads the distinct ids from to end (indexes
-// in first), whose texts packed holds one after the other: KEYS the pending
-// and in-flight hash of each of their buckets, ARGV for each bucket the
-// number of its ids and their lengths, then packed.
-func (p *readPlan) call(shards []shardKeys, from, end int, packed string) []any {
-	n := end - from
-	args := make([]any, 3, 4+4*n)
-	args[0], args[1] = "evalsha", readScript.Hash()
-	for k := from; k < end; k++ {
-		if l := p.loc(k); p.newBucket(k, from) {
-			args = append(args, shards[l.shard].readArgs[2*l.bucket], shards[l.shard].readArgs[2*l.bucket+1])
-		}
-	}
+// endCall sets the number of keys of a call whose keys are all in args.
+func endCall(args []any) []any {
 	args[2] = len(args) - 3
-	count := 0
-	for k := from; k < end; k++ {
-		if p.newBucket(k, from) {
-			args = append(args, 0)
-			count = len(args) - 1
-		}
-		args[count] = args[count].(int) + 1
-		args = append(args, len(p.uids[p.loc(k).i]))
-	}
-	return append(args, packed)
+	return args
 }
 
 // fold raises out to the values the calls read: the reply of a call is a
