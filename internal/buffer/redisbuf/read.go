@@ -80,6 +80,9 @@ func (b *Buffer) Newest(ctx context.Context, uids []string, out []time.Time, now
 	return err
 }
 
+// readHash is the read script's SHA1, boxed once for its calls' arguments.
+var readHash any = readScript.Hash()
+
 // readPlan is one Newest's ids in the order the read script gets them:
 // by shard, bucket and id, so that a call covers whole buckets and
 // duplicates are neighbours.
@@ -137,7 +140,11 @@ func (p *readPlan) loc(k int) readLoc { return p.locs[p.first[k]] }
 func (p *readPlan) calls(shards []shardKeys, rdb *client) [][]any {
 	_, single := rdb.UniversalClient.(*redis.Client)
 	distinct := len(p.first) - 1
-	var text, layout []byte
+	size := 0
+	for k := range distinct {
+		size += len(p.uids[p.loc(k).i])
+	}
+	text, layout := make([]byte, 0, size), make([]byte, 0, 4*distinct) // at most an entry per id
 	var calls [][]any
 	var args []any
 	p.base, p.ends = p.base[:0], p.ends[:0]
@@ -152,7 +159,7 @@ func (p *readPlan) calls(shards []shardKeys, rdb *client) [][]any {
 				p.ends = append(p.ends, [2]int{len(text), len(layout)})
 			}
 			args = make([]any, 3, 5+2*min(distinct-k, readCallIDs))
-			args[0], args[1] = "evalsha", readScript.Hash()
+			args[0], args[1] = "evalsha", readHash
 			p.base = append(p.base, k)
 			moved = true
 		}
