@@ -159,6 +159,7 @@ type Buffer struct {
 	manifestGone atomic.Bool // the last Active found no manifest
 	eviction     *EvictionWatch
 	hooks        Hooks
+	perShard     atomic.Bool // the server refused a read across shards: reads go one shard per call (read.go)
 }
 
 var (

@@ -33,7 +33,9 @@ const (
 // single server (a *redis.Client, Sentinel's included) one call takes up to
 // readCallIDs ids of any shards; a Redis Cluster, a Ring or another client
 // gets one call per shard (one slot each); several calls go in one
-// pipeline. A call carries two arguments besides its keys, its ids packed
+// pipeline (a server that refuses a call across shards, as a proxy in
+// front of a cluster does, gets one call per shard from then on). A call
+// carries two arguments besides its keys, its ids packed
 // one after the other and their layout (see read.lua), the bucket keys are
 // boxed once when the buffer opens, and the reply holds only the values
 // found: a read of users with nothing buffered gets an empty reply. With
@@ -59,7 +61,12 @@ func (b *Buffer) Newest(ctx context.Context, uids []string, out []time.Time, now
 	}
 	var cmds []*redis.Cmd
 	read := func(ctx context.Context, rdb *client) (_ []any, err error) {
-		cmds, err = evalArgs(ctx, rdb, readScript, plan.calls(b.shards, rdb))
+		_, single := rdb.UniversalClient.(*redis.Client)
+		single = single && !b.perShard.Load()
+		cmds, err = evalArgs(ctx, rdb, readScript, plan.calls(b.shards, single))
+		if single && plan.acrossShards() && refused(cmds) {
+			cmds, err = b.readPerShard(ctx, rdb, plan, err)
+		}
 		return nil, err
 	}
 	var err error
@@ -82,6 +89,30 @@ func (b *Buffer) Newest(ctx context.Context, uids []string, out []time.Time, now
 
 // readHash is the read script's SHA1, boxed once for its calls' arguments.
 var readHash any = readScript.Hash()
+
+// readPerShard reads plan again one shard per call after the server refused
+// a call across shards (err), as a proxy in front of a Redis Cluster does
+// (CROSSSLOT); when that read succeeds, every later read goes one shard per
+// call, and a warning says so once.
+func (b *Buffer) readPerShard(ctx context.Context, rdb *client, plan *readPlan, err error) ([]*redis.Cmd, error) {
+	cmds, again := evalArgs(ctx, rdb, readScript, plan.calls(b.shards, false))
+	if again == nil && !b.perShard.Swap(true) {
+		b.log.Warn("lastseen: redis refused a read across shards; reading one shard per call from now on", "err", err)
+	}
+	return cmds, again
+}
+
+// refused reports whether Redis answered one of cmds with an error reply
+// (not a lost connection or a timeout) other than NOSCRIPT.
+func refused(cmds []*redis.Cmd) bool {
+	for _, cmd := range cmds {
+		var reply redis.Error
+		if err := cmd.Err(); errors.As(err, &reply) && !isNoScript(err) {
+			return true
+		}
+	}
+	return false
+}
 
 // readPlan is one Newest's ids in the order the read script gets them:
 // by shard, bucket and id, so that a call covers whole buckets and
@@ -127,18 +158,22 @@ func (b *Buffer) planRead(uids []string) *readPlan {
 	return p
 }
 
+// acrossShards reports whether the ids are of more than one shard.
+func (p *readPlan) acrossShards() bool {
+	return len(p.locs) > 0 && p.locs[0].shard != p.locs[len(p.locs)-1].shard
+}
+
 // loc is the location of the k-th distinct id.
 func (p *readPlan) loc(k int) readLoc { return p.locs[p.first[k]] }
 
 // calls returns the read script's calls as whole EVALSHA argument lists
 // (see evalArgs), and sets base. A call ends where the shard changes
-// (unless rdb is a single server) and at the end of the bucket where it
-// reached readCallIDs ids; a bucket entry (a pair of keys) ends where the
+// (unless single: the keys of every shard are on one server) and at the
+// end of the bucket where it reached readCallIDs ids; a bucket entry (a pair of keys) ends where the
 // bucket changes or after readEntryIDs ids. The ids of every call are
 // written into one string and their layouts into another, each call
 // taking its slice of both.
-func (p *readPlan) calls(shards []shardKeys, rdb *client) [][]any {
-	_, single := rdb.UniversalClient.(*redis.Client)
+func (p *readPlan) calls(shards []shardKeys, single bool) [][]any {
 	distinct := len(p.first) - 1
 	size := 0
 	for k := range distinct {
