@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/idcodec"
@@ -24,7 +25,15 @@ import (
 // set. It is named after the plugin ("lastseen:<model>.<field>:overlay"),
 // so each tracked model on one db has its own.
 func (p *Plugin) registerOverlay(db *gorm.DB) error {
+	m := p.users.model
+	p.reads.key = newKeyLayout(m.typ, m.pk.StructField.Index, p.users.ids)
 	return db.Callback().Query().After("gorm:query").Before("gorm:preload").Register(p.name+":overlay", p.overlay)
+}
+
+// overlayReads is the overlay's state on the Plugin.
+type overlayReads struct {
+	key     keyLayout // where a row holds its key (overlay_keys.go)
+	scratch sync.Pool // *overlayScratch between calls
 }
 
 // overlay is the callback. It works on db.Statement.ReflectValue: a struct
@@ -38,26 +47,26 @@ func (p *Plugin) overlay(db *gorm.DB) {
 	if db.Error != nil || t == nil || st.Schema == nil {
 		return
 	}
-	s, _ := p.scratch.Get().(*overlayScratch)
+	s, _ := p.reads.scratch.Get().(*overlayScratch)
 	if s == nil {
 		s = new(overlayScratch)
 	}
-	s.rows = p.overlayRows(st, s.rows[:0])
-	if len(s.rows) > 0 {
+	if p.collectIDs(st, s) {
 		p.overlayOn(st.Context, s)
 	}
 	if s.reset() {
-		p.scratch.Put(s)
+		p.reads.scratch.Put(s)
 	}
 }
 
 // overlayScratch is what one overlay call works in, reused through
-// Plugin.scratch so that a query allocates no slice per row.
+// overlayReads.scratch so that a query allocates no slice per row.
 type overlayScratch struct {
-	rows []reflect.Value // the loaded rows of the tracked model
-	text []byte          // the ids of rows, one after the other
+	src  reflect.Value   // the loaded slice, when its rows are read in place
+	rows []reflect.Value // else the loaded rows of the tracked model
+	text []byte          // the rows' ids, one after the other
 	ends []int           // where each id ends in text
-	of   []int           // the index in rows of each id
+	of   []int           // the index in src or rows of each id's row
 	uids []string        // the ids, slices of one string
 	at   []time.Time     // the buffered value of each id
 }
@@ -69,22 +78,55 @@ const overlayScratchMax = 4096
 // reset drops the scratch's references to rows and ids, and reports
 // whether it is small enough to keep.
 func (s *overlayScratch) reset() bool {
+	s.src = reflect.Value{}
 	clear(s.rows)
 	clear(s.uids)
-	return cap(s.rows) <= overlayScratchMax && cap(s.uids) <= overlayScratchMax && cap(s.at) <= overlayScratchMax
+	s.rows, s.text, s.ends, s.of, s.uids = s.rows[:0], s.text[:0], s.ends[:0], s.of[:0], s.uids[:0]
+	return cap(s.rows) <= overlayScratchMax && cap(s.of) <= overlayScratchMax && cap(s.uids) <= overlayScratchMax
 }
 
-// overlayRows appends to rows the rows of the tracked model that the
-// statement loaded with the last-seen column: its own result's, or those
-// its Joins loaded.
-func (p *Plugin) overlayRows(st *gorm.Statement, rows []reflect.Value) []reflect.Value {
+// row returns the row of the j-th id.
+func (s *overlayScratch) row(j int) reflect.Value {
+	if s.src.IsValid() {
+		return derefReflect(s.src.Index(s.of[j]))
+	}
+	return s.rows[s.of[j]]
+}
+
+// collectIDs writes into s the ids of the rows of the tracked model that
+// the statement loaded with the last-seen column (its own result's, or
+// those its Joins loaded), and reports whether there is any. A slice of
+// the model's structs or pointers is read in place (keyLayout); other
+// shapes through reflect.
+func (p *Plugin) collectIDs(st *gorm.Statement, s *overlayScratch) bool {
 	m := p.users.model
 	if st.Schema.ModelType == m.typ {
 		if !selects(st.Selects, st.Omits, m) {
-			return rows
+			return false
 		}
-		return appendModelRows(rows, st.ReflectValue, m.typ)
+		rv := derefReflect(st.ReflectValue)
+		if p.reads.key.appendSliceIDs(s, rv, m.typ, p.tracker.ids) {
+			s.src = rv
+			return len(s.of) > 0
+		}
+		s.rows = appendModelRows(s.rows, rv, m.typ)
+	} else {
+		s.rows = p.joinedRows(st, s.rows)
 	}
+	for i, row := range s.rows {
+		var ok bool
+		if s.text, ok = p.appendRowID(st.Context, s.text, row); ok {
+			s.ends = append(s.ends, len(s.text))
+			s.of = append(s.of, i)
+		}
+	}
+	return len(s.of) > 0
+}
+
+// joinedRows appends to rows the rows of the tracked model that the
+// statement's Joins loaded with the last-seen column.
+func (p *Plugin) joinedRows(st *gorm.Statement, rows []reflect.Value) []reflect.Value {
+	m := p.users.model
 	for _, j := range st.Joins {
 		rel := st.Schema.Relationships.Relations[j.Name]
 		if rel == nil || rel.FieldSchema == nil || rel.FieldSchema.ModelType != m.typ || !selects(j.Selects, j.Omits, m) {
@@ -105,25 +147,12 @@ func (p *Plugin) overlayRows(st *gorm.Statement, rows []reflect.Value) []reflect
 	return rows
 }
 
-// overlayOn puts the freshest buffered value into each of s.rows'
-// last-seen field where it is newer than the column's. It reads the
-// buffer once for every row's id (a row without a valid id is left
-// alone), the ids written into one string.
+// overlayOn puts the freshest buffered value into the last-seen field of
+// the row of each id in s where it is newer than the column's: one read of
+// the buffer for all of them, the ids written into one string.
 func (p *Plugin) overlayOn(ctx context.Context, s *overlayScratch) {
 	t := p.tracker
-	s.text, s.ends, s.of = s.text[:0], s.ends[:0], s.of[:0]
-	for i, rv := range s.rows {
-		var ok bool
-		if s.text, ok = p.appendRowID(ctx, s.text, rv); ok {
-			s.ends = append(s.ends, len(s.text))
-			s.of = append(s.of, i)
-		}
-	}
-	if len(s.of) == 0 {
-		return
-	}
 	text, start := string(s.text), 0
-	s.uids = s.uids[:0]
 	for _, end := range s.ends {
 		s.uids = append(s.uids, text[start:end])
 		start = end
@@ -134,17 +163,20 @@ func (p *Plugin) overlayOn(ctx context.Context, s *overlayScratch) {
 	}
 	for j, at := range s.at {
 		if !at.IsZero() {
-			p.overlayRow(ctx, s.rows[s.of[j]], at)
+			p.overlayRow(ctx, s.row(j), at)
 		}
 	}
 }
 
 // appendRowID appends the canonical text of row's primary key to dst
 // (Normalize's, without boxing an integer or string key), or reports false
-// when the row has no valid id.
+// when the row has no valid id. row is an addressable struct of the model.
 func (p *Plugin) appendRowID(ctx context.Context, dst []byte, row reflect.Value) ([]byte, bool) {
 	m, ids := p.users.model, p.tracker.ids
-	if ids.Kind == idcodec.Scanner { // a UUID: through its own methods, as Touch takes it
+	switch {
+	case p.reads.key.ok:
+		return p.reads.key.appendKey(dst, row.Addr().UnsafePointer(), ids)
+	case ids.Kind == idcodec.Scanner: // a UUID: through its own methods, as Touch takes it
 		id, zero := m.pk.ValueOf(ctx, row)
 		if zero {
 			return dst, false
@@ -155,8 +187,11 @@ func (p *Plugin) appendRowID(ctx context.Context, dst []byte, row reflect.Value)
 		}
 		return append(dst, uid...), true
 	}
-	v, ok := fieldValue(row, m.pk.StructField.Index)
-	if !ok {
+	v := fieldValue(row, m.pk.StructField.Index)
+	if v.Kind() == reflect.Pointer && !v.IsNil() {
+		v = v.Elem()
+	}
+	if !v.IsValid() || v.Kind() == reflect.Pointer {
 		return dst, false
 	}
 	return ids.AppendKey(dst, v)
@@ -173,11 +208,11 @@ func (p *Plugin) overlayRow(ctx context.Context, row reflect.Value, at time.Time
 	_ = m.time.Set(ctx, row, m.enc.ToGo(at)) // GORM's setter converts, or calls the field's Scan
 }
 
-// fieldValue returns the field at GORM's index path (a negative step is an
-// embedded pointer, -i-1) in row, pointers removed; false when a pointer on
-// the way, or the field's own, is nil. Unlike GORM's ReflectValueOf it
-// never allocates a nil embedded struct.
-func fieldValue(row reflect.Value, index []int) (reflect.Value, bool) {
+// fieldValue returns the field at GORM's index path in row (a negative
+// step is an embedded pointer, -i-1), or the zero Value when a pointer on
+// the way is nil. Unlike GORM's ReflectValueOf it never allocates a nil
+// embedded struct.
+func fieldValue(row reflect.Value, index []int) reflect.Value {
 	v := row
 	for _, i := range index {
 		if i < 0 {
@@ -185,19 +220,13 @@ func fieldValue(row reflect.Value, index []int) (reflect.Value, bool) {
 		}
 		if v.Kind() == reflect.Pointer {
 			if v.IsNil() {
-				return reflect.Value{}, false
+				return reflect.Value{}
 			}
 			v = v.Elem()
 		}
 		v = v.Field(i)
 	}
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return reflect.Value{}, false
-		}
-		v = v.Elem()
-	}
-	return v, true
+	return v
 }
 
 // selects reports whether a statement (or a join) with these Select and
@@ -224,7 +253,8 @@ func appendModelRows(rows []reflect.Value, rv reflect.Value, typ reflect.Type) [
 			rows = append(rows, rv)
 		}
 	case reflect.Slice, reflect.Array:
-		for i := range rv.Len() {
+		n := rv.Len()
+		for i := range n {
 			if e := derefReflect(rv.Index(i)); e.Kind() == reflect.Struct && e.Type() == typ && e.CanAddr() {
 				rows = append(rows, e)
 			}

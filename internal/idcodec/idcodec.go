@@ -166,38 +166,53 @@ func (c Codec) Normalize(id any) (string, error) {
 // it for every loaded row; for a Scanner key, or a v whose kind is not the
 // key's, it calls Normalize.
 func (c Codec) AppendKey(dst []byte, v reflect.Value) ([]byte, bool) {
-	start := len(dst)
 	k := v.Kind()
 	switch {
 	case c.Kind == Signed && k >= reflect.Int && k <= reflect.Int64:
-		n := v.Int()
-		if n == 0 {
-			return dst, false
-		}
-		dst = strconv.AppendInt(dst, n, 10)
+		return c.AppendSigned(dst, v.Int())
 	case c.Kind == Unsigned && k >= reflect.Uint && k <= reflect.Uintptr:
-		n := v.Uint()
-		if n == 0 || (c.Max > 0 && n > c.Max) {
-			return dst, false
-		}
-		dst = strconv.AppendUint(dst, n, 10)
+		return c.AppendUnsigned(dst, v.Uint())
 	case c.Kind == String && k == reflect.String:
-		s := v.String()
-		if c.stringErr(s) != nil {
-			return dst, false
-		}
-		return append(dst, s...), true
-	default:
-		uid, err := c.Normalize(v.Interface())
-		if err != nil {
-			return dst, false
-		}
-		return append(dst, uid...), true
+		return c.AppendString(dst, v.String())
 	}
-	if len(dst)-start > c.MaxLen { // decimal text: bytes and characters agree
-		return dst[:start], false
+	uid, err := c.Normalize(v.Interface())
+	if err != nil {
+		return dst, false
 	}
-	return dst, true
+	return append(dst, uid...), true
+}
+
+// AppendSigned is AppendKey of a Signed key's value n.
+func (c Codec) AppendSigned(dst []byte, n int64) ([]byte, bool) {
+	if n == 0 {
+		return dst, false
+	}
+	return c.appendDecimal(dst, strconv.AppendInt(dst, n, 10))
+}
+
+// AppendUnsigned is AppendKey of an Unsigned key's value n.
+func (c Codec) AppendUnsigned(dst []byte, n uint64) ([]byte, bool) {
+	if n == 0 || (c.Max > 0 && n > c.Max) {
+		return dst, false
+	}
+	return c.appendDecimal(dst, strconv.AppendUint(dst, n, 10))
+}
+
+// appendDecimal keeps the decimal text that grew dst into out when it is
+// at most MaxLen long (bytes and characters agree).
+func (c Codec) appendDecimal(dst, out []byte) ([]byte, bool) {
+	if len(out)-len(dst) > c.MaxLen {
+		return dst, false
+	}
+	return out, true
+}
+
+// AppendString is AppendKey of a String key's value s.
+func (c Codec) AppendString(dst []byte, s string) ([]byte, bool) {
+	if c.stringErr(s) != nil {
+		return dst, false
+	}
+	return append(dst, s...), true
 }
 
 func (c Codec) fromInt(n int64, id any) (string, error) {

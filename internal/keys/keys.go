@@ -103,6 +103,10 @@ func Locate(uid string, shards int) (shard, bucket int) {
 	return int(sum % uint32(shards)), int(sum / uint32(shards) % uint32(Buckets(shards)))
 }
 
+// Hash is the hash Locate spreads user ids by: FNV-1a 32 of the id's
+// stored text.
+func Hash(uid string) uint32 { return fnv32a(uid) }
+
 // fnv32a is FNV-1a 32 (hash/fnv's New32a) of s, without allocating.
 func fnv32a(s string) uint32 {
 	const offset32, prime32 = 2166136261, 16777619
