@@ -399,3 +399,82 @@ func loadedTime(v any) string {
 	}
 	return fmt.Sprintf("unexpected %T", v)
 }
+
+// OverlayBase holds the key of the models below.
+type OverlayBase struct {
+	ID uint64 `gorm:"primaryKey"`
+}
+
+// overlayEmbedded is a tracked model whose key is behind an embedded
+// pointer (GORM allocates it when it loads a row).
+type overlayEmbedded struct {
+	*OverlayBase
+	LastSeenAt *time.Time
+}
+
+// overlayInner is a tracked model whose key is in a struct embedded by
+// value after another field (not at the start of the row).
+type overlayInner struct {
+	Name string
+	OverlayBase
+	LastSeenAt *time.Time
+}
+
+// TestOverlayKeyShapes: models whose key is a field of a struct embedded
+// by pointer, or by value after another field, get the buffered values on
+// Find (structs and pointers) and First, on every dialect.
+func TestOverlayKeyShapes(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		for i, c := range []struct {
+			name  string
+			model any
+			row   func(id uint64, at *time.Time) any
+			seen  func(rv reflect.Value) (uint64, *time.Time)
+		}{
+			{"embedded pointer", &overlayEmbedded{},
+				func(id uint64, at *time.Time) any {
+					return &overlayEmbedded{OverlayBase: &OverlayBase{ID: id}, LastSeenAt: at}
+				},
+				func(rv reflect.Value) (uint64, *time.Time) {
+					r := rv.Interface().(overlayEmbedded)
+					return r.ID, r.LastSeenAt
+				}},
+			{"embedded value after a field", &overlayInner{},
+				func(id uint64, at *time.Time) any {
+					return &overlayInner{Name: "n", OverlayBase: OverlayBase{ID: id}, LastSeenAt: at}
+				},
+				func(rv reflect.Value) (uint64, *time.Time) {
+					r := rv.Interface().(overlayInner)
+					return r.ID, r.LastSeenAt
+				}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				cfg := h.config()
+				cfg.Presence.Overlay, cfg.Model, cfg.Buffer.Prefix = true, c.model, fmt.Sprintf("%s:s%d", h.prefix, i)
+				p, db := h.plugin(cfg)
+				must(t, db.AutoMigrate(c.model))
+				nine := mustTime("2026-03-01T09:00:00Z")
+				for id := uint64(1_000_001); id <= 1_000_003; id++ {
+					must(t, db.Create(c.row(id, &nine)).Error)
+				}
+				_, err := p.TouchAt(context.Background(), uint64(1_000_002), mustTime("2026-03-01T09:20:00Z"))
+				must(t, err)
+				want := map[uint64]string{1_000_001: "2026-03-01T09:00:00Z", 1_000_002: "2026-03-01T09:20:00Z", 1_000_003: "2026-03-01T09:00:00Z"}
+				typ := reflect.TypeOf(c.model).Elem()
+				for _, shape := range []reflect.Type{reflect.SliceOf(typ), reflect.SliceOf(reflect.PointerTo(typ))} {
+					rows := reflect.New(shape)
+					must(t, db.Model(c.model).Order("id").Find(rows.Interface()).Error)
+					equal(t, shape.String()+": rows", rows.Elem().Len(), 3)
+					for j := range rows.Elem().Len() {
+						id, at := c.seen(reflect.Indirect(rows.Elem().Index(j)))
+						equal(t, fmt.Sprint(shape, ": ", id), seenAt(lastseen.User{LastSeenAt: at}), want[id])
+					}
+				}
+				one := reflect.New(typ)
+				must(t, db.First(one.Interface(), "id = ?", 1_000_002).Error)
+				id, at := c.seen(one.Elem())
+				equal(t, fmt.Sprint("First: ", id), seenAt(lastseen.User{LastSeenAt: at}), want[1_000_002])
+			})
+		}
+	})
+}
