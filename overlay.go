@@ -14,10 +14,13 @@ import (
 // The read overlay (Config.Overlay): a GORM callback after gorm:query that
 // puts the freshest buffered value into the last-seen field of the tracked
 // model's rows a query loaded, where it is newer than the column. It reads
-// Redis in one pipeline per query (tracker.buffered) through the touch
-// path's circuit breaker and TouchTimeout, then the in-process backlog; when
-// Redis fails it leaves the column's values and logs a rate-limited warning.
-// The query's result and error are never changed otherwise.
+// the buffer once per query (Buffer.Newest: with Redis one round trip
+// through the touch path's circuit breaker and TouchTimeout, then the
+// in-process backlog); when Redis fails it leaves the column's values and
+// logs a rate-limited warning. The query's result and error are never
+// changed otherwise. It caches nothing: every query reads what the buffer
+// holds at that moment. Its cost with nothing buffered for the rows is
+// measured by the tests module's BenchmarkOverlayFind (docs/benchmarks.md).
 
 // registerOverlay adds the overlay right after gorm:query on db's
 // callbacks, before gorm:preload and so before gorm:after_query (a model's

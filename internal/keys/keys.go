@@ -5,7 +5,7 @@
 // the same keys.
 //
 // Every key of shard N carries the Redis Cluster hash tag "{N}", so one Lua
-// script or RENAME only ever touches keys of one cluster slot. Inside a
+// script or RENAME can touch keys of one cluster slot only. Inside a
 // shard, users are spread over Buckets(shards) buckets (Locate), so that
 // each hash stays small enough for Redis's compact listpack encoding (at
 // most hash-max-listpack-entries fields, 512 by default):

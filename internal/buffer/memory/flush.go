@@ -80,8 +80,7 @@ func (l *shardLease) Swap(context.Context) (int, error) {
 	case len(s.pending.m) == 0:
 		return 0, nil
 	}
-	s.inflight = s.pending
-	s.pending.reset()
+	s.clearing(func() { s.pending.moveTo(&s.inflight) })
 	return len(s.inflight.m), nil
 }
 
@@ -109,7 +108,7 @@ func (l *shardLease) Ack(_ context.Context, fields []buffer.Held, final bool) er
 		delete(s.refusals, f.Field)
 	}
 	if final {
-		s.inflight.reset()
+		s.clearing(s.inflight.reset)
 		l.snap = nil
 	}
 	return nil

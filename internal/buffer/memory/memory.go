@@ -13,6 +13,7 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer"
@@ -48,6 +49,7 @@ type shard struct {
 	mu       sync.Mutex
 	pending  set                  // user id -> Unix µs; empty: no pending set
 	inflight set                  // the pending set a flush is writing; empty: none
+	clears   atomic.Uint64        // the seqlock of clearing the sets' filters (set.go)
 	markers  map[string]time.Time // user id -> end of the throttle window (plugin's clock)
 	refusals map[string]int       // user id -> flushes in a row the database refused its entry
 	swept    int                  // len(markers) after the last sweep
@@ -175,16 +177,19 @@ func (b *Buffer) Count(_ context.Context, keysOf func(keys.Shard) []string) (int
 }
 
 // Newest reads each uid's pending and in-flight values under its shard's
-// mutex, each map only where the set's filter has the id's bit. It never
-// fails.
+// mutex, unless the sets' filters say without it that neither holds the
+// uid (shard.absent). It never fails.
 func (b *Buffer) Newest(_ context.Context, uids []string, out []time.Time, _ time.Time, _ bool) error {
 	for i, uid := range uids {
+		out[i] = time.Time{}
 		h := keys.Hash(uid)
 		s := b.shards[h%uint32(len(b.shards))] // keys.ShardOf
+		if s.absent(h) {
+			continue
+		}
 		s.mu.Lock()
-		ts := max(s.pending.get(uid, h), s.inflight.get(uid, h))
+		ts := max(s.pending.m[uid], s.inflight.m[uid])
 		s.mu.Unlock()
-		out[i] = time.Time{}
 		if ts > 0 {
 			out[i] = time.UnixMicro(ts).UTC()
 		}

@@ -102,3 +102,47 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestNewestDuringSwaps: while one goroutine moves a user between pending
+// and in-flight over and over (swap, requeue, final ack), Newest from
+// another always finds the user: reading the filters without the shard's
+// mutex never misses a user that one of the sets holds.
+func TestNewestDuringSwaps(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	b := memory.New(memory.Options{Prefix: "test", Shards: 1})
+	_, _, err := b.Touch(ctx, "u", now, now, time.Minute)
+	must(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 5000 {
+			l, err := b.LockShard(ctx, 0)
+			if err != nil {
+				panic(err)
+			}
+			if _, err := l.Swap(ctx); err != nil {
+				panic(err)
+			}
+			if _, err := l.Requeue(ctx, []buffer.Refused{{Field: "u", Value: strconv.FormatInt(now.UnixMicro(), 10), Bucket: -1}}, 1<<62, 0); err != nil {
+				panic(err)
+			}
+			if err := l.Ack(ctx, nil, true); err != nil {
+				panic(err)
+			}
+			l.Release(ctx)
+		}
+	}()
+	out := make([]time.Time, 1)
+	for reads := 0; ; reads++ {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		must(t, b.Newest(ctx, []string{"u"}, out, now, true))
+		if !out[0].Equal(now) {
+			t.Fatalf("read %d: Newest(u) = %v, want %v", reads, out[0], now)
+		}
+	}
+}

@@ -9,10 +9,11 @@
 // policy.
 //
 // Keys (internal/keys names them; the CLI and the benchmark use it too).
-// Every key of shard N carries the hash tag "{N}", so one Lua script or
-// RENAME only ever touches keys of one Redis Cluster slot; inside a shard a
-// user's entries live in one of keys.Buckets(shards) buckets, so that each
-// hash stays listpack-encoded (small and compact):
+// Every key of shard N carries the hash tag "{N}", so on a Redis Cluster
+// one Lua script or RENAME only ever touches keys of one slot (on a single
+// server a read of buffered values takes several shards at once); inside a
+// shard a user's entries live in one of keys.Buckets(shards) buckets, so
+// that each hash stays listpack-encoded (small and compact):
 //
 //	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
 //	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
