@@ -3,6 +3,7 @@ package lastseen
 import (
 	"cmp"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,13 +47,15 @@ const (
 	defaultFlushTimeout         = 5 * time.Minute
 	defaultPurgeTimeout         = 30 * time.Minute
 	defaultStatementTimeout     = 20 * time.Second
-	// minLockTTL is the shortest LockTTL the test seam may set: the
-	// statement bound derived from it (two thirds) stays at 666ms or more.
+	// minLockTTL is the shortest LockTTL the test seam may set: the keeper
+	// refreshes a lock every third of its TTL, and a refresh (a Redis round
+	// trip, with the retries of one that failed) must fit in that.
 	minLockTTL = time.Second
 )
 
-// Off as a Flush.Schedule or Sessions.Schedule leaves that job out of the
-// scheduler; Flush and PurgeExpiredSessions still work when called.
+// Off as a Flush.Schedule, Sessions.Schedule or Rule.Schedule leaves that
+// job out of the scheduler; Flush, PurgeExpiredSessions and RunRule still
+// work when called.
 const scheduleOff = "off"
 
 // maxThrottle is the longest throttle window: Redis's scripts compute
@@ -96,6 +99,7 @@ type Config struct {
 	Buffer   BufferConfig   // where pending timestamps wait
 	Flush    FlushConfig    // how and when they reach the table
 	Sessions SessionConfig  // expired sessions and their purge
+	Rules    []Rule         // inactivity rules: rows unused too long, acted on in batches
 	Presence PresenceConfig // online counts and fresh reads
 	Test     TestConfig     // for tests only
 }
@@ -289,6 +293,7 @@ type settings struct {
 	SessionEncoding      timecol.Encoding
 	ColumnLocation       *time.Location
 	RequireNoEviction    bool
+	Rules                []Rule
 	seam                 *testseam.Seam
 }
 
@@ -305,6 +310,7 @@ func (c Config) settings() settings {
 		ActiveField: c.Sessions.ActiveField, PurgeSchedule: c.Sessions.Schedule, PurgeBatchSize: c.Sessions.BatchSize,
 		OnlineWindow: c.Presence.OnlineWindow, ActiveUsersRetention: c.Presence.ActiveUsersRetention,
 		Overlay: c.Presence.Overlay, Now: c.Test.Now, seam: c.Test.Seam,
+		Rules: slices.Clone(c.Rules),
 	}
 	if c.Flush.Upsert {
 		s.WriteMode = upsert
@@ -334,6 +340,7 @@ func (s settings) public() Config {
 		Timeout: s.FlushTimeout, Upsert: s.WriteMode == upsert, OnBatch: s.OnBatch, ColumnLocation: s.ColumnLocation}
 	c.Sessions = SessionConfig{Model: s.SessionModel, ExpiresField: s.ExpiresField, IdleTimeout: s.IdleTimeout,
 		ActiveField: s.ActiveField, Schedule: s.PurgeSchedule, BatchSize: s.PurgeBatchSize, Disabled: s.DisablePurge}
+	c.Rules = slices.Clone(s.Rules)
 	c.Presence = PresenceConfig{OnlineWindow: s.OnlineWindow, ActiveUsersRetention: s.ActiveUsersRetention, Overlay: s.Overlay}
 	c.Test = TestConfig{Now: s.Now, Seam: s.seam}
 	return c
@@ -354,11 +361,15 @@ func withDefaults(cfg settings) settings {
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, defaultMaxRetries)
 	cfg.PurgeBatchSize = cmp.Or(cfg.PurgeBatchSize, defaultPurgeBatchSize)
 	cfg.PurgePause = cmp.Or(cfg.PurgePause, defaultPurgePause)
-	cfg.LockTTL = cmp.Or(cfg.LockTTL, defaultLockTTL) // before the timeouts that follow it
-	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, min(defaultPurgeBatchTimeout, cfg.LockTTL*2/3))
-	// Below the lock's TTL, so a statement never outlives a lock whose
-	// refreshes stopped; at least 666ms, as LockTTL is at least minLockTTL.
-	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, min(defaultStatementTimeout, cfg.LockTTL*2/3))
+	cfg.LockTTL = cmp.Or(cfg.LockTTL, defaultLockTTL)
+	// Neither bound depends on the lock's TTL: the lock's keeper refreshes
+	// it while a statement runs and cancels the run's context (and so the
+	// flush's statement in flight) once the lock is lost, so a statement may
+	// outlive one TTL of a lock that is still held. A purge batch runs to
+	// its bound even then (its delete is by key and expiry: a second purger
+	// deletes nothing twice).
+	cfg.PurgeBatchTimeout = cmp.Or(cfg.PurgeBatchTimeout, defaultPurgeBatchTimeout)
+	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, defaultStatementTimeout)
 	cfg.FlushTimeout = cmp.Or(cfg.FlushTimeout, defaultFlushTimeout)
 	cfg.PurgeTimeout = cmp.Or(cfg.PurgeTimeout, defaultPurgeTimeout)
 	cfg.Field = cmp.Or(cfg.Field, defaultField)
@@ -372,6 +383,15 @@ func withDefaults(cfg settings) settings {
 	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, defaultMaxIDLength)
 	if cfg.Model == nil {
 		cfg.Model = &User{}
+	}
+	for i := range cfg.Rules { // after Model and Field
+		r := &cfg.Rules[i]
+		if r.Model == nil {
+			r.Model = cfg.Model
+		}
+		r.Field = cmp.Or(r.Field, cfg.Field)
+		r.Schedule = cmp.Or(r.Schedule, DefaultPurgeSchedule)
+		r.BatchSize = cmp.Or(r.BatchSize, defaultPurgeBatchSize)
 	}
 	if cfg.SessionModel == nil {
 		cfg.SessionModel = &Session{}

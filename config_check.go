@@ -19,7 +19,7 @@ func invalid(format string, args ...any) error {
 // checkConfig returns the first problem with c's values on dialect d, in the
 // order of Config's fields; Initialize calls it before resolving the models.
 func checkConfig(c settings, d *dialect.Dialect) error {
-	for _, check := range []func(settings, *dialect.Dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkCounts} {
+	for _, check := range []func(settings, *dialect.Dialect) error{checkBuffer, checkFlush, checkPurge, checkIdle, checkRules, checkCounts} {
 		if err := check(c, d); err != nil {
 			return err
 		}
@@ -88,11 +88,10 @@ func checkFlush(c settings, d *dialect.Dialect) error {
 	case c.FlushConcurrency < 1 || c.FlushConcurrency > c.Shards:
 		return invalid("Flush.Concurrency is %d, want 1 to Buffer.Shards (%d)", c.FlushConcurrency, c.Shards)
 	case c.LockTTL < minLockTTL:
-		return invalid("LockTTL is %v, want at least %v: a shorter lock leaves a flush statement too little time", c.LockTTL, minLockTTL)
+		return invalid("LockTTL is %v, want at least %v: the lock is refreshed every third of it, and a shorter one leaves a refresh too little time for a few Redis round trips",
+			c.LockTTL, minLockTTL)
 	case c.StatementTimeout <= 0:
 		return invalid("StatementTimeout is %v, want a positive duration", c.StatementTimeout)
-	case c.LockTTL <= c.StatementTimeout:
-		return invalid("LockTTL %v cannot cover one flush statement: it must be longer than StatementTimeout (%v)", c.LockTTL, c.StatementTimeout)
 	case c.FlushTimeout < 100*time.Millisecond:
 		return invalid("Flush.Timeout is %v, want at least 100ms", c.FlushTimeout)
 	}
@@ -110,8 +109,6 @@ func checkPurge(c settings, d *dialect.Dialect) error {
 			c.PurgeBatchSize, d.Name(), d.MaxParams()-1, d.MaxParams())
 	case c.PurgeBatchTimeout < 0:
 		return invalid("PurgeBatchTimeout is %v, want a positive duration", c.PurgeBatchTimeout)
-	case c.LockTTL <= c.PurgeBatchTimeout:
-		return invalid("LockTTL %v cannot cover one purge batch: it must be longer than PurgeBatchTimeout (%v)", c.LockTTL, c.PurgeBatchTimeout)
 	case c.PurgeTimeout <= 0:
 		return invalid("PurgeTimeout is %v, want a positive duration", c.PurgeTimeout)
 	}

@@ -25,7 +25,8 @@ var (
 	// ErrClosed is returned after Close by Flush, PurgeExpiredSessions and,
 	// without Redis, by touches.
 	ErrClosed = errors.New("lastseen: plugin closed")
-	// ErrLocked: another instance holds the purge lock.
+	// ErrLocked: another instance holds the purge lock (PurgeExpiredSessions)
+	// or the rule's lock (RunRule).
 	ErrLocked = errors.New("lastseen: another instance holds the lock")
 	// ErrInvalidTime: a zero time, one before 1970 or more than an hour
 	// ahead of the plugin's clock, or an Online window or ActiveUsers range

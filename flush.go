@@ -15,7 +15,7 @@ import (
 )
 
 // FlushResult counts what one Flush did. Drained = Written + Unknown +
-// Stale + Rejected + Failed + Uncomparable.
+// Stale + Rejected + Failed + Uncomparable + Ambiguous.
 type FlushResult struct {
 	Drained      int           // entries taken from the buffer
 	Written      int           // rows whose last-seen column moved forward (or inserted, Flush.Upsert)
@@ -25,6 +25,7 @@ type FlushResult struct {
 	Failed       int           // entries the database refused on their own, kept for the next flush
 	Dropped      int           // of Failed, those refused for the 5th time: removed and logged
 	Uncomparable int           // entries the column could not be compared with (ErrUncomparable), kept
+	Ambiguous    int           // entries in an hour a DST fall-back repeats, left unwritten where the dialect cannot tell the column's wall time's instant (MySQL): logged
 	Batches      int           // statements committed
 	Shards       int           // shards that had work
 	Skipped      int           // shards another instance was flushing
@@ -44,6 +45,7 @@ func (r *FlushResult) merge(o FlushResult) {
 	r.Shards += o.Shards
 	r.Skipped += o.Skipped
 	r.Uncomparable += o.Uncomparable
+	r.Ambiguous += o.Ambiguous
 }
 
 func (r *FlushResult) add(o batchResult) {
@@ -51,6 +53,7 @@ func (r *FlushResult) add(o batchResult) {
 	r.Unknown += o.unknown
 	r.Stale += o.stale
 	r.Batches += o.batches
+	r.Ambiguous += o.ambiguous
 }
 
 // Flush writes every buffered timestamp into the table, shard by shard
@@ -189,6 +192,7 @@ func (p *Plugin) countFlush(res FlushResult, err error) {
 	p.stats.dropped.Add(int64(res.Dropped))
 	p.stats.failed.Add(int64(res.Failed))
 	p.stats.uncomparable.Add(int64(res.Uncomparable))
+	p.stats.ambiguous.Add(int64(res.Ambiguous))
 	if err != nil {
 		p.stats.flushErrors.Add(1)
 	} else {
@@ -222,6 +226,9 @@ func (p *Plugin) logFlush(msg string, res FlushResult, err error) {
 	}
 	if res.Uncomparable > 0 {
 		attrs = append(attrs, "uncomparable", res.Uncomparable)
+	}
+	if res.Ambiguous > 0 {
+		attrs = append(attrs, "ambiguous", res.Ambiguous)
 	}
 	if res.Evicted > 0 {
 		attrs = append(attrs, "evicted", res.Evicted)

@@ -112,6 +112,7 @@ func (p *Plugin) manifestSettings() []string {
 		"upsert", strconv.FormatBool(c.WriteMode == upsert),
 		"batch", strconv.Itoa(c.BatchSize),
 		"on_batch", strconv.FormatBool(c.OnBatch != nil),
+		"rules", p.rulesManifest(), // every instance's, with or without rules: the last started wins
 	}
 	s := p.sessions
 	if c.DisablePurge || s == nil { // an instance without sessions (a worker) leaves the rule of those with

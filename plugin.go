@@ -53,6 +53,7 @@ type Plugin struct {
 
 	users    *userTarget
 	sessions *sessionTarget
+	rules    []*ruleTarget // Config.Rules resolved (rule.go)
 	dialect  *dialect.Dialect
 
 	tracker   *tracker     // the request path; tracker.buf is the buffer (openBuffer)
@@ -70,7 +71,8 @@ type Plugin struct {
 	probes atomic.Uint64 // rotates the entry (or session) a refused batch is probed with
 	sizer  batchSizer    // the flush's working batch size (batchsize.go)
 
-	hooks *testseam.FlushHooks // the test seam's flush hooks; nil without Config.Test.Seam
+	hooks      *testseam.FlushHooks // the test seam's flush hooks; nil without Config.Test.Seam
+	purgeHooks *testseam.PurgeHooks // its purge and rule hooks; nil without it
 
 	// What the buffer belongs to and how Redis keeps it (manifest_check.go).
 	manifestMu     sync.Mutex              // guards target and identityOK after Initialize (recheckRedis)
@@ -100,7 +102,7 @@ func New(c Config) *Plugin {
 		now: cfg.Now, realClock: realClock, idLenSet: idLenSet}
 	p.key = fmt.Sprintf("%s#%p", name, p)
 	if cfg.seam != nil {
-		p.hooks = &cfg.seam.Flush
+		p.hooks, p.purgeHooks = &cfg.seam.Flush, &cfg.seam.Purge
 	}
 	p.closing, p.closeRuns = context.WithCancel(context.Background())
 	p.closeDone = make(chan struct{})
@@ -164,6 +166,9 @@ func (p *Plugin) initialize(db *gorm.DB) error {
 	if err := p.columnTaken(db); err != nil { // the same column, whichever way Field is spelled
 		return err
 	}
+	if err := p.ruleTaken(db); err != nil { // rule names are unique on db (the Inactive scope)
+		return err
+	}
 	if err := p.resolvePrefix(db); err != nil {
 		return err
 	}
@@ -209,11 +214,17 @@ func (p *Plugin) initialize(db *gorm.DB) error {
 	return nil
 }
 
-// jobs returns the scheduler of the flush and purge jobs (not
-// started), or nil when neither is scheduled.
+// jobs returns the scheduler of the flush, purge and rule jobs (not
+// started), or nil when none is scheduled.
 func (p *Plugin) jobs() (*scheduler, error) {
 	purge := p.cfg.purgeScheduled()
-	if p.cfg.DisableFlush && !purge {
+	var rules []*ruleTarget
+	for _, r := range p.rules {
+		if r.cfg.Schedule != scheduleOff {
+			rules = append(rules, r)
+		}
+	}
+	if p.cfg.DisableFlush && !purge && len(rules) == 0 {
 		return nil, nil
 	}
 	sched := newScheduler(p.log)
@@ -224,6 +235,11 @@ func (p *Plugin) jobs() (*scheduler, error) {
 	}
 	if purge {
 		if err := sched.add("purge", p.cfg.PurgeSchedule, p.cfg.PurgeTimeout, p.purgeJob); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range rules {
+		if err := sched.add(r.opt, r.cfg.Schedule, p.cfg.PurgeTimeout, p.ruleJob(r)); err != nil {
 			return nil, err
 		}
 	}

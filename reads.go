@@ -63,6 +63,7 @@ func (p *Plugin) LastSeen(ctx context.Context, userID any) (at time.Time, ok boo
 	}
 	uid, _ := p.users.ids.Normalize(userID)
 	id, _ := p.users.ids.Parse(uid)
+	p.learnUsersTable(ctx)
 	m := p.users.model
 	col := timecol.Scan{Codec: m.enc} // the column's encoding; SQLite may return text
 	pk := clause.Column{Name: m.pk.DBName}
@@ -111,6 +112,7 @@ func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, erro
 	if err != nil {
 		t.warn.Do(func() { p.log.Warn("lastseen: redis unreadable; LastSeenMany answers from the database", "err", err) })
 	}
+	p.learnUsersTable(ctx)
 	if err := p.columns(ctx, distinct, latest); err != nil {
 		return nil, err
 	}
@@ -119,6 +121,19 @@ func (p *Plugin) LastSeenMany(ctx context.Context, ids []any) ([]time.Time, erro
 		out[i] = latest[uid]
 	}
 	return out, nil
+}
+
+// learnUsersTable checks the users table, as a flush does before its first
+// write, while it was not found at db.Use or since (an app that migrates
+// after db.Use): the catalog then says whether the column is a naive
+// timestamp, which the read decodes as a wall time. Without it, a naive
+// PostgreSQL column created after db.Use would be read as UTC until the
+// first flush or purge, off by its zone's offset. A failed check leaves
+// the read as it was (its error is the read's own, if any).
+func (p *Plugin) learnUsersTable(ctx context.Context) {
+	if !p.schema.usersOK.Load() {
+		_ = p.checkTable(ctx, "read", p.usersCheck(), &p.schema.usersOK)
+	}
 }
 
 // raise keeps at for uid in m when it is newer than what m has.

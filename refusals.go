@@ -35,7 +35,9 @@ import (
 // Otherwise the probe is a refused entry (a batch of one is tried once more
 // first: the error may have been the connection's) and the rest of the
 // batch is isolated as usual (isolateRefused). The probe's position rotates
-// from one call to the next.
+// from one call to the next. An error of the connection or the server's
+// state (Dialect.Transient) on the probe or the witness refuses nothing:
+// the whole batch stays buffered.
 func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, kind string) (batchResult, []refusal, error) {
 	n := len(batch)
 	probe, rest := pickProbe(&p.probes, batch)
@@ -49,13 +51,19 @@ func (p *Plugin) probeBatch(ctx context.Context, batch []entry, batchErr error, 
 	case err == nil:
 	case ctx.Err() != nil || errors.Is(err, ErrOnBatch):
 		return res, nil, err
+	case p.dialect.Transient(err): // the connection's, not the probe's
+		return res, nil, p.transientError(n, err)
 	case p.dialect.ErrorKind(err) != kind:
 		if p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx) {
 			return res, nil, err
 		}
 		refused = append(refused, p.refused(probe[0], err))
 	default: // refused the same way as the whole batch: the entry, or the database?
-		if werr := p.writeNothing(ctx); p.sameKind(ctx, werr, kind) {
+		werr := p.writeNothing(ctx)
+		if p.dialect.Transient(werr) && ctx.Err() == nil { // no answer: keep the batch
+			return res, nil, p.transientError(n, werr)
+		}
+		if p.sameKind(ctx, werr, kind) {
 			return res, nil, fmt.Errorf("%w (error kind %s%s): %w", ErrSystemic, kind, p.keeps(fmt.Sprintf(", %d entries kept", n)), batchErr)
 		}
 		if ctx.Err() != nil {

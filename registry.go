@@ -104,6 +104,17 @@ func trackerOf(db *gorm.DB, table string) *Plugin {
 	return nil
 }
 
+// trackerOfColumn returns the plugin on db that tracks column of table,
+// or nil.
+func trackerOfColumn(db *gorm.DB, table, column string) *Plugin {
+	for _, p := range pluginsOn(db) {
+		if p.users.model.table == table && p.users.model.time.DBName == column {
+			return p
+		}
+	}
+	return nil
+}
+
 // sessionPluginsOf returns the plugins on db whose SessionModel's table is
 // table, in order of preference: the plugins that also track that table
 // (their Model is the session model) first, then the rest, each group by

@@ -59,11 +59,12 @@ type tableCheck struct {
 	fieldOpt  string     // "Field" or "ExpiresField"
 	fieldName string     // as configured
 	codecs    []optCodec // the time columns whose declared types are checked (checkColumnTypes)
+	extra     []optCodec // more columns it needs, checked present as the time column is
 }
 
 func (p *Plugin) usersCheck() tableCheck {
 	return tableCheck{p.users.model, "Model", p.cfg.Model, "Field", p.cfg.Field,
-		[]optCodec{{"Field", p.cfg.Field, p.users.model.enc}}}
+		[]optCodec{{"Field", p.cfg.Field, p.users.model.enc}}, nil}
 }
 
 func (p *Plugin) sessionsCheck() tableCheck {
@@ -72,7 +73,7 @@ func (p *Plugin) sessionsCheck() tableCheck {
 	if s.activeEnc != nil {
 		codecs = append(codecs, optCodec{"Sessions.ActiveField", p.cfg.ActiveField, s.activeEnc})
 	}
-	return tableCheck{s.model, "Sessions.Model", p.cfg.SessionModel, "Sessions.ExpiresField", p.cfg.ExpiresField, codecs}
+	return tableCheck{s.model, "Sessions.Model", p.cfg.SessionModel, "Sessions.ExpiresField", p.cfg.ExpiresField, codecs, nil}
 }
 
 // inspect reports whether c's table exists and, when it does, the first
@@ -88,6 +89,11 @@ func (c tableCheck) inspect(m gorm.Migrator) (exists bool, problem string) {
 	}
 	if !m.HasColumn(c.model.table, c.model.time.DBName) {
 		return true, fmt.Sprintf("Config.%s %q: table %s has no column %s", c.fieldOpt, c.fieldName, c.model.table, c.model.time.DBName)
+	}
+	for _, oc := range c.extra {
+		if col := oc.c.Field().DBName; !m.HasColumn(c.model.table, col) {
+			return true, fmt.Sprintf("Config.%s %q: table %s has no column %s", oc.opt, oc.name, c.model.table, col)
+		}
 	}
 	return true, ""
 }
@@ -107,8 +113,12 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 		return nil
 	}
 	checks := []tableCheck{p.usersCheck()}
+	oks := []*atomic.Bool{&p.schema.usersOK}
 	if !p.cfg.DisablePurge {
-		checks = append(checks, p.sessionsCheck())
+		checks, oks = append(checks, p.sessionsCheck()), append(oks, &p.schema.sessionsOK)
+	}
+	for _, r := range p.rules {
+		checks, oks = append(checks, r.check()), append(oks, &r.schemaOK)
 	}
 	for i, c := range checks {
 		exists, problem := c.inspect(db.Migrator())
@@ -120,10 +130,8 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 			return schemaConfigError(problem)
 		case !exists:
 			p.log.Warn("lastseen: "+c.missing(p.keeps(stayBuffered)), "table", c.model.table)
-		case i == 0:
-			p.schema.usersOK.Store(true)
 		default:
-			p.schema.sessionsOK.Store(true)
+			oks[i].Store(true)
 		}
 	}
 	if !p.schema.usersOK.Load() {
@@ -182,9 +190,12 @@ func (p *Plugin) checkColumnTypes(db *gorm.DB, c tableCheck) string {
 // missing describes c's missing table and what to do about it; kept adds
 // that the touches wait for it (keeps).
 func (c tableCheck) missing(kept string) string {
-	if c.modelOpt == "Sessions.Model" {
+	switch {
+	case c.modelOpt == "Sessions.Model":
 		return fmt.Sprintf("table %s does not exist: create it, or set Config.Sessions.Disabled for an app without a sessions table (Config.%s %T)",
 			c.model.table, c.modelOpt, c.modelVal)
+	case strings.HasPrefix(c.modelOpt, "Rules["):
+		return fmt.Sprintf("table %s does not exist: create it (AutoMigrate) or fix Config.%s (%T)", c.model.table, c.modelOpt, c.modelVal)
 	}
 	return fmt.Sprintf("table %s does not exist: create it (AutoMigrate) or fix Config.%s (%T)%s",
 		c.model.table, c.modelOpt, c.modelVal, kept)

@@ -25,6 +25,10 @@ func (p *Plugin) publish(s *testseam.Seam) {
 		UsersNaive:     enc.Naive(),
 		TracksActive:   p.sessions != nil && p.sessions.active != nil,
 	}
+	v.RuleJobs = map[string]func(context.Context){}
+	for _, r := range p.rules {
+		v.RuleJobs[r.cfg.Name] = p.ruleJob(r)
+	}
 	if p.sched != nil {
 		v.Scheduler, v.JobsContext = p.sched.cron, p.sched.ctx
 	}

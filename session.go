@@ -95,22 +95,14 @@ func (p *Plugin) deletable(ctx context.Context, db *gorm.DB, q *gorm.DB, cutoff 
 	}
 	m := p.sessions.model
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	dest := reflect.New(reflect.SliceOf(m.typ))
 	var n int64
-	err := q.Select("?", pk).FindInBatches(dest.Interface(), p.cfg.PurgeBatchSize, func(_ *gorm.DB, _ int) error {
-		rows := dest.Elem()
-		ids := make([]any, 0, rows.Len())
-		for i := range rows.Len() {
-			if v, zero := m.pk.ValueOf(ctx, rows.Index(i)); !zero {
-				ids = append(ids, v)
-			}
-		}
+	err := eachBatch(ctx, q.Select("?", pk), m, p.cfg.PurgeBatchSize, func(ids []any) error { // rule_run.go
 		var c int64
 		err := fresh(ctx, db).Unscoped().Model(reflect.New(m.typ).Interface()).
 			Where(p.purgeCondition(ctx, db, ids, cutoff)).Count(&c).Error
 		n += c
 		return err
-	}).Error
+	})
 	if err != nil {
 		return 0, fmt.Errorf("lastseen: count the expired sessions a purge would delete: %w", err)
 	}
@@ -176,12 +168,7 @@ func (p *Plugin) activityTracker() *Plugin {
 	if s.active == nil {
 		return nil
 	}
-	for _, o := range pluginsOn(p.db) {
-		if o.users.model.table == s.model.table && o.users.model.time.DBName == s.active.DBName {
-			return o
-		}
-	}
-	return nil
+	return trackerOfColumn(p.db, s.model.table, s.active.DBName)
 }
 
 // busy reports, for each candidate of a purge batch, whether the tracker's
@@ -262,7 +249,7 @@ func (p *Plugin) purgeCondition(ctx context.Context, db *gorm.DB, ids []any, cut
 type PurgeResult struct {
 	Deleted      int           // session rows deleted
 	Batches      int           // delete transactions committed
-	Retries      int           // transactions repeated after a deadlock or serialization failure
+	Retries      int           // transactions repeated after a deadlock, a serialization failure or a connection failure
 	Cutoff       time.Time     // sessions expiring at or before this were purged (UTC)
 	Stopped      bool          // the run ended early: context ended, Close, or an error
 	Duration     time.Duration // wall time
@@ -292,7 +279,7 @@ func (p *Plugin) PurgeExpiredSessions(ctx context.Context) (PurgeResult, error) 
 		observed(res, err)
 		return res, err
 	}
-	res, err := p.purgeLocked(ctx, db)
+	res, err := p.purgeLocked(ctx, db, p.sessionSweep())
 	if schemaMayBeGone(err) { // the next purge checks the table again
 		p.schema.sessionsOK.Store(false)
 	}
@@ -307,47 +294,97 @@ func fresh(ctx context.Context, db *gorm.DB) *gorm.DB {
 	return db.Session(&gorm.Session{NewDB: true, Context: ctx})
 }
 
-func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB) (PurgeResult, error) {
-	lock, err := p.tracker.buf.LockPurge(ctx)
+// sweep is what one batched run acts on: the session purge
+// (sessionSweep) or an inactivity rule (ruleSweep). Both run the same way,
+// under their lock, at a frozen cutoff, by primary key in batches, each in
+// a transaction of its own, rows refused on their own passed over
+// (purgeLocked).
+type sweep struct {
+	rule  string // the rule's name; "" for the session purge
+	what  string // how errors and logs name the run: "purge" or `rule "warn"`
+	noun  string // one of its rows, in refusals: "session" or "row"
+	model *model
+	size  int // rows per batch
+	lock  func(context.Context) (buffer.Lease, error)
+	lost  error // the cause that stops a run whose lock was lost
+	// cond is the condition of the rows the run selects at cutoff; unscoped
+	// selects soft-deleted rows too.
+	cond     func(db *gorm.DB, cutoff time.Time) clause.Expression
+	unscoped bool
+	// prepare does a batch's work outside its transaction (reading the
+	// buffer for ids) and returns the work inside it, run again on a retry:
+	// act on those of ids that still qualify, returning how many it acted on.
+	prepare func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) func(tx *gorm.DB) (int, error)
+	observe bool                             // Observer.StartPurgeBatch sees the batches
+	counted func(res PurgeResult, err error) // adds a run that took the lock to Stats
+	skipped func()                           // counts a run another holder of the lock kept off
+}
+
+// sessionSweep is the session purge as a sweep: the sessions expired by
+// p's rule (expired), deleted by key and by the rule again (purgeCondition),
+// soft-deleted ones too, hooks skipped.
+func (p *Plugin) sessionSweep() *sweep {
+	m := p.sessions.model
+	return &sweep{
+		what: "purge", noun: "session", model: m, size: p.cfg.PurgeBatchSize,
+		lock: p.tracker.buf.LockPurge, lost: errPurgeLockLost,
+		cond: func(db *gorm.DB, cutoff time.Time) clause.Expression { return p.expired(db, cutoff) }, unscoped: true,
+		prepare: func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) func(tx *gorm.DB) (int, error) {
+			cond := p.purgeCondition(ctx, db, ids, cutoff)
+			return func(tx *gorm.DB) (int, error) {
+				r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().Where(cond).Delete(reflect.New(m.typ).Interface())
+				return int(r.RowsAffected), r.Error
+			}
+		},
+		observe: true,
+		counted: func(res PurgeResult, err error) {
+			p.stats.purges.Add(1)
+			p.stats.sessionsDeleted.Add(int64(res.Deleted))
+			p.stats.purgeRefused.Add(int64(res.Refused))
+			if err != nil {
+				p.stats.purgeErrors.Add(1)
+			}
+		},
+		skipped: func() { p.stats.purgeSkipped.Add(1) },
+	}
+}
+
+// purgeLocked runs sw under its lock (ErrLocked when another instance
+// holds it).
+func (p *Plugin) purgeLocked(ctx context.Context, db *gorm.DB, sw *sweep) (PurgeResult, error) {
+	lock, err := sw.lock(ctx)
 	if errors.Is(err, buffer.ErrNotObtained) {
-		p.stats.purgeSkipped.Add(1)
+		sw.skipped()
 		return PurgeResult{}, ErrLocked
 	}
 	if err != nil {
-		p.stats.purges.Add(1)
-		p.stats.purgeErrors.Add(1)
-		return PurgeResult{}, fmt.Errorf("lastseen: purge lock: %w", err)
+		err = fmt.Errorf("lastseen: %s lock: %w", sw.what, err)
+		sw.counted(PurgeResult{Stopped: true}, err)
+		return PurgeResult{}, err
 	}
 	defer lock.Release(ctx)
 
 	// The run stops when ctx ends, Close is called or the lock is lost
 	// (keepLock), whichever comes first.
-	kept, stop := lock.Keep(ctx, errPurgeLockLost)
+	kept, stop := lock.Keep(ctx, sw.lost)
 	defer stop()
 	run, cancel := context.WithCancelCause(kept)
 	defer cancel(nil)
 	defer context.AfterFunc(p.closing, func() { cancel(ErrClosed) })()
 
-	res, err := p.purge(run, db, lock)
-	p.stats.purges.Add(1)
-	p.stats.sessionsDeleted.Add(int64(res.Deleted))
-	p.stats.purgeRefused.Add(int64(res.Refused))
-	if err != nil {
-		p.stats.purgeErrors.Add(1)
-	}
+	res, err := p.purge(run, db, sw, lock)
+	sw.counted(res, err)
 	return res, err
 }
 
-// purge is one run under the lock. ctx ending (with its cause) stops the run
-// between batches.
-func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock buffer.Lease) (PurgeResult, error) {
+// purge is one run of sw under its lock. ctx ending (with its cause) stops
+// the run between batches.
+func (p *Plugin) purge(ctx context.Context, db *gorm.DB, sw *sweep, lock buffer.Lease) (PurgeResult, error) {
 	start := time.Now()
-	m := p.sessions.model
+	m := sw.model
 	res := PurgeResult{Cutoff: p.now().UTC()}
 	pk := clause.Column{Table: clause.CurrentTable, Name: m.pk.DBName}
-	expired := p.expired(db, res.Cutoff)
 	dest := reflect.New(reflect.SliceOf(m.typ))
-	ids := make([]any, 0, p.cfg.PurgeBatchSize)
 
 	// Every select gets PurgeBatchTimeout: the timer runs while FindInBatches
 	// selects and is stopped while a batch is deleted.
@@ -357,17 +394,14 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock buffer.Lease) (Pur
 	defer timer.Stop()
 
 	var fail error // the callback's error, final as it is
-	q := fresh(sel, db).Unscoped().Model(reflect.New(m.typ).Interface()).Select("?", pk).Where(expired)
-	err := q.FindInBatches(dest.Interface(), p.cfg.PurgeBatchSize, func(_ *gorm.DB, batch int) error {
+	q := fresh(sel, db)
+	if sw.unscoped {
+		q = q.Unscoped()
+	}
+	q = q.Model(reflect.New(m.typ).Interface()).Select("?", pk).Where(sw.cond(db, res.Cutoff))
+	err := q.FindInBatches(dest.Interface(), sw.size, func(_ *gorm.DB, batch int) error {
 		timer.Stop()
-		rows := dest.Elem()
-		ids = ids[:0]
-		for i := range rows.Len() {
-			if v, zero := m.pk.ValueOf(ctx, rows.Index(i)); !zero {
-				ids = append(ids, v)
-			}
-		}
-		if fail = p.purgeBatch(ctx, db, lock, &res, batch, ids); fail != nil {
+		if fail = p.purgeBatch(ctx, db, sw, lock, &res, batch, keysOf(ctx, m, dest)); fail != nil {
 			return fail
 		}
 		timer.Reset(p.cfg.PurgeBatchTimeout)
@@ -382,24 +416,28 @@ func (p *Plugin) purge(ctx context.Context, db *gorm.DB, lock buffer.Lease) (Pur
 	case context.Cause(ctx) != nil:
 		err = context.Cause(ctx)
 	case context.Cause(sel) == errBatchTimeout:
-		err = fmt.Errorf("lastseen: purge batch %d: select: timed out after %v (%w): %w",
-			res.Batches+1, p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
+		err = fmt.Errorf("lastseen: %s batch %d: select: timed out after %v (%w): %w",
+			sw.what, res.Batches+1, p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
 	default:
-		err = fmt.Errorf("lastseen: purge batch %d: select: %w", res.Batches+1, err)
+		err = fmt.Errorf("lastseen: %s batch %d: select: %w", sw.what, res.Batches+1, err)
 	}
 	res.Stopped = true
 	return res, err
 }
 
-// purgeBatch deletes one batch of ids, then refreshes the lock and pauses.
+// purgeBatch acts on one batch of ids, then refreshes the lock and pauses.
 // It returns ctx's cause when the run must stop.
-func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock buffer.Lease, res *PurgeResult, batch int, ids []any) error {
+func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, sw *sweep, lock buffer.Lease, res *PurgeResult, batch int, ids []any) error {
 	if stop := context.Cause(ctx); stop != nil {
 		return stop
 	}
 	if len(ids) > 0 {
-		bctx, end := p.observePurgeBatch(ctx, batch)
-		pp := &purgeParts{p: p, db: db, res: res}
+		p.purgeHooks.Selected(sw.rule, batch, ids)
+		bctx, end := ctx, endNop[int]
+		if sw.observe {
+			bctx, end = p.observePurgeBatch(ctx, batch)
+		}
+		pp := &purgeParts{p: p, db: db, sw: sw, res: res}
 		n, err := pp.delete(bctx, ids)
 		if err != nil && !errors.Is(err, context.Cause(ctx)) {
 			n, err = pp.isolate(bctx, ids, err) // rows refused on their own are passed over
@@ -410,7 +448,7 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock buffer.Lease,
 			if stop := context.Cause(ctx); stop != nil && errors.Is(err, stop) {
 				return stop
 			}
-			return fmt.Errorf("lastseen: purge batch %d: %w", batch, err)
+			return fmt.Errorf("lastseen: %s batch %d: %w", sw.what, batch, err)
 		}
 	}
 	if stop := context.Cause(ctx); stop != nil {
@@ -421,9 +459,9 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock buffer.Lease,
 		case stop != nil:
 			return stop
 		case errors.Is(err, buffer.ErrLockLost):
-			return fmt.Errorf("lastseen: purge batch %d: lost the purge lock", batch)
+			return fmt.Errorf("lastseen: %s batch %d: lost the %s lock", sw.what, batch, sw.what)
 		}
-		return fmt.Errorf("lastseen: purge batch %d: refresh lock: %w", batch, err)
+		return fmt.Errorf("lastseen: %s batch %d: refresh lock: %w", sw.what, batch, err)
 	}
 	if p.cfg.PurgePause > 0 {
 		t := time.NewTimer(p.cfg.PurgePause)
@@ -436,23 +474,23 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, lock buffer.Lease,
 	return context.Cause(ctx)
 }
 
-// deleteBatch deletes one batch, the rows matching cond (purgeCondition),
-// in its own transaction under the batch timeout, retrying deadlocks and
-// serialization failures. The transaction ignores ctx ending (a batch is
-// never cut short); the waits between attempts do not, and then return
+// deleteBatch runs one batch's work (act: a sweep's prepare, on ids) in
+// its own transaction under the batch timeout, retrying deadlocks,
+// serialization failures and errors of the connection or the server's
+// state (Dialect.Transient). The transaction ignores ctx ending (a batch
+// is never cut short); the waits between attempts do not, and then return
 // ctx's cause.
-func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, cond clause.Expression) (n, retries int, err error) {
-	m := p.sessions.model
-	retryable := func(err error) bool { return !errors.Is(err, errBatchTimeout) && p.dialect.Retryable(err) }
+func (p *Plugin) deleteBatch(ctx context.Context, db *gorm.DB, ids []any, act func(tx *gorm.DB) (int, error)) (n, retries int, err error) {
+	retryable := func(err error) bool {
+		return !errors.Is(err, errBatchTimeout) && (p.dialect.Retryable(err) || p.dialect.Transient(err))
+	}
 	retries, err = retry(ctx, p.cfg.MaxRetries, retryable, func() error {
+		p.hooks.Deleting(ids)
 		bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), p.cfg.PurgeBatchTimeout, errBatchTimeout)
 		defer cancel()
-		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) error {
-			r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().
-				Where(cond).
-				Delete(reflect.New(m.typ).Interface())
-			n = int(r.RowsAffected)
-			return r.Error
+		err := fresh(bctx, db).Transaction(func(tx *gorm.DB) (err error) {
+			n, err = act(tx)
+			return err
 		})
 		if err != nil && context.Cause(bctx) == errBatchTimeout {
 			return fmt.Errorf("timed out after %v (%w): %w", p.cfg.PurgeBatchTimeout, errBatchTimeout, err)
@@ -474,24 +512,32 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 		return
 	}
 	res, err := p.PurgeExpiredSessions(ctx)
-	attrs := []any{"session_table", p.sessions.model.table, "deleted", res.Deleted, "batches", res.Batches,
-		"retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration}
+	p.logRun("lastseen: purge", "lastseen: purge: nothing expired", &p.schema.purgeLog, res, err,
+		"session_table", p.sessions.model.table, "deleted", res.Deleted)
+}
+
+// logRun logs one scheduled run of a sweep, msg "lastseen: purge" or
+// "lastseen: rule": Info with its counts (attrs first), Debug when it
+// acted on nothing (the message nothing) or was skipped, Error when it
+// failed (schema errors through lim).
+func (p *Plugin) logRun(msg, nothing string, lim *logLimiter, res PurgeResult, err error, attrs ...any) {
+	attrs = append(attrs, "batches", res.Batches, "retries", res.Retries, "cutoff", res.Cutoff, "stopped", res.Stopped, "duration", res.Duration)
 	if res.Refused > 0 {
 		attrs = append(attrs, "refused", res.Refused, "first_refusal", res.FirstRefusal.Error())
 	}
 	switch {
 	case err == nil && res.Deleted == 0:
-		p.log.Debug("lastseen: purge: nothing expired", attrs...)
+		p.log.Debug(nothing, attrs...)
 	case err == nil:
-		p.log.Info("lastseen: purge", attrs...)
+		p.log.Info(msg, attrs...)
 	case errors.Is(err, ErrLocked):
-		p.log.Debug("lastseen: purge skipped: another instance holds the lock", attrs...)
+		p.log.Debug(msg+" skipped: another instance holds the lock", attrs...)
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
-		p.log.Info("lastseen: purge stopped", append(attrs, "err", err)...)
+		p.log.Info(msg+" stopped", append(attrs, "err", err)...)
 	case errors.Is(err, ErrSchema):
-		p.logSchemaError(&p.schema.purgeLog, "lastseen: purge failed", err, attrs...)
+		p.logSchemaError(lim, msg+" failed", err, attrs...)
 	default:
-		p.log.Error("lastseen: purge failed", append(attrs, "err", err)...)
+		p.log.Error(msg+" failed", append(attrs, "err", err)...)
 	}
 }
 
@@ -500,12 +546,14 @@ func (p *Plugin) purgeJob(ctx context.Context) {
 type purgeParts struct {
 	p   *Plugin
 	db  *gorm.DB
+	sw  *sweep
 	res *PurgeResult
 }
 
 // isolate handles a batch whose delete failed with batchErr. An error
-// without a kind (the connection's), a timeout or a lasting deadlock stops
-// the run as before. Otherwise one session of the batch is deleted alone
+// without a kind, one of the connection or the server's state
+// (Dialect.Transient), a timeout or a lasting deadlock stops the run as
+// before: none of those is a session's refusal. Otherwise one session of the batch is deleted alone
 // (the probe); refused with the same kind of error, a delete that touches
 // no row witnesses. Refused the same way too, the refusal is systemic
 // (ErrSystemic, the run stops after this batch). Else the batch is halved
@@ -516,7 +564,7 @@ type purgeParts struct {
 func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (int, error) {
 	p := pp.p
 	kind := p.dialect.ErrorKind(batchErr)
-	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.Retryable(batchErr) {
+	if kind == "" || errors.Is(batchErr, errBatchTimeout) || p.dialect.Retryable(batchErr) || p.dialect.Transient(batchErr) {
 		return 0, batchErr
 	}
 	if p.dialect.Exhausted(kind) {
@@ -530,7 +578,11 @@ func (pp *purgeParts) isolate(ctx context.Context, ids []any, batchErr error) (i
 		deleted, err = pp.delete(ctx, probe)
 	}
 	if err != nil && p.sameKind(ctx, err, kind) {
-		if werr := pp.deleteNothing(ctx); p.sameKind(ctx, werr, kind) {
+		werr := pp.deleteNothing(ctx)
+		if p.dialect.Transient(werr) { // no answer: not the session's refusal
+			return deleted, werr
+		}
+		if p.sameKind(ctx, werr, kind) {
 			return deleted, fmt.Errorf("%w (error kind %s): %w", ErrSystemic, kind, batchErr)
 		}
 		if n == 1 {
@@ -570,9 +622,13 @@ func (pp *purgeParts) split(ctx context.Context, ids []any) (int, error) {
 	return a + b, err
 }
 
-// delete is deleteBatch, counting its retries and its commit.
+// delete is deleteBatch of the sweep's work on ids, counting its retries
+// and its commit. The work's buffer read ignores ctx ending, as the
+// transaction does (a batch is never cut short), within the batch timeout.
 func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
-	n, retries, err := pp.p.deleteBatch(ctx, pp.db, pp.p.purgeCondition(ctx, pp.db, ids, pp.res.Cutoff))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pp.p.cfg.PurgeBatchTimeout)
+	defer cancel()
+	n, retries, err := pp.p.deleteBatch(ctx, pp.db, ids, pp.sw.prepare(rctx, pp.db, ids, pp.res.Cutoff))
 	pp.res.Retries += retries
 	if err == nil {
 		pp.res.Batches++
@@ -581,24 +637,29 @@ func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
 }
 
 // refuse records one session the database refused to delete on its own, or
-// returns err when it is not such a refusal (no kind, a timeout, ctx ended).
+// returns err when it is not such a refusal (no kind, the connection's or
+// the server's state, a timeout, ctx ended).
 func (pp *purgeParts) refuse(ctx context.Context, id any, err error) error {
 	p := pp.p
-	if context.Cause(ctx) != nil || p.dialect.ErrorKind(err) == "" || errors.Is(err, errBatchTimeout) {
+	if context.Cause(ctx) != nil || p.dialect.ErrorKind(err) == "" || p.dialect.Transient(err) || errors.Is(err, errBatchTimeout) {
 		return err
 	}
 	pp.res.Refused++
 	if pp.res.FirstRefusal == nil {
-		pp.res.FirstRefusal = fmt.Errorf("lastseen: session %v: %w", id, err)
+		pp.res.FirstRefusal = fmt.Errorf("lastseen: %s %v: %w", pp.sw.noun, id, err)
+	}
+	if pp.sw.rule != "" {
+		p.log.Warn("lastseen: rule: the database refused the rule's action on a row; skipped", "rule", pp.sw.rule, "id", fmt.Sprint(id), "err", err)
+		return nil
 	}
 	p.log.Warn("lastseen: purge: the database refused to delete an expired session; skipped", "id", fmt.Sprint(id), "err", err)
 	return nil
 }
 
-// deleteNothing is the witness of isolate: a delete from the sessions table
+// deleteNothing is the witness of isolate: a delete from the sweep's table
 // that touches no row ("DELETE FROM sessions WHERE 1 = 0").
 func (pp *purgeParts) deleteNothing(ctx context.Context) error {
-	m := pp.p.sessions.model
+	m := pp.sw.model
 	return fresh(ctx, pp.db).Session(&gorm.Session{SkipHooks: true}).Unscoped().
 		Where("1 = 0").Delete(reflect.New(m.typ).Interface()).Error
 }

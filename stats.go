@@ -17,8 +17,10 @@ type counters struct {
 	failed, lastFlush                                      atomic.Int64 // lastFlush: Unix ns
 	known                                                  atomic.Int64 // TouchKnown
 	uncomparable                                           atomic.Int64 // entries the guard could not compare
+	ambiguous                                              atomic.Int64 // entries a repeated hour left unwritten
 	canceled                                               atomic.Int64
 	evictions                                              atomic.Int64 // the Redis buffer's eviction watch
+	ruleRuns, ruleErrors, ruleSkipped, ruleRows            atomic.Int64
 }
 
 // Stats are cumulative counters since New; read them with Plugin.Stats.
@@ -49,6 +51,7 @@ type Stats struct {
 	Failed       int64     // entries the database refused, kept for the next flush
 	Dropped      int64     // entries dropped after their 5th refusal, or lost at Close without Redis
 	Uncomparable int64     // entries the column could not be compared with (ErrUncomparable)
+	Ambiguous    int64     // entries in an hour a DST fall-back repeats, left unwritten (FlushResult.Ambiguous)
 	LastFlush    time.Time // end of the last flush without error (UTC); zero before one
 
 	Purges          int64 // purge runs
@@ -56,6 +59,11 @@ type Stats struct {
 	PurgeSkipped    int64 // purges skipped: another instance held the lock
 	SessionsDeleted int64 // session rows deleted
 	PurgeRefused    int64 // expired sessions the database refused to delete, per run
+
+	RuleRuns    int64 // runs of inactivity rules (RunRule, scheduled)
+	RuleErrors  int64 // rule runs that returned an error
+	RuleSkipped int64 // rule runs skipped: another instance held the rule's lock
+	RuleRows    int64 // rows rules acted on: deleted, or handed to their Action
 }
 
 // Stats returns the counters now.
@@ -71,8 +79,9 @@ func (p *Plugin) Stats() Stats {
 		Purges: c.purges.Load(), PurgeErrors: c.purgeErrors.Load(), PurgeSkipped: c.purgeSkipped.Load(),
 		SessionsDeleted: c.sessionsDeleted.Load(), Known: c.known.Load(),
 		Dropped: c.dropped.Load(), PurgeRefused: c.purgeRefused.Load(), Uncomparable: c.uncomparable.Load(),
-		Canceled:  c.canceled.Load(),
+		Canceled: c.canceled.Load(), Ambiguous: c.ambiguous.Load(),
 		Evictions: c.evictions.Load(),
+		RuleRuns:  c.ruleRuns.Load(), RuleErrors: c.ruleErrors.Load(), RuleSkipped: c.ruleSkipped.Load(), RuleRows: c.ruleRows.Load(),
 	}
 	if ns := c.lastFlush.Load(); ns != 0 {
 		s.LastFlush = time.Unix(0, ns).UTC()

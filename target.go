@@ -81,8 +81,9 @@ func columnLocation(loc *time.Location, db *gorm.DB, d *dialect.Dialect) *time.L
 	return nil
 }
 
-// resolveTargets resolves the user and session models against db (table,
-// primary key, time column) and the user ids' codec against dialect d.
+// resolveTargets resolves the user and session models and the rules
+// against db (table, primary key, time columns) and the user ids' codec
+// against dialect d.
 func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect.Dialect) error {
 	c := p.cfg
 	loc := columnLocation(c.ColumnLocation, db, d)
@@ -101,7 +102,7 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect.Dialect) error {
 	if ids.Kind == idcodec.String {
 		ids.BadText = d.BadText
 	}
-	p.users = &userTarget{model: users, ids: ids}
+	p.users = &userTarget{model: users, ids: ids, zone: dstZone(users.enc.Location(), db, d, p.now())}
 	sessions, err := resolveModel(db, c.SessionModel, c.ExpiresField, "Sessions.Model", "Sessions.ExpiresField", c.SessionEncoding, d, loc)
 	if err != nil {
 		return invalid("%v", err)
@@ -112,13 +113,29 @@ func (p *Plugin) resolveTargets(db *gorm.DB, d *dialect.Dialect) error {
 			return invalid("%v", err)
 		}
 	}
-	return nil
+	return p.resolveRules(db, d, loc) // rule.go
+}
+
+// dstZone is the location of a naive column's wall times, the codec's or
+// the driver's (Dialect.DriverLocation), when its offset changes (DST):
+// the flush then compares instants where the dialect converts
+// (Target.Zone) and counts the entries a repeated hour makes ambiguous
+// where it does not (countAmbiguous). nil otherwise.
+func dstZone(loc *time.Location, db *gorm.DB, d *dialect.Dialect, now time.Time) *time.Location {
+	if loc == nil {
+		loc = d.DriverLocation(db)
+	}
+	if !timecol.HasDST(loc, now) {
+		return nil
+	}
+	return loc
 }
 
 // userTarget is the resolved user model and what a flush needs to write it.
 type userTarget struct {
 	model *model
 	ids   idcodec.Codec
+	zone  *time.Location // dstZone of the tracked column; nil without DST
 
 	mu    sync.Mutex
 	write *dialect.Target // nil until the first flush resolved it
@@ -142,7 +159,10 @@ func (p *Plugin) writeTarget(ctx context.Context) (*dialect.Target, error) {
 		return u.write, nil
 	}
 	t := &dialect.Target{Table: u.model.table, PK: u.model.pk.DBName, Column: u.model.time.DBName, Codec: u.model.enc,
-		IntKey: u.ids.Integer(), ExactKey: u.ids.Kind == idcodec.String}
+		IntKey: u.ids.Integer(), ExactKey: u.ids.Kind == idcodec.String, Bound: p.cfg.StatementTimeout}
+	if u.zone != nil && u.model.enc.Naive() {
+		t.Zone, _ = timecol.ZoneName(u.zone, p.now())
+	}
 	if err := p.dialect.ColumnTypes(p.db.WithContext(ctx), t); err != nil {
 		return nil, err
 	}

@@ -11,12 +11,15 @@ import (
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // batchResult counts one written batch.
 type batchResult struct {
 	written, unknown, stale, batches int
+	ambiguous                        int      // of the rows left unwritten, those a repeated hour hides (countAmbiguous)
 	uncomparable                     []string // fields of entries the guard could not compare
 }
 
@@ -55,8 +58,11 @@ func (p *Plugin) writeChunks(ctx context.Context, batch []entry) (batchResult, [
 	return res, refused, nil
 }
 
-// writeChunk writes one statement's worth of entries. It retries deadlocks
-// and serialization failures up to MaxRetries times. A statement that ran
+// writeChunk writes one statement's worth of entries. It retries deadlocks,
+// serialization failures and errors of the connection or the server's
+// state (Dialect.Transient: a killed backend, a failover) up to MaxRetries
+// times; a transient error that outlasts them keeps the chunk in the
+// buffer, never counted against any entry. A statement that ran
 // past the statement bound is written in halves (splitTimedOut). When the
 // chunk fails with an error the server reported (one with a kind,
 // Dialect.ErrorKind), probeBatch decides whether no row can have caused it
@@ -83,6 +89,9 @@ func (p *Plugin) writeChunk(ctx context.Context, batch []entry) (batchResult, []
 	// An OnBatch failure is never split either (ErrOnBatch).
 	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) || p.dialect.Retryable(err) {
 		return batchResult{}, nil, err
+	}
+	if p.dialect.Transient(err) {
+		return batchResult{}, nil, p.transientError(len(batch), err)
 	}
 	if kind := p.dialect.ErrorKind(err); kind != "" { // the server answered
 		if p.dialect.Exhausted(kind) {
@@ -122,19 +131,45 @@ func (p *Plugin) splitTimedOut(ctx context.Context, batch []entry, err error) (b
 	return a, append(ra, rb...), nil
 }
 
-// statement returns ctx bounded by StatementTimeout, for one SQL statement
-// of a flush (or the transaction of a write and OnBatch), and a check that
-// wraps a statement's error with errStatementTimeout when that bound (not
-// ctx) ended it: such a batch is written in halves (splitTimedOut).
-func (p *Plugin) statement(ctx context.Context) (context.Context, context.CancelFunc, func(error) error) {
-	sctx, cancel := context.WithTimeoutCause(ctx, p.cfg.StatementTimeout, errStatementTimeout)
+// serverGrace is how much longer than the statement bound the client
+// waits for a statement the server bounds itself (Target.ServerBound), so
+// that the server's own error ends it, rolled back, rather than the
+// client's giving up while the server runs on.
+const serverGrace = time.Second
+
+// statement returns ctx bounded by StatementTimeout (plus serverGrace for
+// the write of a target the server bounds itself; t may be nil), for one
+// SQL statement of a flush (or the transaction of a write and OnBatch), and
+// a check that wraps a statement's error with errStatementTimeout when
+// that bound (not ctx) ended it, or the server stopped it at its own time
+// bound (Dialect.TimedOut): such a batch is written in halves
+// (splitTimedOut).
+func (p *Plugin) statement(ctx context.Context, t *dialect.Target) (context.Context, context.CancelFunc, func(error) error) {
+	limit := p.cfg.StatementTimeout
+	if t != nil && t.ServerBound {
+		limit += serverGrace
+	}
+	sctx, cancel := context.WithTimeoutCause(ctx, limit, errStatementTimeout)
 	check := func(err error) error {
-		if err != nil && ctx.Err() == nil && context.Cause(sctx) == errStatementTimeout {
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return err
+		case context.Cause(sctx) == errStatementTimeout:
 			return fmt.Errorf("timed out after %v (%w): %w", p.cfg.StatementTimeout, errStatementTimeout, err)
+		case p.dialect.TimedOut(err):
+			return fmt.Errorf("stopped by the server at its time bound (%w): %w", errStatementTimeout, err)
 		}
 		return err
 	}
 	return sctx, cancel, check
+}
+
+// transientError is the error of a batch of n entries that met an error of
+// the connection or the server's state (Dialect.Transient) after its
+// retries: the entries stay buffered for the next flush, and none of them
+// counts toward MaxRefusals.
+func (p *Plugin) transientError(n int, err error) error {
+	return fmt.Errorf("lastseen: the database connection or server failed%s: %w", p.keeps(fmt.Sprintf(" (%d entries kept for the next flush)", n)), err)
 }
 
 // isolateRefused writes a batch the reachable database failed once: whole,
@@ -151,8 +186,13 @@ func (p *Plugin) isolateRefused(ctx context.Context, batch []entry) (batchResult
 	if ctx.Err() == nil && errors.Is(err, errStatementTimeout) {
 		return p.splitTimedOut(ctx, batch, err)
 	}
-	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) ||
-		(p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx)) {
+	if ctx.Err() != nil || errors.Is(err, errNoTable) || errors.Is(err, ErrOnBatch) {
+		return batchResult{}, nil, err
+	}
+	if p.dialect.Transient(err) {
+		return batchResult{}, nil, p.transientError(len(batch), err)
+	}
+	if p.dialect.ErrorKind(err) == "" && !p.databaseUp(ctx) {
 		return batchResult{}, nil, err
 	}
 	if kind := p.dialect.ErrorKind(err); p.dialect.Exhausted(kind) {
@@ -185,6 +225,7 @@ func (a *batchResult) merge(b batchResult) {
 	a.unknown += b.unknown
 	a.stale += b.stale
 	a.batches += b.batches
+	a.ambiguous += b.ambiguous
 	a.uncomparable = append(a.uncomparable, b.uncomparable...)
 }
 
@@ -196,12 +237,14 @@ func (p *Plugin) databaseUp(ctx context.Context) bool {
 	return p.db.WithContext(ctx).Exec("SELECT 1").Error == nil
 }
 
-// writeWithRetry writes the batch, retrying deadlocks and serialization
-// failures up to MaxRetries times (retry), with a warning per retry.
+// writeWithRetry writes the batch, retrying deadlocks, serialization
+// failures and errors of the connection or the server's state
+// (Dialect.Transient; the pool has replaced a broken connection by then)
+// up to MaxRetries times (retry), with a warning per retry.
 func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchResult, err error) {
 	attempt := 0
 	retryable := func(err error) bool {
-		if !p.dialect.Retryable(err) {
+		if !p.dialect.Retryable(err) && !p.dialect.Transient(err) {
 			return false
 		}
 		attempt++
@@ -220,13 +263,14 @@ func (p *Plugin) writeWithRetry(ctx context.Context, batch []entry) (br batchRes
 // lookup, the write (with OnBatch) and the row count each get
 // StatementTimeout.
 func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, error) {
-	tctx, cancel, check := p.statement(ctx)
+	tctx, cancel, check := p.statement(ctx, nil)
 	t, err := p.writeTarget(tctx)
 	cancel()
 	if err != nil {
 		return batchResult{}, check(err)
 	}
-	sctx, cancel, check := p.statement(ctx)
+	p.hooks.Writing(batchFields(batch))
+	sctx, cancel, check := p.statement(ctx, t)
 	defer cancel()
 	db := p.db.WithContext(sctx)
 	ids := make([]any, len(batch))
@@ -237,6 +281,13 @@ func (p *Plugin) writeOnce(ctx context.Context, batch []entry) (batchResult, err
 	br, err := p.writeStatement(ctx, db, t, batch, ids, ts, check)
 	if err != nil || br.stale == 0 {
 		return br, err
+	}
+	if n, err := p.countAmbiguous(db, t, batch); err != nil {
+		p.limited.log(p.log, slog.LevelWarn, "lastseen: cannot look for entries in a repeated hour", "err", err)
+	} else if n > 0 {
+		br.ambiguous, br.stale = n, br.stale-n
+		p.log.Warn("lastseen: entries in an hour a DST fall-back repeats were left unwritten: the column's wall time names two instants and the database cannot tell which",
+			"ambiguous", n, "zone", p.users.zone.String())
 	}
 	// A row left unwritten may hold a value the guard cannot compare.
 	if u, err := p.findUncomparable(db, t, ids); err == nil && len(u) > 0 {
@@ -265,7 +316,7 @@ func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *dialect.Tar
 		return batchResult{}, check(err)
 	}
 	if br.written < n {
-		cctx, cancel, _ := p.statement(ctx)
+		cctx, cancel, _ := p.statement(ctx, nil)
 		defer cancel()
 		existing, err := p.dialect.Count(p.db.WithContext(cctx), t, ids)
 		if err != nil {
@@ -277,6 +328,15 @@ func (p *Plugin) writeStatement(ctx context.Context, db *gorm.DB, t *dialect.Tar
 		br.stale = existing - br.written
 	}
 	return br, nil
+}
+
+// batchFields returns the fields (ids in their stored text) of a batch.
+func batchFields(batch []entry) []string {
+	out := make([]string, len(batch))
+	for i, e := range batch {
+		out[i] = e.field
+	}
+	return out
 }
 
 // upsert writes the batch with the dialect's upsert (Flush.Upsert).
@@ -452,4 +512,53 @@ func runHook(hook func(*gorm.DB, []Seen) error, tx *gorm.DB, batch []Seen) (err 
 		}
 	}()
 	return hook(tx, batch)
+}
+
+// countAmbiguous counts the entries of a batch that a DST fall-back left
+// unwritten where the statement compared wall times (no Target.Zone, on a
+// naive column whose location has DST): an entry in the second pass of a
+// repeated hour (02:10 CET) whose row holds a wall time at or after its own
+// that names an earlier instant too (02:50, which was CEST): later in real
+// time, but not newer to the guard. It reads those entries' rows (a few,
+// once a year) and compares in Go.
+func (p *Plugin) countAmbiguous(db *gorm.DB, t *dialect.Target, batch []entry) (int, error) {
+	loc := p.users.zone
+	if loc == nil || t.Zone != "" || !t.Codec.Naive() {
+		return 0, nil
+	}
+	second := map[string]entry{}
+	var ids []any
+	for _, e := range batch {
+		if timecol.SecondPass(e.at, loc) {
+			second[e.field] = e
+			ids = append(ids, e.id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	pk, col := clause.Column{Name: t.PK}, clause.Column{Name: t.Column}
+	rows, err := db.Table("?", clause.Table{Name: t.Table}).Select("?, ?", pk, col).Where(clause.IN{Column: pk, Values: ids}).Rows()
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		id := reflect.New(p.users.ids.Type)
+		var cur timecol.NullTime
+		if err := rows.Scan(id.Interface(), &cur); err != nil {
+			return 0, err
+		}
+		field, err := p.users.ids.Normalize(id.Elem().Interface())
+		e, ok := second[field]
+		if err != nil || !ok || !cur.Valid {
+			continue
+		}
+		const wall = "2006-01-02 15:04:05.999999"
+		if cur.Time.Format(wall) != e.at.In(loc).Format(wall) && timecol.Earliest(cur.Time, loc).Before(e.at) {
+			n++
+		}
+	}
+	return n, rows.Err()
 }

@@ -363,7 +363,7 @@ func TestCloseWaitsForScheduledFlush(t *testing.T) {
 	var once sync.Once
 	var jobReturned atomic.Bool
 	must(t, db.Callback().Raw().Before("gorm:raw").Register("test:block_first_update", func(tx *gorm.DB) {
-		if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE") {
+		if hasVerb(tx.Statement.SQL.String(), "UPDATE") {
 			once.Do(func() {
 				close(entered)
 				<-release

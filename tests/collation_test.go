@@ -66,8 +66,8 @@ func TestIDsCompareExactly(t *testing.T) {
 		var update string
 		stmts.mu.Lock()
 		for _, s := range stmts.sql {
-			if strings.HasPrefix(s, "UPDATE") {
-				update = s
+			if hasVerb(s, "UPDATE") {
+				update = boundPrefix.ReplaceAllString(s, "") // EXPLAIN takes the statement itself
 			}
 		}
 		stmts.mu.Unlock()

@@ -28,9 +28,8 @@ func countStatements(t testing.TB, db *gorm.DB, verbs ...string) *atomic.Int64 {
 		if tx.Error != nil {
 			return
 		}
-		sql := strings.ToUpper(strings.TrimSpace(tx.Statement.SQL.String()))
 		for _, v := range verbs {
-			if strings.HasPrefix(sql, v) {
+			if hasVerb(tx.Statement.SQL.String(), v) {
 				n.Add(1)
 			}
 		}
@@ -282,7 +281,7 @@ func TestFlushFailureMidShard(t *testing.T) {
 			if !failing.Load() {
 				return
 			}
-			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE") && updates.Add(1) <= 2 {
+			if hasVerb(tx.Statement.SQL.String(), "UPDATE") && updates.Add(1) <= 2 {
 				return
 			}
 			tx.AddError(errors.New("injected: database went away"))
@@ -767,7 +766,7 @@ func TestFlushRetriesDeadlocks(t *testing.T) {
 		var failWith atomic.Pointer[error]
 		must(t, db.Callback().Raw().Before("gorm:raw").Register("test:deadlock", func(tx *gorm.DB) {
 			switch sql := tx.Statement.SQL.String(); {
-			case strings.HasPrefix(sql, "UPDATE"):
+			case hasVerb(sql, "UPDATE"):
 				if attempts.Add(1) <= failFirst.Load() {
 					tx.AddError(*failWith.Load())
 				}

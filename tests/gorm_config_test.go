@@ -192,7 +192,7 @@ func gormConfigSessions(t *testing.T, db *gorm.DB, stmts *statementLog, sessions
 		stmts.mu.Lock()
 		casts := 0
 		for _, s := range stmts.sql {
-			if strings.HasPrefix(s, "UPDATE") && strings.Contains(s, "CAST('kept' AS CHAR CHARACTER SET ") && strings.Contains(s, ") COLLATE ") {
+			if hasVerb(s, "UPDATE") && strings.Contains(s, "CAST('kept' AS CHAR CHARACTER SET ") && strings.Contains(s, ") COLLATE ") {
 				casts++
 			}
 		}

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -230,4 +231,16 @@ func lastSeenColumn(t testing.TB, db *gorm.DB, table, pk, col string, id any) st
 		return ""
 	}
 	return rows[0].V.UTC().Format(time.RFC3339Nano)
+}
+
+// boundPrefix is what MariaDB's bulk UPDATE of a flush carries in front of
+// its verb: the statement's time bound, "SET STATEMENT max_statement_time
+// = 20.000000 FOR ".
+var boundPrefix = regexp.MustCompile(`(?i)^SET STATEMENT max_statement_time = [0-9.]+ FOR `)
+
+// hasVerb reports whether sql starts with verb ("UPDATE", "INSERT"), in
+// any case, after leading spaces and a MariaDB time bound (boundPrefix).
+func hasVerb(sql, verb string) bool {
+	s := boundPrefix.ReplaceAllString(strings.TrimSpace(sql), "")
+	return strings.HasPrefix(strings.ToUpper(s), verb)
 }

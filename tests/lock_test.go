@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +52,7 @@ func (c *refreshCounter) get(key string) int {
 func slowUpdates(t *testing.T, db *gorm.DB) *atomic.Int64 {
 	var updates atomic.Int64
 	must(t, db.Callback().Raw().After("gorm:raw").Register("test:slow_update", func(tx *gorm.DB) {
-		if strings.HasPrefix(strings.TrimSpace(strings.ToUpper(tx.Statement.SQL.String())), "UPDATE") {
+		if hasVerb(tx.Statement.SQL.String(), "UPDATE") {
 			updates.Add(1)
 			time.Sleep(slowBatch)
 		}

@@ -120,7 +120,7 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		delete(m, "database")
 		equal(t, "manifest", fmt.Sprint(m), "map[active_column: active_encoding: batch:1000 column:last_seen_at dialect:sqlite encoding:time "+
 			"expires_column:expires_at expires_encoding:time format:2 id_column:id idle_timeout:0s key:integer key_kind:unsigned location: "+
-			"model:lastseen.User on_batch:false server:sqlite sessions_batch:1000 sessions_id_column:id "+
+			"model:lastseen.User on_batch:false rules: server:sqlite sessions_batch:1000 sessions_id_column:id "+
 			"sessions_key:text sessions_table:sessions shards:16 table:users throttle:5m0s upsert:false]")
 	})
 }

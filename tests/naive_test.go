@@ -149,3 +149,135 @@ func TestNaiveColumnFollowsNowFunc(t *testing.T) {
 		equal(t, "LastSeen(1)", at.UTC().Format(time.RFC3339), "2026-03-01T09:20:00Z")
 	})
 }
+
+// TestNaiveColumnDSTFallBack: a naive column holding Europe/Berlin wall
+// times across the night of 2026-10-25, when 03:00 CEST goes back to 02:00
+// CET (01:00Z) and the walls 02:00 to 02:59 come twice. PostgreSQL: the
+// app's GORM NowFunc is in Berlin (an app run with TZ=Europe/Berlin);
+// MariaDB: the app's DSN has loc=Europe/Berlin (its server has no time
+// zone tables).
+//   - User 1 seen at 02:50 CEST (00:50Z), then 20 minutes later at 02:10
+//     CET (01:10Z). PostgreSQL compares instants (AT TIME ZONE, the stored
+//     02:50 taken for its first pass): written, the column holds 02:10.
+//     Before, the second touch was counted Stale and 02:50 stayed, read as
+//     40 minutes in the future. MariaDB cannot convert: the entry is left
+//     unwritten but counted Ambiguous (1 in the result and in Stats), not
+//     Stale.
+//   - User 2 seen at 02:10 CET (01:10Z), then a late touch of 02:55 CEST
+//     (00:55Z, 15 minutes earlier in real time) arrives: both dialects write
+//     it (02:10 may have been its first pass), the documented cost of
+//     writing the later touch in the other order.
+//   - User 1 at 03:05 CET (02:05Z), after the repeated hour: written on both.
+func TestNaiveColumnDSTFallBack(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	must(t, err)
+	for _, d := range servers.ServerDialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.Miniredis())
+			ctx := context.Background()
+			for _, ddl := range naiveDDL[h.dialect] {
+				must(t, h.db.Exec(ddl).Error)
+			}
+			must(t, h.db.Exec("INSERT INTO naive_users (id, seen) VALUES (1, NULL), (2, NULL)").Error)
+			var db *gorm.DB
+			if h.dialect == "mysql" {
+				var err error
+				db, err = gorm.Open(mysqldriver.Open(h.db.Dialector.(*mysqldriver.Dialector).DSN+"&loc=Europe%2FBerlin"), quietGorm())
+				must(t, err)
+				t.Cleanup(func() { testenv.CloseDB(db) })
+			} else {
+				db = h.openDB()
+				db.Config.NowFunc = func() time.Time { return time.Now().In(berlin) }
+			}
+			h.clock.Set(mustTime("2026-10-25T00:50:00Z"))
+			cfg := h.config()
+			cfg.Model, cfg.Field, cfg.Sessions.Model = &berlinUser{}, "Seen", &berlinSession{}
+			p := lastseen.New(cfg)
+			must(t, db.Use(p))
+			t.Cleanup(func() { _ = p.Close(context.Background()) })
+			walls := func() string {
+				t.Helper()
+				q := map[string]string{"postgres": "to_char(seen, 'HH24:MI')", "mysql": "DATE_FORMAT(seen, '%H:%i')"}[h.dialect]
+				var got []string
+				must(t, h.db.Raw("SELECT COALESCE("+q+", 'NULL') FROM naive_users ORDER BY id").Scan(&got).Error)
+				return strings.Join(got, " ")
+			}
+			touch := func(id int64, at string) {
+				t.Helper()
+				ok, err := p.TouchAt(ctx, id, mustTime(at))
+				must(t, err)
+				equal(t, fmt.Sprintf("touch %d at %s recorded", id, at), ok, true)
+			}
+			flush := func(what string, want [4]int) {
+				t.Helper()
+				res, err := p.Flush(ctx)
+				must(t, err)
+				equal(t, what+": written, stale, unknown, ambiguous", [4]int{res.Written, res.Stale, res.Unknown, res.Ambiguous}, want)
+			}
+
+			touch(1, "2026-10-25T00:50:00Z")
+			flush("02:50 CEST", [4]int{1, 0, 0, 0})
+			equal(t, "walls after 02:50 CEST", walls(), "02:50 NULL")
+
+			h.expireThrottle(20 * time.Minute)
+			touch(1, "2026-10-25T01:10:00Z")
+			touch(2, "2026-10-25T01:10:00Z")
+			if h.dialect == "postgres" {
+				flush("02:10 CET", [4]int{2, 0, 0, 0})
+				equal(t, "walls after 02:10 CET", walls(), "02:10 02:10")
+			} else {
+				flush("02:10 CET", [4]int{1, 0, 0, 1})
+				equal(t, "walls after 02:10 CET", walls(), "02:50 02:10")
+			}
+			equal(t, "Stats.Ambiguous", p.Stats().Ambiguous, map[string]int64{"postgres": 0, "mysql": 1}[h.dialect])
+
+			h.expireThrottle(10 * time.Minute)
+			touch(2, "2026-10-25T00:55:00Z") // late: 15 minutes before its 01:10Z
+			flush("a late 02:55 CEST", [4]int{1, 0, 0, 0})
+
+			h.expireThrottle(45 * time.Minute)
+			touch(1, "2026-10-25T02:05:00Z")
+			flush("03:05 CET", [4]int{1, 0, 0, 0})
+			equal(t, "walls at the end", walls(), "03:05 02:55")
+			st := p.Stats()
+			equal(t, "Stats written, stale", [2]int64{st.RowsWritten, st.Stale}, map[string][2]int64{"postgres": {5, 0}, "mysql": {4, 0}}[h.dialect])
+		})
+	}
+}
+
+// TestNaiveColumnCreatedAfterUse: the app registers the plugin before it
+// creates its table (as apps that migrate after db.Use do), with GORM's
+// NowFunc in Europe/Berlin, and writes its own 09:00Z into the naive
+// PostgreSQL column (pgx: the wall time 10:00). LastSeen before any flush
+// or purge reads 09:00Z: the read checks the table first, as the flush
+// does, and learns that the column is naive. Before, the column was taken
+// for timestamptz until the first flush or purge and LastSeen read 10:00Z,
+// an hour late. (The flush and the purge check the table before they write
+// or delete, so neither ever misfiled a value; the scopes, which run inside
+// the app's own statements, learn it at the first flush or purge.)
+func TestNaiveColumnCreatedAfterUse(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	must(t, err)
+	h := newHarness(t, servers.Postgres(), testenv.Miniredis())
+	ctx := context.Background()
+	db := h.openDB()
+	db.Config.NowFunc = func() time.Time { return time.Now().In(berlin) }
+	cfg := h.config()
+	cfg.Model, cfg.Field, cfg.Sessions.Model = &berlinUser{}, "Seen", &berlinSession{}
+	p := lastseen.New(cfg)
+	must(t, db.Use(p))
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	for _, ddl := range naiveDDL["postgres"] {
+		must(t, h.db.Exec(ddl).Error)
+	}
+	must(t, db.Create(&berlinUser{ID: 1, Seen: ptr(mustTime("2026-03-01T09:00:00Z").In(berlin))}).Error)
+	var wall string
+	must(t, h.db.Raw("SELECT to_char(seen, 'HH24:MI') FROM naive_users WHERE id = 1").Scan(&wall).Error)
+	equal(t, "the app's wall time", wall, "10:00")
+	at, ok, err := p.LastSeen(ctx, int64(1))
+	must(t, err)
+	equal(t, "LastSeen(1) before any flush", at.UTC().Format(time.RFC3339)+map[bool]string{true: " ok"}[ok], "2026-03-01T09:00:00Z ok")
+	many, err := p.LastSeenMany(ctx, []any{int64(1)})
+	must(t, err)
+	equal(t, "LastSeenMany", many[0].UTC().Format(time.RFC3339), "2026-03-01T09:00:00Z")
+}

@@ -15,9 +15,11 @@ import (
 )
 
 // A table whose every row update is slow: a trigger sleeps 3ms per row
-// (PostgreSQL pg_sleep; on SQLite a Go function the test registers with
-// the driver), and the flush's statement bound is 1s, so a batch of more
-// than 333 rows can never commit in time.
+// (PostgreSQL pg_sleep, MariaDB SLEEP; on SQLite a Go function the test
+// registers with the driver), and the flush's statement bound is 1s, so a
+// batch of more than 333 rows can never commit in time. And a table whose
+// every UPDATE statement takes 1.5s whatever its size, under a lock TTL of
+// 1s.
 
 const (
 	slowRow      = 3 * time.Millisecond
@@ -28,16 +30,33 @@ const (
 )
 
 func init() {
-	// A new SQLite connection gets the function; no other test calls it.
+	// A new SQLite connection gets the functions; no other test calls them.
 	gosqlite.MustRegisterScalarFunction("lastseen_test_sleep_ms", 1, func(_ *gosqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
 		ms, _ := args[0].(int64)
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		return nil, nil
 	})
+	// lastseen_test_sleep_once_ms(stamp, ms) sleeps ms the first time it
+	// sees stamp: julianday('now'), which SQLite keeps the same for the
+	// whole of one statement (its triggers included).
+	var mu sync.Mutex
+	var last float64
+	gosqlite.MustRegisterScalarFunction("lastseen_test_sleep_once_ms", 2, func(_ *gosqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		stamp, _ := args[0].(float64)
+		ms, _ := args[1].(int64)
+		mu.Lock()
+		first := stamp != last
+		last = stamp
+		mu.Unlock()
+		if first {
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+		return nil, nil
+	})
 }
 
 // slowRowUpdates makes every row update of users sleep slowRow, by a
-// trigger, in the dialects of these tests (SQLite, PostgreSQL).
+// trigger.
 func slowRowUpdates(t *testing.T, db *gorm.DB, dialect string) {
 	t.Helper()
 	ms := slowRow.Milliseconds()
@@ -48,6 +67,31 @@ func slowRowUpdates(t *testing.T, db *gorm.DB, dialect string) {
 		must(t, db.Exec(fmt.Sprintf(`CREATE FUNCTION slow_row() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(%g); RETURN NEW; END $$ LANGUAGE plpgsql`,
 			slowRow.Seconds())).Error)
 		must(t, db.Exec(`CREATE TRIGGER slow_row BEFORE UPDATE ON users FOR EACH ROW EXECUTE FUNCTION slow_row()`).Error)
+	case "mysql":
+		must(t, db.Exec(fmt.Sprintf(`CREATE TRIGGER slow_row BEFORE UPDATE ON users FOR EACH ROW DO SLEEP(%g)`, slowRow.Seconds())).Error)
+	default:
+		t.Fatalf("no slow trigger for %s", dialect)
+	}
+}
+
+// slowStatements makes every UPDATE statement on users take d once,
+// whatever its rows: a statement-level trigger on PostgreSQL; on MariaDB
+// and SQLite, whose triggers run per row, a row trigger that sleeps for
+// the first row of each statement (NOW(6) and julianday('now') hold the
+// statement's start in a trigger).
+func slowStatements(t *testing.T, db *gorm.DB, dialect string, d time.Duration) {
+	t.Helper()
+	switch dialect {
+	case "sqlite":
+		must(t, db.Exec(fmt.Sprintf(`CREATE TRIGGER slow_statement BEFORE UPDATE ON users BEGIN
+SELECT lastseen_test_sleep_once_ms(julianday('now'), %d); END`, d.Milliseconds())).Error)
+	case "postgres":
+		must(t, db.Exec(fmt.Sprintf(`CREATE FUNCTION slow_statement() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(%g); RETURN NULL; END $$ LANGUAGE plpgsql`,
+			d.Seconds())).Error)
+		must(t, db.Exec(`CREATE TRIGGER slow_statement BEFORE UPDATE ON users FOR EACH STATEMENT EXECUTE FUNCTION slow_statement()`).Error)
+	case "mysql":
+		must(t, db.Exec(fmt.Sprintf(`CREATE TRIGGER slow_statement BEFORE UPDATE ON users FOR EACH ROW
+IF @slow_statement IS NULL OR @slow_statement <> NOW(6) THEN SET @slow_statement = NOW(6); DO SLEEP(%g); END IF`, d.Seconds())).Error)
 	default:
 		t.Fatalf("no slow trigger for %s", dialect)
 	}
@@ -66,7 +110,7 @@ type updateLog struct {
 func logUpdates(t *testing.T, db *gorm.DB) *updateLog {
 	l := &updateLog{}
 	must(t, db.Callback().Raw().After("gorm:raw").Register("test:log_update", func(tx *gorm.DB) {
-		if !strings.HasPrefix(strings.TrimSpace(strings.ToUpper(tx.Statement.SQL.String())), "UPDATE") {
+		if !hasVerb(tx.Statement.SQL.String(), "UPDATE") {
 			return
 		}
 		l.mu.Lock()
@@ -128,9 +172,13 @@ func checkStatements(t *testing.T, what string, committed []int64, batches int, 
 // the rest of the flush: all 3,000 written by that one flush, exact values,
 // exact Stats; its first statements hold 1,000, 500 and 250 entries. The
 // next flush starts at the size learned: its first statement is no larger
-// than 250 entries, and it writes 500 new touches.
+// than 250 entries, and it writes 500 new touches. On MariaDB the server
+// itself stops each statement at the bound (SET STATEMENT
+// max_statement_time) and rolls it back; before, its driver gave up by
+// closing the connection while the server ran on, and the statement could
+// still commit.
 func TestSlowTableFlushMakesProgress(t *testing.T) {
-	for _, d := range []testenv.Dialect{testenv.SQLite(), servers.Postgres()} {
+	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) {
 			h := newHarness(t, d, testenv.Miniredis())
 			cfg := faultFlushConfig(h)
@@ -175,6 +223,56 @@ func TestSlowTableFlushMakesProgress(t *testing.T) {
 			checkFaultColumns(t, db, "after two flushes", want)
 			st = p.Stats()
 			equal(t, "Stats after 2", [4]int64{st.Flushes, st.FlushErrors, st.Drained, st.RowsWritten}, [4]int64{2, 0, slowUsers + slowAgain, slowUsers + slowAgain})
+		})
+	}
+}
+
+// TestLockTTLDoesNotBoundStatements: every UPDATE statement on users takes
+// 1.5s whatever its size, the shard lock's TTL is 1s (in a real Redis,
+// where it expires on the real clock) and 2,000 users are pending in one
+// shard, batches of 1,000. Before, the statement bound was two thirds of
+// the TTL (666ms): every statement, however small, ran past it and no user
+// was ever written (0 of 2,000 after 4 flushes). Now the bound stays 20s
+// while the lock's keeper refreshes the lock: one flush writes all 2,000
+// in 2 statements of 1,000, none timed out, and the lock was refreshed
+// while they ran.
+func TestLockTTLDoesNotBoundStatements(t *testing.T) {
+	const users, statement = 2000, 1500 * time.Millisecond
+	for _, d := range servers.Dialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.RedisServer())
+			cfg := h.config()
+			cfg.Buffer.Shards, cfg.Flush.BatchSize = 1, 1000
+			testenv.Seam(&cfg).LockTTL = time.Second
+			p, db := h.plugin(cfg)
+			want := seedFaultUsers(t, db, users)
+			slowStatements(t, db, h.dialect, statement)
+			updates := logUpdates(t, db)
+			var refreshes refreshCounter
+			setHooks(p, refreshes.hooks())
+			touchFaultUsers(t, p, users, "2026-03-01T09:00:00Z", want)
+
+			// Bounded, so that the code before (every statement past its
+			// bound, halved down to single rows) gives up in reasonable time.
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := p.Flush(ctx)
+			must(t, err)
+			attempted, committed, failed := updates.take()
+			t.Logf("flush: %d statements, %d past the bound, %d lock refreshes, took %v", len(attempted), failed,
+				refreshes.get(shardKeys(p, 0).Lock), res.Duration)
+			equal(t, "statements' entries", fmt.Sprint(attempted), "[1000 1000]")
+			equal(t, "statements past the bound", failed, 0)
+			equal(t, "rows of the statements", fmt.Sprint(committed), "[1000 1000]")
+			equal(t, "drained, written, batches", [3]int{res.Drained, res.Written, res.Batches}, [3]int{users, users, 2})
+			equal(t, "stale, unknown, failed, dropped", [4]int{res.Stale, res.Unknown, res.Failed, res.Dropped}, [4]int{})
+			if n := refreshes.get(shardKeys(p, 0).Lock); n < 2 { // each statement outlives the TTL
+				t.Errorf("shard lock refreshed %d times, want at least 2", n)
+			}
+			checkFaultColumns(t, db, "after one flush", want)
+			st := p.Stats()
+			equal(t, "Stats", [4]int64{st.Flushes, st.FlushErrors, st.Drained, st.RowsWritten}, [4]int64{1, 0, users, users})
+			equal(t, "buffer left", len(h.pendingKeys()), 0)
 		})
 	}
 }

@@ -45,10 +45,9 @@ func (l *statementLog) count(verbs ...string) int {
 	defer l.mu.Unlock()
 	n := 0
 	for _, s := range l.sql {
-		s = strings.ToUpper(strings.TrimSpace(s))
 		match := len(verbs) == 0
 		for _, v := range verbs {
-			match = match || strings.HasPrefix(s, v)
+			match = match || hasVerb(s, v)
 		}
 		if match {
 			n++

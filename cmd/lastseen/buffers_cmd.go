@@ -125,8 +125,11 @@ func (c *dropCmd) drop(ctx context.Context, rdb redis.UniversalClient, all []buf
 func deleteOwned(ctx context.Context, rdb redis.UniversalClient, prefix string) (int, error) {
 	var found []string
 	for i, pattern := range keys.Owned(prefix) {
+		last := i == len(keys.Owned(prefix))-1 // the rules' locks
 		err := runenv.ScanKeys(ctx, rdb, pattern, func(key string) {
-			if _, shard := keys.ShardOfKey(prefix, key); shard || i > 0 { // the first pattern is the shards'
+			_, shard := keys.ShardOfKey(prefix, key)
+			_, rule := keys.RuleOfKey(prefix, key)
+			if i == 0 && shard || last && rule || i > 0 && !last { // the first pattern is the shards'
 				found = append(found, key)
 			}
 		})

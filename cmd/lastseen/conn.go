@@ -164,7 +164,8 @@ func closeDB(db *gorm.DB) {
 // Go type and column names chosen per table and Go field, so that the
 // commands can point their own Go models at the app's tables and columns.
 // Keys of tables are Go type names without type arguments ("usersRow" for
-// usersRow[int64, *time.Time]).
+// usersRow[int64, *time.Time]), and for ruleRow its table slot
+// (ruleSlotName: "ruleRow/0" for ruleRow[main.tableSlot0, ...]).
 type tableNamer struct {
 	schema.NamingStrategy
 	tables  map[string]string
@@ -174,7 +175,11 @@ type tableNamer struct {
 // TableName returns the table chosen for the Go type name, else GORM's
 // default.
 func (n tableNamer) TableName(typeName string) string {
-	base, _, _ := strings.Cut(typeName, "[")
+	base, args, _ := strings.Cut(typeName, "[")
+	if base == "ruleRow" { // by its table slot, the first type argument
+		slot, _, _ := strings.Cut(args, ",")
+		base = ruleSlotName(int(slot[len(slot)-1] - '0'))
+	}
 	if t, ok := n.tables[base]; ok {
 		return t
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"gorm.io/gorm"
 )
 
 // layout is what the commands hand GORM and the plugin for the buffers
@@ -15,10 +17,11 @@ import (
 type layout struct {
 	tables  map[string]string            // Go type name without type arguments -> table
 	columns map[string]map[string]string // table -> Go field name -> column
+	slots   map[string]int               // a rule's table -> its ruleRow's table slot
 }
 
 func newLayout() *layout {
-	return &layout{tables: map[string]string{}, columns: map[string]map[string]string{}}
+	return &layout{tables: map[string]string{}, columns: map[string]map[string]string{}, slots: map[string]int{}}
 }
 
 func (l *layout) namer() tableNamer { return tableNamer{tables: l.tables, columns: l.columns} }
@@ -79,17 +82,18 @@ func (l *layout) config(b bufferInfo, base lastseen.Config) (lastseen.Config, er
 			return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: the app's column location: %w", b.Prefix, err)
 		}
 	}
+	if c.Rules, err = l.rules(b); err != nil {
+		return lastseen.Config{}, err
+	}
 	if !b.hasSessions() {
 		c.Sessions = lastseen.SessionConfig{Disabled: true}
-		c.Model, c.Field = newUsersRow(key, enc), "Seen"
-		return c, l.mapTable("usersRow", table, map[string]string{"ID": b.get("id_column"), "Seen": column})
+		return c, l.tracked(&c, b)
 	}
 	if err := l.sessions(&c, b); err != nil {
 		return lastseen.Config{}, err
 	}
 	if st != table {
-		c.Model, c.Field = newUsersRow(key, enc), "Seen"
-		return c, l.mapTable("usersRow", table, map[string]string{"ID": b.get("id_column"), "Seen": column})
+		return c, l.tracked(&c, b)
 	}
 	// The buffer tracks the session table itself (the sessions' activity).
 	if key != keyKind(b, "sessions_key", "sessions_key") || b.get("id_column") != b.get("sessions_id_column") {
@@ -103,6 +107,26 @@ func (l *layout) config(b bufferInfo, base lastseen.Config) (lastseen.Config, er
 	c.Model = newSessionsRow(key, seenEnc, b.get("expires_encoding"), b.get("active_encoding"))
 	c.Sessions.Model = c.Model
 	return c, l.mapTable("sessionsRow", st, map[string]string{"Seen": seen})
+}
+
+// tracked sets c's Model and Field to b's tracked table and column (not a
+// session table) and maps them: a usersRow, or, when another buffer's
+// table has it already (a rule's tracker), a ruleRow in the table slot of
+// b's table.
+func (l *layout) tracked(c *lastseen.Config, b bufferInfo) error {
+	table, key, enc := b.get("table"), keyKind(b, "key_kind", "key"), b.get("encoding")
+	cols := map[string]string{"ID": b.get("id_column"), "Seen": b.get("column")}
+	if t, ok := l.tables["usersRow"]; !ok || t == table {
+		c.Model, c.Field = newUsersRow(key, enc), "Seen"
+		return l.mapTable("usersRow", table, cols)
+	}
+	slot, err := l.ruleSlot(table)
+	if err != nil {
+		return err
+	}
+	c.Model, c.Field = newRuleRow(slot, key, enc, "", false), "RuleSeen"
+	return l.mapTable(ruleSlotName(slot), table, map[string]string{"ID": cols["ID"], "RuleSeen": cols["Seen"],
+		"RuleCreated": unusedColumn, "RuleDeleted": unusedColumn})
 }
 
 // sessions fills c.Sessions from b's session rule and maps the session
@@ -154,4 +178,61 @@ func (l *layout) flagsRule(f *ruleFlags, base lastseen.Config) (lastseen.Config,
 	return c, l.mapTable("sessionsRow", f.SessionsTable, map[string]string{
 		"ID": f.SessionIDColumn, "Expires": f.ExpiresColumn, "Active": orUnused(active), "Seen": unusedColumn,
 	})
+}
+
+// errAppAction is what a rule whose app runs an Action does in the
+// commands' plugins: the Action is the app's code, which they do not have.
+var errAppAction = errors.New("lastseen: the rule hands its rows to the app's Action, which runs only in the app")
+
+// rules returns the inactivity rules b's manifest records, each on a
+// ruleRow in the table slot of its table, as the app's plugin has them (so
+// that the manifest it writes at start is the app's): a rule whose app
+// runs an Action gets one that fails (errAppAction), never a delete.
+func (l *layout) rules(b bufferInfo) ([]lastseen.Rule, error) {
+	recs, err := b.rules()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]lastseen.Rule, 0, len(recs))
+	for _, r := range recs {
+		where := fmt.Sprintf("buffer %q, rule %q", b.Prefix, r.Name)
+		if err := checkKinds(where, []string{r.Encoding, r.CreatedEncoding}, r.Key); err != nil {
+			return nil, err
+		}
+		after, err := time.ParseDuration(r.After)
+		if err != nil {
+			return nil, fmt.Errorf("lastseen: %s: after %q: %w", where, r.After, err)
+		}
+		slot, err := l.ruleSlot(r.Table)
+		if err != nil {
+			return nil, err
+		}
+		rule := lastseen.Rule{Name: r.Name, Model: newRuleRow(slot, r.Key, r.Encoding, r.CreatedEncoding, r.SoftDelete != ""),
+			Field: "RuleSeen", CreatedField: "RuleCreated", After: after, Where: r.Where, Schedule: "off", BatchSize: r.Batch}
+		if r.CreatedColumn == "" {
+			rule.CreatedField = "-"
+		}
+		if !r.deletes() {
+			rule.Action = func(*gorm.DB, []any) error { return errAppAction }
+		}
+		cols := map[string]string{"ID": r.IDColumn, "RuleSeen": r.Column, "RuleCreated": orUnused(r.CreatedColumn), "RuleDeleted": orUnused(r.SoftDelete)}
+		if err := l.mapTable(ruleSlotName(slot), r.Table, cols); err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, where)
+		}
+		out = append(out, rule)
+	}
+	return out, nil
+}
+
+// ruleSlot returns the table slot of a rule's table, the next free one for
+// a table no rule had yet.
+func (l *layout) ruleSlot(table string) (int, error) {
+	if n, ok := l.slots[table]; ok {
+		return n, nil
+	}
+	if len(l.slots) == maxRuleTables {
+		return 0, fmt.Errorf("lastseen: this CLI acts on the rules of at most %d tables at once: pick the buffer with --prefix", maxRuleTables)
+	}
+	l.slots[table] = len(l.slots)
+	return l.slots[table], nil
 }

@@ -5,7 +5,7 @@
 //	go -C cmd/lastseen run . demo                  # no services needed
 //	go -C cmd/lastseen run . status --postgres DSN --redis ADDR
 //	go -C cmd/lastseen run . flush  --postgres DSN --redis ADDR
-//	go -C cmd/lastseen run . purge  --postgres DSN --redis ADDR [--dry-run]
+//	go -C cmd/lastseen run . purge  --postgres DSN --redis ADDR [--dry-run] [--rule NAME]
 //	go -C cmd/lastseen run . purge  --postgres DSN [--idle-timeout D] # an app without Redis
 //	go -C cmd/lastseen run . buffers --redis ADDR
 //	go -C cmd/lastseen run . drop   --redis ADDR --prefix P [--force]
@@ -41,9 +41,9 @@ const (
 // cli is the command line: one command each, with its flags.
 type cli struct {
 	Demo    demoCmd    `cmd:"" help:"Run a realistic workload through the HTTP middleware and print a summary (SQLite and in-process Redis unless --postgres/--redis are given)."`
-	Status  statusCmd  `cmd:"" help:"Print pending users per shard, the oldest pending age, the users table's health (indexes on the last-seen column, HOT share, fillfactor) and the expired sessions."`
+	Status  statusCmd  `cmd:"" help:"Print pending users per shard, the oldest pending age, the users table's health (indexes on the last-seen column, HOT share, fillfactor), the expired sessions and the rows each inactivity rule finds inactive."`
 	Flush   flushCmd   `cmd:"" help:"Flush pending timestamps into the database now. The app's Config.OnBatch hook does not run here: derived columns are not updated."`
-	Purge   purgeCmd   `cmd:"" help:"Delete expired sessions now, by the app's rule (--dry-run: count what it would delete)."`
+	Purge   purgeCmd   `cmd:"" help:"Delete expired sessions now, by the app's rule, and run the app's inactivity rules that delete (--dry-run: count what they would act on; a rule with the app's Action is only counted)."`
 	Buffers buffersCmd `cmd:"" help:"List the buffers in a Redis: prefix, tracked table and column, model, shards, pending and in-flight counts."`
 	Drop    dropCmd    `cmd:"" help:"Delete an abandoned buffer (refused while it holds timestamps, unless --force)."`
 	Bench   bench.Cmd  `cmd:"" help:"Benchmark lastseen against writing last_seen_at on every request."`

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -38,6 +39,48 @@ func (b bufferInfo) shards() int {
 // hasSessions reports whether the app's plugin of this buffer has a
 // session rule (Sessions not disabled).
 func (b bufferInfo) hasSessions() bool { return b.get("sessions_table") != "" }
+
+// ruleRecord is one inactivity rule of the app's plugin as its manifest
+// records it (the field "rules", a JSON array): what the commands need to
+// count and run it as the app does.
+type ruleRecord struct {
+	Name            string `json:"name"`
+	Table           string `json:"table"`
+	IDColumn        string `json:"id_column"`
+	Key             string `json:"key"`
+	Column          string `json:"column"`
+	Encoding        string `json:"encoding"`
+	CreatedColumn   string `json:"created_column,omitempty"`
+	CreatedEncoding string `json:"created_encoding,omitempty"`
+	SoftDelete      string `json:"soft_delete,omitempty"`
+	After           string `json:"after"`
+	Where           string `json:"where,omitempty"`
+	Action          string `json:"action"` // "delete", or "app": the app's Action, which the commands cannot run
+	Batch           int    `json:"batch"`
+}
+
+// deletes reports whether the rule deletes its rows (no Action of the
+// app's).
+func (r ruleRecord) deletes() bool { return r.Action == "delete" }
+
+// rules returns the inactivity rules the manifest records (none from a
+// manifest without the field).
+func (b bufferInfo) rules() ([]ruleRecord, error) {
+	var out []ruleRecord
+	if b.get("rules") == "" {
+		return nil, nil
+	}
+	if err := json.Unmarshal([]byte(b.get("rules")), &out); err != nil {
+		return nil, fmt.Errorf("lastseen: the manifest of buffer %q: its rules: %w", b.Prefix, err)
+	}
+	return out, nil
+}
+
+// hasRule reports whether the manifest records the rule name.
+func (b bufferInfo) hasRule(name string) bool {
+	rules, _ := b.rules()
+	return slices.ContainsFunc(rules, func(r ruleRecord) bool { return r.Name == name })
+}
 
 // tracks reports whether the buffer tracks table's column.
 func (b bufferInfo) tracks(table, column string) bool {
@@ -86,7 +129,8 @@ func listBuffers(ctx context.Context, rdb redis.UniversalClient) ([]bufferInfo, 
 type selector struct {
 	prefix, table     string
 	dialect, database string
-	purge             bool // a purge: prefer the buffer the app's scheduled purge runs in
+	purge             bool     // a purge: prefer the buffer the app's scheduled purge runs in
+	rules             []string // purge --rule: keep the buffers whose app has these rules
 }
 
 // pick returns the one buffer sel names, or an error that lists the
@@ -114,7 +158,10 @@ func (sel selector) pick(all []bufferInfo) (bufferInfo, error) {
 	if sel.table != "" {
 		mine = slices.DeleteFunc(mine, func(b bufferInfo) bool { return b.get("table") != sel.table })
 	}
-	if sel.purge && len(mine) > 1 {
+	for _, name := range sel.rules {
+		mine = slices.DeleteFunc(mine, func(b bufferInfo) bool { return !b.hasRule(name) })
+	}
+	if sel.purge && len(sel.rules) == 0 && len(mine) > 1 {
 		mine = preferPurge(mine)
 	}
 	switch len(mine) {
@@ -124,6 +171,9 @@ func (sel selector) pick(all []bufferInfo) (bufferInfo, error) {
 		what := "this database"
 		if sel.table != "" {
 			what = fmt.Sprintf("table %q of this database", sel.table)
+		}
+		if len(sel.rules) > 0 {
+			what += fmt.Sprintf(" with the rules %q", sel.rules)
 		}
 		return bufferInfo{}, fmt.Errorf("lastseen: no buffer for %s in this Redis: is the app's Redis this one? (lastseen buffers lists the buffers it holds)", what)
 	}
@@ -136,9 +186,14 @@ func (sel selector) pick(all []bufferInfo) (bufferInfo, error) {
 
 // preferPurge keeps, of buffers with a session rule, the one the app's
 // scheduled purge runs in by the library's rule when that is known: the
-// buffer that tracks its session table's activity column.
+// buffer that tracks its session table's activity column. When none has a
+// session rule, it keeps those with inactivity rules.
 func preferPurge(bs []bufferInfo) []bufferInfo {
+	withRules := slices.DeleteFunc(slices.Clone(bs), func(b bufferInfo) bool { return b.get("rules") == "" })
 	bs = slices.DeleteFunc(slices.Clone(bs), func(b bufferInfo) bool { return !b.hasSessions() })
+	if len(bs) == 0 {
+		return withRules
+	}
 	tracking := slices.DeleteFunc(slices.Clone(bs), func(b bufferInfo) bool {
 		return !b.tracks(b.get("sessions_table"), b.get("active_column"))
 	})
@@ -148,20 +203,41 @@ func preferPurge(bs []bufferInfo) []bufferInfo {
 	return bs
 }
 
-// activityBuffer returns the buffer among all that tracks b's session
-// activity column (the purge checks it for activity not yet flushed), or
-// false when none does or it is b itself.
-func activityBuffer(all []bufferInfo, b bufferInfo) (bufferInfo, bool) {
-	table, col := b.get("sessions_table"), b.get("active_column")
-	if b.tracks(table, col) {
+// activityBuffer returns the buffer among all that tracks column of table
+// in b's database (the purge and the rules check it for activity not yet
+// flushed), or false when none does or it is b itself.
+func activityBuffer(all []bufferInfo, b bufferInfo, table, column string) (bufferInfo, bool) {
+	if b.tracks(table, column) {
 		return bufferInfo{}, false
 	}
 	for _, o := range all {
-		if o.tracks(table, col) && o.get("dialect") == b.get("dialect") && o.get("database") == b.get("database") {
+		if o.tracks(table, column) && o.get("dialect") == b.get("dialect") && o.get("database") == b.get("database") {
 			return o, true
 		}
 	}
 	return bufferInfo{}, false
+}
+
+// activityBuffers returns the other buffers among all whose activity b's
+// session rule and inactivity rules read, each once, in prefix order.
+func activityBuffers(all []bufferInfo, b bufferInfo) ([]bufferInfo, error) {
+	cols := [][2]string{{b.get("sessions_table"), b.get("active_column")}}
+	rules, err := b.rules()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rules {
+		cols = append(cols, [2]string{r.Table, r.Column})
+	}
+	var out []bufferInfo
+	for _, c := range cols {
+		o, ok := activityBuffer(all, b, c[0], c[1])
+		if ok && !slices.ContainsFunc(out, func(x bufferInfo) bool { return x.Prefix == o.Prefix }) {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(x, y bufferInfo) int { return strings.Compare(x.Prefix, y.Prefix) })
+	return out, nil
 }
 
 // bufferedCounts returns the entries in b's pending and in-flight hashes:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // The operator commands cannot know the app's Go models, so they hand the
@@ -169,4 +171,85 @@ func sessionsRowKTX[K, T, X any](active string) any {
 		return &sessionsRow[K, T, X, unixMillis]{}
 	}
 	return &sessionsRow[K, T, X, *time.Time]{}
+}
+
+// ruleRow is the model of an inactivity rule's table: its key, activity
+// and creation columns (a field no column backs, for a rule without one,
+// is never read) and, for a table with soft delete, its gorm.DeletedAt
+// column (D is then gorm.DeletedAt, else an unused *time.Time). S is one
+// of the tableSlot types: each table the rules of one command act on gets
+// its own, which tableNamer maps to the table.
+type ruleRow[S, K, A, C, D any] struct {
+	ID          K `gorm:"primaryKey"`
+	RuleSeen    A
+	RuleCreated C
+	RuleDeleted D
+	slot        S
+}
+
+// The table slots of ruleRow: how many tables the rules of one command
+// may act on.
+type (
+	tableSlot0 struct{}
+	tableSlot1 struct{}
+	tableSlot2 struct{}
+	tableSlot3 struct{}
+)
+
+// maxRuleTables is the number of tableSlot types.
+const maxRuleTables = 4
+
+// ruleSlotName is the tableNamer key of table slot n's ruleRow.
+func ruleSlotName(n int) string { return "ruleRow/" + strconv.Itoa(n) }
+
+// newRuleRow returns a *ruleRow in table slot n for the key kind and the
+// encodings of the activity and creation columns ("" for none), with a
+// gorm.DeletedAt field when soft.
+func newRuleRow(n int, key, seen, created string, soft bool) any {
+	switch n {
+	case 0:
+		return ruleRowS[tableSlot0](key, seen, created, soft)
+	case 1:
+		return ruleRowS[tableSlot1](key, seen, created, soft)
+	case 2:
+		return ruleRowS[tableSlot2](key, seen, created, soft)
+	}
+	return ruleRowS[tableSlot3](key, seen, created, soft)
+}
+
+func ruleRowS[S any](key, seen, created string, soft bool) any {
+	switch key {
+	case keySigned:
+		return ruleRowSK[S, int64](seen, created, soft)
+	case keyUnsigned:
+		return ruleRowSK[S, uint64](seen, created, soft)
+	}
+	return ruleRowSK[S, string](seen, created, soft)
+}
+
+func ruleRowSK[S, K any](seen, created string, soft bool) any {
+	switch seen {
+	case encUnix:
+		return ruleRowSKA[S, K, unixSeconds](created, soft)
+	case encUnixMilli:
+		return ruleRowSKA[S, K, unixMillis](created, soft)
+	}
+	return ruleRowSKA[S, K, *time.Time](created, soft)
+}
+
+func ruleRowSKA[S, K, A any](created string, soft bool) any {
+	switch created {
+	case encUnix:
+		return ruleRowSKAC[S, K, A, unixSeconds](soft)
+	case encUnixMilli:
+		return ruleRowSKAC[S, K, A, unixMillis](soft)
+	}
+	return ruleRowSKAC[S, K, A, *time.Time](soft)
+}
+
+func ruleRowSKAC[S, K, A, C any](soft bool) any {
+	if soft {
+		return &ruleRow[S, K, A, C, gorm.DeletedAt]{}
+	}
+	return &ruleRow[S, K, A, C, *time.Time]{}
 }

@@ -23,6 +23,8 @@ import (
 type targetFlags struct {
 	Prefix string `help:"The buffer's Redis key prefix (the app's Buffer.Prefix, or the one it derived: lastseen buffers lists them). Needed when the database has several buffers and --table does not pick one." group:"Buffer"`
 	Table  string `help:"Pick the buffer that tracks this table (as lastseen buffers prints it)." group:"Buffer"`
+
+	rules []string // purge --rule: pick the buffer whose app has these inactivity rules
 }
 
 // ruleFlags are the session rule of the purge of an app without Redis (an
@@ -101,9 +103,9 @@ func openOps(ctx context.Context, conn *connFlags, f *targetFlags, rule *ruleFla
 	return e, nil
 }
 
-// fromManifest opens Redis, picks the buffer and builds its Config (and,
-// for a purge, the Config of the buffer that tracks the session activity,
-// returned) from the manifests.
+// fromManifest opens Redis, picks the buffer and builds its Config (and
+// the Configs of the buffers that track the activity its session rule and
+// its inactivity rules read, returned) from the manifests.
 func (e *opsEnv) fromManifest(ctx context.Context, conn *connFlags, f *targetFlags, l *layout, base lastseen.Config, purge bool) ([]lastseen.Config, error) {
 	rdb, err := conn.openRedis(ctx)
 	if err != nil {
@@ -125,15 +127,22 @@ func (e *opsEnv) fromManifest(ctx context.Context, conn *connFlags, f *targetFla
 	if e.cfg, err = l.config(e.buf, base); err != nil {
 		return nil, err
 	}
-	act, ok := activityBuffer(all, e.buf) // status and purge check its buffered activity, as the app's purge does
-	if !ok {
-		return nil, nil
-	}
-	if err := act.complete(); err != nil {
+	trackers, err := activityBuffers(all, e.buf) // status and purge check their buffered activity, as the app's purge and rules do
+	if err != nil {
 		return nil, err
 	}
-	c, err := l.config(act, base)
-	return []lastseen.Config{c}, err
+	var extra []lastseen.Config
+	for _, act := range trackers {
+		if err := act.complete(); err != nil {
+			return nil, err
+		}
+		c, err := l.config(act, base)
+		if err != nil {
+			return nil, err
+		}
+		extra = append(extra, c)
+	}
+	return extra, nil
 }
 
 // selectorFor is the selector of the flags for the database db.
@@ -148,7 +157,7 @@ func selectorFor(ctx context.Context, db *gorm.DB, f *targetFlags, purge bool) (
 	if err != nil {
 		return selector{}, fmt.Errorf("lastseen: read the database's identity (to find its buffers): %w", err)
 	}
-	return selector{prefix: f.Prefix, table: f.Table, dialect: d.Name(), database: id.Database, purge: purge}, nil
+	return selector{prefix: f.Prefix, table: f.Table, dialect: d.Name(), database: id.Database, purge: purge, rules: f.rules}, nil
 }
 
 // use registers a plugin for each Config on e.db; the first is e.p.

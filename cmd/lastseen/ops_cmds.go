@@ -5,16 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
 )
 
 // statusCmd prints the Redis buffer per shard, the tracked table's health
-// (indexes on the last-seen column, HOT share, fillfactor) and the expired
-// sessions. It writes nothing.
+// (indexes on the last-seen column, HOT share, fillfactor), the expired
+// sessions and the counts of the inactivity rules. It writes nothing.
 type statusCmd struct {
 	connFlags   `embed:""`
 	targetFlags `embed:""`
@@ -58,7 +60,15 @@ func (c *statusCmd) Run() error {
 	if err := e.printHealth(ctx, out); err != nil { // ops_health.go
 		return err
 	}
-	return e.printExpired(ctx, out, st.At)
+	if err := e.printExpired(ctx, out, st.At); err != nil {
+		return err
+	}
+	rules, err := e.rules(nil)
+	if err != nil {
+		return err
+	}
+	e.printRules(ctx, out, rules) // ops_rules.go
+	return nil
 }
 
 // printExpired prints the status line of the expired sessions.
@@ -124,13 +134,16 @@ func (c *flushCmd) Run() error {
 	return err
 }
 
-// purgeCmd deletes expired sessions now, or with --dry-run counts what it
-// would delete, with the app's rule read from the buffer's manifest.
+// purgeCmd deletes expired sessions now and runs the app's inactivity
+// rules that delete, or with --dry-run counts what they would act on, by
+// the app's rules read from the buffer's manifest. A rule whose app runs
+// an Action is only counted.
 type purgeCmd struct {
 	connFlags   `embed:""`
 	targetFlags `embed:""`
 	ruleFlags   `embed:""`
-	DryRun      bool `help:"Only count what the purge would delete now, and the expired sessions it keeps because newer activity is buffered; delete nothing."`
+	DryRun      bool     `help:"Only count what the purge and the rules would act on now, and the rows they keep because newer activity is buffered; change nothing."`
+	Rule        []string `help:"Run (or with --dry-run count) only these inactivity rules of the app, by name, and not the session purge; picks the buffer whose app has them. Needs Redis (the rules are read from the buffer's manifest)."`
 
 	out    io.Writer
 	errOut io.Writer
@@ -138,19 +151,48 @@ type purgeCmd struct {
 }
 
 // errNoSessionRule is purge's error for a buffer whose app purges no
-// sessions.
-var errNoSessionRule = errors.New("lastseen: the app purges no sessions with this buffer (Sessions.Disabled): pick the buffer whose app does with --prefix")
+// sessions and has no inactivity rule.
+var errNoSessionRule = errors.New("lastseen: the app purges no sessions with this buffer (Sessions.Disabled) and has no inactivity rule: pick the buffer whose app does with --prefix")
 
 func (c *purgeCmd) Run() error {
 	ctx := context.Background()
+	if len(c.Rule) > 0 && !c.hasRedis() {
+		return runenv.Usagef("lastseen: --rule needs --redis: the app's rules are read from its buffer's manifest")
+	}
+	c.targetFlags.rules = c.Rule
 	e, err := openOps(ctx, &c.connFlags, &c.targetFlags, &c.ruleFlags, c.now, c.errOut)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	if e.sessionsTable() == "" {
+	rules, err := e.rules(c.Rule)
+	if err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(rules, func(r ruleRecord) bool { return !r.deletes() }); len(c.Rule) > 0 && !c.DryRun && i >= 0 {
+		return fmt.Errorf("lastseen: rule %q %w", rules[i].Name, errAppRule)
+	}
+	sessions := len(c.Rule) == 0 && e.sessionsTable() != ""
+	if !sessions && len(rules) == 0 {
 		return errNoSessionRule
 	}
+	if sessions {
+		if err := c.purgeSessions(ctx, e); err != nil {
+			return err
+		}
+	}
+	if c.DryRun {
+		if !sessions {
+			fmt.Fprintln(c.out, "dry run: nothing changed")
+		}
+		e.printRules(ctx, c.out, rules)
+		return nil
+	}
+	return e.runRules(ctx, c.out, rules) // ops_rules.go
+}
+
+// purgeSessions is the session purge, or its dry run: one table of lines.
+func (c *purgeCmd) purgeSessions(ctx context.Context, e *opsEnv) error {
 	if e.rdb == nil {
 		fmt.Fprintln(c.errOut, "lastseen: warning: without Redis this purge cannot see activity still in the app's memory: "+
 			"a session idle in the table but active since the app's last flush counts as idle (purge in the app, Plugin.PurgeExpiredSessions, to check it)")

@@ -25,6 +25,7 @@ type statusJSON struct {
 	OldestAgeSeconds float64     `json:"oldest_age_seconds"`
 	Shards           []shardJSON `json:"shards"`
 	ExpiredSessions  expiredJSON `json:"expired_sessions"`
+	Rules            []ruleJSON  `json:"rules"` // the app's inactivity rules, counted (ops_rules.go)
 	// EvictionPolicy and EvictionRisk are Status's: Redis's maxmemory-policy
 	// ("unknown" when unreadable) and whether it can evict the buffer.
 	EvictionPolicy string `json:"eviction_policy"`
@@ -79,6 +80,11 @@ func (c *statusCmd) writeJSON(ctx context.Context, e *opsEnv, st lastseen.Status
 	} else {
 		out.ExpiredSessions.Count, out.ExpiredSessions.Kept, out.ExpiredSessions.Oldest = ec.Expired, ec.Kept, jsonTime(ec.Oldest)
 	}
+	rules, err := e.rulesJSON(ctx)
+	if err != nil {
+		return err
+	}
+	out.Rules = rules
 	enc := json.NewEncoder(c.out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)

@@ -64,6 +64,22 @@ type Buffer interface {
 	// 0.81% standard error) with Redis, exact in memory. A set whose time to
 	// live has passed counts as empty.
 	Count(ctx context.Context, keysOf func(keys.Shard) []string) (int64, error)
+	// Rename moves oldUID's buffered timestamp to newUID, for a user whose
+	// primary key changed: the newest of oldUID's pending, in-flight and
+	// kept-aside (backlog) values raises newUID's pending value (newest
+	// wins; a pending value beyond Ceiling(now) is replaced, as a touch
+	// does), and oldUID's entries and refusal count are removed. It returns
+	// the timestamp moved, the zero time when oldUID had none. Throttle
+	// markers are not moved: newUID's next touch opens a window of its own.
+	// It is safe against a concurrent flush: an in-flight entry it removes
+	// is not requeued by that flush under oldUID (ShardLease.Requeue skips
+	// entries no longer in flight), and one the flush read before the
+	// rename is written under oldUID as well, which is harmless (writes
+	// only move forward). The timestamp is never lost: the Redis buffer
+	// raises newUID before it removes oldUID, so an error between the two
+	// leaves it under both ids (oldUID's is then written too, or counted
+	// Unknown). oldUID and newUID differ.
+	Rename(ctx context.Context, oldUID, newUID string, now time.Time) (time.Time, error)
 	// Replay moves what the buffer kept aside in process into its shards
 	// before a flush (the Redis buffer's backlog); nil when there was
 	// nothing to move. Entries it could not move stay kept aside.
@@ -77,6 +93,10 @@ type Buffer interface {
 	// LockPurge takes the purge lock, or returns an error wrapping
 	// ErrNotObtained when another holder has it.
 	LockPurge(ctx context.Context) (Lease, error)
+	// LockRule takes the lock of the inactivity rule name (one per rule,
+	// apart from the purge lock and from each other), or returns an error
+	// wrapping ErrNotObtained when another holder has it.
+	LockRule(ctx context.Context, name string) (Lease, error)
 	// Sizes returns each shard's pending and in-flight counts, in shard
 	// order.
 	Sizes(ctx context.Context) ([]Sizes, error)
@@ -150,7 +170,8 @@ type ShardLease interface {
 	// wins (a pending value above ceiling, Unix microseconds, is replaced),
 	// and counts each entry's refusals: an entry refused the limit-th time
 	// (limit 0: never) is dropped instead, its count cleared, and its field
-	// returned in dropped, in the order given.
+	// returned in dropped, in the order given. An entry no longer in flight
+	// (Buffer.Rename took it) is skipped: neither requeued nor counted.
 	Requeue(ctx context.Context, refused []Refused, ceiling int64, limit int) (dropped []string, err error)
 }
 
@@ -191,7 +212,7 @@ type Backlog interface {
 // The sentinel errors of the contract; test with errors.Is.
 var (
 	// ErrNotObtained: another flusher or purge holds the lock (LockShard,
-	// LockPurge).
+	// LockPurge, LockRule).
 	ErrNotObtained = errors.New("lastseen: lock held by another flusher or purge")
 	// ErrLockLost: a lease's lock expired or was taken over; the work under
 	// it must stop (its shard's in-flight set stays for the next flush).

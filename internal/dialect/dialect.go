@@ -47,6 +47,12 @@ type Dialect struct {
 	// exhausted reports kinds that name a resource of the server running
 	// out.
 	exhausted func(kind string) bool
+	// transient reports the dialect's errors of the connection or of the
+	// server's state (transientError adds the drivers' common ones).
+	transient func(error) bool
+	// timedOut reports the server's error for a statement it stopped at a
+	// time bound (nil: none).
+	timedOut func(error) bool
 	// badText reports why a string key column can never hold s.
 	badText func(s string) string
 	// exactIn returns the filter "col is exactly one of vals" (nil: the
@@ -71,11 +77,17 @@ type Dialect struct {
 	classify func(typ string) timecol.Class
 	// naive is the dialect's timestamp type without time zone.
 	naive timecol.Naive
+	// zones is set where the statements convert a naive column's wall
+	// times in Target.Zone (PostgreSQL).
+	zones bool
 	// anyValue is set where a column may hold values of any type (SQLite),
 	// so values its key cannot compare.
 	anyValue bool
 	// identity names the database server and database.
 	identity func(ctx context.Context, db *gorm.DB) (Identity, error)
+	// driverLocation is the location the driver writes a time in (nil: a
+	// time's own).
+	driverLocation func(db *gorm.DB) *time.Location
 }
 
 // Lookup returns the Dialect of GORM's dialector name
@@ -183,6 +195,30 @@ func (d *Dialect) ErrorKind(err error) string { return d.errorKind(err) }
 // and 3; SQLite's SQLITE_FULL, SQLITE_NOMEM and SQLITE_IOERR.
 func (d *Dialect) Exhausted(kind string) bool { return d.exhausted(kind) }
 
+// Transient reports an error of the connection or of the server's state,
+// never of the statement's rows: the same statement may pass on a new
+// connection or once the server is back, so it must never count as a
+// row's refusal. On every dialect: driver.ErrBadConn, sql.ErrConnDone,
+// io.EOF and io.ErrUnexpectedEOF, a net.Error, ECONNRESET, ECONNREFUSED
+// and EPIPE, and go-sql-driver/mysql's ErrInvalidConn ("invalid
+// connection"); on PostgreSQL SQLSTATE class 08 (connection exception),
+// 57P01 admin_shutdown (pg_terminate_backend), 57P02 crash_shutdown and
+// 57P03 cannot_connect_now; on MySQL/MariaDB errors 2006 and 2013 (server
+// gone, connection lost), 1053 (server shutdown), 1317 (query
+// interrupted by KILL QUERY) and MariaDB's 1927 (connection killed); on
+// SQLite SQLITE_BUSY and SQLITE_LOCKED. A nil error is not transient.
+func (d *Dialect) Transient(err error) bool {
+	return err != nil && (transientError(err) || (d.transient != nil && d.transient(err)))
+}
+
+// TimedOut reports the server's error for a statement it stopped at a
+// time bound it was given (Target.ServerBound): MySQL's and MariaDB's
+// 1969 ER_STATEMENT_TIMEOUT and MySQL's 3024 ER_QUERY_TIMEOUT. It is
+// false elsewhere, where the client's context ends the statement.
+func (d *Dialect) TimedOut(err error) bool {
+	return err != nil && d.timedOut != nil && d.timedOut(err)
+}
+
 // BadText reports why a string key column can never hold s ("" when it
 // can): a NUL byte on PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL
 // and MySQL (utf8mb4).
@@ -203,14 +239,32 @@ func (d *Dialect) ExactIn(col any, vals []any) (filter clause.Expr, ok bool) {
 // ColumnTypes reads from the catalog what the statements need to know of
 // t's columns: on PostgreSQL the key's and the time column's types
 // (Target.PKType, Target.ColType; a missing table or column wraps
-// ErrNoTable), on MySQL a string key's character set and collation (left
-// empty when not found); nothing on SQLite. Run it once, before Update,
-// Upsert and Count.
+// ErrNoTable) and whether the server knows Target.Zone, on MySQL a string
+// key's character set and collation (left empty when not found) and
+// whether the server takes Target.Bound (Target.ServerBound); nothing on
+// SQLite. Target.Zone is cleared where the statements do not use it. Run
+// it once, before Update, Upsert and Count.
 func (d *Dialect) ColumnTypes(db *gorm.DB, t *Target) error {
+	if !d.zones {
+		t.Zone = ""
+	}
 	if d.columnTypes == nil {
 		return nil
 	}
 	return d.columnTypes(db, t)
+}
+
+// DriverLocation is the location in which db's driver writes a time.Time
+// into a naive column, where it converts it: MySQL's DSN loc (go-sql-driver
+// converts every value to it; read from GORM's MySQL dialector,
+// DSNConfig.Loc, by reflection, as the library imports no driver); nil
+// elsewhere (pgx writes a time's own wall clock, SQLite keeps offsets) and
+// when it cannot be read.
+func (d *Dialect) DriverLocation(db *gorm.DB) *time.Location {
+	if d.driverLocation == nil || db == nil {
+		return nil
+	}
+	return d.driverLocation(db)
 }
 
 // Identity names the database server and the database db is connected

@@ -1,8 +1,14 @@
 package dialect
 
 import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"testing"
 )
 
@@ -97,6 +103,84 @@ func TestExhausted(t *testing.T) {
 			if got := Lookup(dialect).Exhausted(kind); got != want {
 				t.Errorf("%s Exhausted(%q) = %v, want %v", dialect, kind, got, want)
 			}
+		}
+	}
+}
+
+func TestTransient(t *testing.T) {
+	opErr := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	for _, c := range []struct {
+		dialect string
+		err     error
+		want    bool
+	}{
+		{"postgres", &driverPgError{"57P01"}, true}, // pg_terminate_backend
+		{"postgres", fmt.Errorf("flush: %w", &driverPgError{"57P02"}), true},
+		{"postgres", &driverPgError{"57P03"}, true},
+		{"postgres", &driverPgError{"08006"}, true},
+		{"postgres", &driverPgError{"08003"}, true},
+		{"postgres", &driverPgError{"57014"}, false}, // query_canceled: a statement timeout
+		{"postgres", &driverPgError{"23505"}, false},
+		{"postgres", &driverPgError{"40001"}, false}, // retryable, not transient
+		{"postgres", errors.New("conn closed"), true},
+		{"mysql", &driverMySQLError{Number: 1927}, true},
+		{"mysql", &driverMySQLError{Number: 1053}, true},
+		{"mysql", &driverMySQLError{Number: 1317}, true},
+		{"mysql", errors.New("Error 2013 (HY000): Lost connection to server during query"), true},
+		{"mysql", errors.New("Error 2006: MySQL server has gone away"), true},
+		{"mysql", fmt.Errorf("flush: %w", errors.New("invalid connection")), true},
+		{"mysql", &driverMySQLError{Number: 1969}, false}, // max_statement_time: TimedOut
+		{"mysql", &driverMySQLError{Number: 1062}, false},
+		{"sqlite", &driverSQLiteError{5}, true},
+		{"sqlite", &driverSQLiteError{262}, true}, // SQLITE_LOCKED_SHAREDCACHE
+		{"sqlite", errors.New("database is locked (5) (SQLITE_BUSY)"), true},
+		{"sqlite", &driverSQLiteError{19}, false},
+		{"sqlite", &driverSQLiteError{8}, false},
+	} {
+		if got := Lookup(c.dialect).Transient(c.err); got != c.want {
+			t.Errorf("%s Transient(%v) = %v, want %v", c.dialect, c.err, got, c.want)
+		}
+	}
+	for _, name := range []string{"postgres", "mysql", "sqlite"} {
+		d := Lookup(name)
+		for _, c := range []struct {
+			err  error
+			want bool
+		}{
+			{driver.ErrBadConn, true},
+			{fmt.Errorf("exec: %w", sql.ErrConnDone), true},
+			{io.EOF, true},
+			{io.ErrUnexpectedEOF, true},
+			{fmt.Errorf("write: %w", opErr), true},
+			{fmt.Errorf("write: %w", syscall.EPIPE), true},
+			{context.DeadlineExceeded, false}, // a net.Error too: the bound's, not the connection's
+			{fmt.Errorf("query: %w", context.Canceled), false},
+			{errors.New("some other error"), false},
+			{nil, false},
+		} {
+			if got := d.Transient(c.err); got != c.want {
+				t.Errorf("%s Transient(%v) = %v, want %v", name, c.err, got, c.want)
+			}
+		}
+	}
+}
+
+func TestTimedOut(t *testing.T) {
+	for _, c := range []struct {
+		dialect string
+		err     error
+		want    bool
+	}{
+		{"mysql", &driverMySQLError{Number: 1969}, true},
+		{"mysql", errors.New("Error 1969 (70100): Query execution was interrupted (max_statement_time exceeded)"), true},
+		{"mysql", &driverMySQLError{Number: 3024}, true},
+		{"mysql", &driverMySQLError{Number: 1317}, false},
+		{"mysql", nil, false},
+		{"postgres", &driverPgError{"57014"}, false},
+		{"sqlite", &driverSQLiteError{9}, false}, // SQLITE_INTERRUPT
+	} {
+		if got := Lookup(c.dialect).TimedOut(c.err); got != c.want {
+			t.Errorf("%s TimedOut(%v) = %v, want %v", c.dialect, c.err, got, c.want)
 		}
 	}
 }

@@ -23,6 +23,8 @@ var mysql = &Dialect{
 	onConflict:         mysqlOnConflict,
 	retryable:          mysqlRetryable,
 	exhausted:          mysqlExhausted,
+	transient:          mysqlTransient,
+	timedOut:           mysqlTimedOut,
 	errorKind:          mysqlErrorNumber,
 	badText:            mysqlBadText,
 	exactIn:            mysqlExactIn,
@@ -33,7 +35,8 @@ var mysql = &Dialect{
 	naive: timecol.Naive{Cast: func(wall string) clause.Expr {
 		return clause.Expr{SQL: "CAST(? AS DATETIME(6))", Vars: []any{wall}}
 	}, Default: true},
-	identity: mysqlIdentity,
+	identity:       mysqlIdentity,
+	driverLocation: mysqlDriverLocation,
 }
 
 // mysqlErrorText is how go-sql-driver/mysql writes a server error:
@@ -107,7 +110,8 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 }
 
 // mysqlUpdate joins the batch as a derived table of SELECT ... UNION ALL
-// rows, which MySQL 5.7+ and MariaDB 10.x all accept:
+// rows, which MySQL 5.7+ and MariaDB 10.x all accept (on MariaDB behind
+// "SET STATEMENT max_statement_time = N FOR", Target.ServerBound):
 //
 //	UPDATE `users` AS t JOIN (SELECT ? AS id, ? AS ts UNION ALL SELECT ?, ?) AS v ON t.`id` = v.id
 //	SET ...
@@ -118,6 +122,7 @@ func mysqlExactIn(col any, vals []any) clause.Expr {
 //	ON t.`id` = v.id AND BINARY t.`id` = BINARY v.id SET ...
 func mysqlUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
 	var b strings.Builder
+	b.WriteString(mysqlBoundPrefix(t))
 	// A string key's first id is cast to CHAR, a VARCHAR: the column of a
 	// UNION of bare parameters is a CHAR, whose values lose their trailing
 	// spaces ("pad " would become "pad"). It is cast to the key's own
@@ -175,9 +180,14 @@ func mysqlRetryable(err error) bool {
 var mysqlName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
 
 // mysqlColumnTypes reads a string key's character set and collation from
-// information_schema.COLUMNS, for mysqlUpdate. Nothing found (an integer
-// key, a missing table) leaves them empty.
+// information_schema.COLUMNS, for mysqlUpdate, and whether the server
+// takes the statement bound itself (mysqlServerBound). Nothing found (an
+// integer key, a missing table) leaves the character set and collation
+// empty.
 func mysqlColumnTypes(db *gorm.DB, t *Target) error {
+	if err := mysqlServerBound(db, t); err != nil {
+		return err
+	}
 	if t.IntKey {
 		return nil
 	}
@@ -195,6 +205,69 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, t.Table
 		t.PKCharset, t.PKCollation = *rows[0].Charset, *rows[0].Collation
 	}
 	return nil
+}
+
+// mysqlDriverLocation reads DSNConfig.Loc of GORM's MySQL dialector
+// (gorm.io/driver/mysql's Config, embedded in its Dialector) by
+// reflection; nil for another dialector or an unset one.
+func mysqlDriverLocation(db *gorm.DB) *time.Location {
+	v := reflect.ValueOf(db.Dialector)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	cfg := v.FieldByName("DSNConfig")
+	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() || cfg.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	loc := cfg.Elem().FieldByName("Loc")
+	if !loc.IsValid() || !loc.CanInterface() {
+		return nil
+	}
+	l, _ := loc.Interface().(*time.Location)
+	return l
+}
+
+// mysqlServerBound sets t.ServerBound on MariaDB (VERSION() names it; it
+// has SET STATEMENT ... FOR since 10.1) when t.Bound is set and the
+// session's max_statement_time is not already as short (0 is none): the
+// server then stops a bulk UPDATE that runs past the bound and rolls it
+// back. MySQL has no such bound for an UPDATE (its max_execution_time
+// bounds SELECTs alone): there only the client gives up, by closing the
+// connection, and the server may still finish the statement.
+func mysqlServerBound(db *gorm.DB, t *Target) error {
+	t.ServerBound = false
+	if t.Bound <= 0 {
+		return nil
+	}
+	var version string
+	if err := db.Raw("SELECT VERSION()").Scan(&version).Error; err != nil {
+		return err
+	}
+	if !strings.Contains(version, "MariaDB") {
+		return nil
+	}
+	var session float64
+	if err := db.Raw("SELECT @@SESSION.max_statement_time").Scan(&session).Error; err != nil {
+		return err
+	}
+	t.ServerBound = session == 0 || session > t.Bound.Seconds()
+	return nil
+}
+
+// mysqlBoundPrefix is MariaDB's statement bound in front of a bulk UPDATE
+// (Target.ServerBound), in seconds with microseconds: a number the library
+// computes, written into the statement as the syntax requires.
+func mysqlBoundPrefix(t *Target) string {
+	if !t.ServerBound {
+		return ""
+	}
+	return "SET STATEMENT max_statement_time = " + strconv.FormatFloat(t.Bound.Seconds(), 'f', 6, 64) + " FOR "
 }
 
 // mysqlExhausted: MySQL/MariaDB server errors for a full disk or table

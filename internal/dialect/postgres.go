@@ -20,9 +20,11 @@ var postgres = &Dialect{
 	name:        "postgres",
 	maxParams:   65535,
 	update:      postgresUpdate,
-	onConflict:  standardOnConflict(nil),
+	onConflict:  postgresOnConflict,
+	zones:       true,
 	retryable:   postgresRetryable,
 	exhausted:   postgresExhausted,
+	transient:   postgresTransient,
 	errorKind:   sqlState,
 	badText:     postgresBadText,
 	columnTypes: postgresColumnTypes,
@@ -70,14 +72,86 @@ func postgresBadText(s string) string {
 //	UPDATE "users" AS t SET "last_seen_at" = v.ts
 //	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)
 //	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR t."last_seen_at" < v.ts)
+//
+// A naive column in a zone with DST (Target.Zone) gets the instants
+// instead, its wall time in the zone, and the guard compares instants, a
+// repeated wall time taken for its first pass (pgEarliest):
+//
+//	UPDATE "users" AS t SET "last_seen_at" = v.ts AT TIME ZONE z.name
+//	FROM unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts), (SELECT CAST($3 AS text) AS name) AS z
+//	WHERE t."id" = v.id AND (t."last_seen_at" IS NULL OR <earliest instant of t."last_seen_at"> < v.ts)
 func postgresUpdate(t *Target, ids []any, ts []time.Time) clause.Expr {
+	col := clause.Column{Name: t.Column}
+	if t.Zone != "" {
+		sql := "UPDATE ? AS t SET ? = v.ts AT TIME ZONE z.name FROM unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS timestamptz[])) AS v(id, ts)," +
+			" (SELECT CAST(? AS text) AS name) AS z WHERE t.? = v.id AND (t.? IS NULL OR ? < v.ts)"
+		return clause.Expr{SQL: sql, Vars: []any{
+			clause.Table{Name: t.Table}, col, pgIDs(ids), pgInstants(ts), t.Zone,
+			clause.Column{Name: t.PK}, col, pgEarliest(clause.Column{Table: "t", Name: t.Column}, clause.Expr{SQL: "z.name"}),
+		}}
+	}
 	sql := "UPDATE ? AS t SET ? = v.ts FROM unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)" +
 		" WHERE t.? = v.id AND (t.? IS NULL OR t.? < v.ts)"
-	col := clause.Column{Name: t.Column}
 	return clause.Expr{SQL: sql, Vars: []any{
 		clause.Table{Name: t.Table}, col, pgIDs(ids), pgTimes(t.Codec, ts),
 		clause.Column{Name: t.PK}, col, col,
 	}}
+}
+
+// pgEarliest is the earliest instant whose wall time in zone is the naive
+// timestamp c: "c AT TIME ZONE zone" takes a wall time that a DST fall-back
+// repeats for its second pass, the later instant (the offset in force
+// after the transition); this moves it back by the transition's size (2
+// hours, 1 hour, 30 minutes) where the instant that much earlier shows the
+// same wall time:
+//
+//	CASE WHEN ((c AT TIME ZONE zone) - interval '2 hours') AT TIME ZONE zone = c THEN (c AT TIME ZONE zone) - interval '2 hours'
+//	WHEN ... '1 hour' ... WHEN ... '30 minutes' ... ELSE c AT TIME ZONE zone END
+func pgEarliest(c, zone any) clause.Expr {
+	var b strings.Builder
+	var vars []any
+	b.WriteString("CASE")
+	for _, shift := range []string{"2 hours", "1 hour", "30 minutes"} {
+		b.WriteString(" WHEN ((? AT TIME ZONE ?) - interval '" + shift + "') AT TIME ZONE ? = ? THEN (? AT TIME ZONE ?) - interval '" + shift + "'")
+		vars = append(vars, c, zone, zone, c, c, zone)
+	}
+	b.WriteString(" ELSE ? AT TIME ZONE ? END")
+	vars = append(vars, c, zone)
+	return clause.Expr{SQL: b.String(), Vars: vars}
+}
+
+// postgresOnConflict is the standard upsert; for a naive column in a zone
+// with DST (Target.Zone) its guard compares instants: the row's earliest
+// (pgEarliest) before the inserted wall time's later instant (its second
+// pass, for a wall time a fall-back repeats).
+func postgresOnConflict(t *Target) clause.OnConflict {
+	oc := standardOnConflict(nil)(t)
+	if t.Zone == "" {
+		return oc
+	}
+	cur := clause.Column{Table: t.Table, Name: t.Column}
+	excluded := clause.Column{Table: "excluded", Name: t.Column}
+	oc.Where = clause.Where{Exprs: []clause.Expression{clause.Or(
+		clause.Expr{SQL: "? IS NULL", Vars: []any{cur}},
+		clause.Expr{SQL: "? < (? AT TIME ZONE ?)", Vars: []any{pgEarliest(cur, t.Zone), excluded, t.Zone}},
+	)}}
+	return oc
+}
+
+// pgInstants writes times as instants in UTC with microseconds, each
+// element double-quoted, for a timestamptz[] cast.
+func pgInstants(ts []time.Time) string {
+	b := make([]byte, 0, 2+len(ts)*30)
+	b = append(b, '{')
+	for i, t := range ts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = t.UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z07:00")
+		b = append(b, '"')
+	}
+	return string(append(b, '}'))
 }
 
 // postgresCount counts with the same array and cast as postgresUpdate, so an
@@ -188,6 +262,14 @@ FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AN
 	}
 	if t.IntKey {
 		t.PKType = "bigint"
+	}
+	if t.Zone != "" && t.ColType == "timestamp without time zone" {
+		var probe string // a name the server does not know fails: 22023
+		if db.Raw("SELECT CAST(now() AT TIME ZONE ? AS text)", t.Zone).Scan(&probe).Error != nil {
+			t.Zone = ""
+		}
+	} else {
+		t.Zone = ""
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ var sqlite = &Dialect{
 	key:         sqliteKey,
 	retryable:   sqliteRetryable,
 	exhausted:   sqliteExhausted,
+	transient:   sqliteTransient,
 	errorKind:   sqliteResultCode,
 	badText:     sqliteBadText,
 	exactIn:     sqliteExactIn,

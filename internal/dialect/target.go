@@ -1,6 +1,10 @@
 package dialect
 
-import "github.com/lastseen/lastseen/internal/timecol"
+import (
+	"time"
+
+	"github.com/lastseen/lastseen/internal/timecol"
+)
 
 // Target is what the bulk statements write: a table, its single-column
 // primary key and its time column, with what the catalog says of them
@@ -26,4 +30,25 @@ type Target struct {
 	// PKCharset and PKCollation are a MySQL string key's character set and
 	// collation ("" when unknown).
 	PKCharset, PKCollation string
+	// Zone is the IANA name of the location of a naive column's wall times
+	// ("Europe/Berlin"), set before ColumnTypes where that location has DST
+	// transitions. On PostgreSQL ColumnTypes keeps it when the column is a
+	// timestamp without time zone and the server knows the name; the
+	// statements then send instants, store their wall time in Zone (AT TIME
+	// ZONE), and compare instants: a stored wall time that a DST fall-back
+	// repeats counts as its first pass, the earlier instant. Elsewhere
+	// ColumnTypes clears it and wall times compare as they are.
+	Zone string
+	// Bound is the time bound of one bulk UPDATE (the flush's statement
+	// bound), set before ColumnTypes; 0 for none.
+	Bound time.Duration
+	// ServerBound is set by ColumnTypes where the bulk UPDATE carries Bound
+	// to the server, which then stops the statement there itself and rolls
+	// it back, with an error TimedOut reports: on MariaDB, "SET STATEMENT
+	// max_statement_time = <Bound in seconds> FOR UPDATE ...", unless the
+	// session already has a max_statement_time as short. Elsewhere only the
+	// client gives up at the bound: PostgreSQL's driver then cancels the
+	// statement on the server (a cancel request), MySQL's closes the
+	// connection while the server may still finish the statement.
+	ServerBound bool
 }

@@ -23,6 +23,7 @@
 //	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day,
 //	                             day as DayLayout (Plugin.ActiveUsers)
 //	<prefix>:purge:lock          redislock lock of the session purge
+//	<prefix>:rule:<name>:lock    redislock lock of the inactivity rule <name>
 //	<prefix>:manifest            hash: what the buffer is (shards, dialect,
 //	                             database, table, column, key type, format)
 package keys
@@ -150,6 +151,26 @@ func ShardOfKey(prefix, key string) (int, bool) {
 // PurgeLock returns the key of the purge lock under prefix.
 func PurgeLock(prefix string) string { return prefix + ":purge:lock" }
 
+// RuleLock returns the key of the lock of the inactivity rule name under
+// prefix. Rule names hold no ':' (the plugin refuses them), which tells
+// these keys from those of a buffer whose prefix starts with prefix+":rule:"
+// (RuleOfKey).
+func RuleLock(prefix, name string) string { return prefix + ":rule:" + name + ":lock" }
+
+// RuleOfKey returns the rule name of a rule lock key under prefix
+// (RuleLock), or false when key is not one: its name would hold a ':'.
+func RuleOfKey(prefix, key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, prefix+":rule:")
+	if !ok {
+		return "", false
+	}
+	name, ok := strings.CutSuffix(rest, ":lock")
+	if !ok || name == "" || strings.Contains(name, ":") {
+		return "", false
+	}
+	return name, true
+}
+
 // Manifest returns the key of the buffer's manifest under prefix.
 func Manifest(prefix string) string { return prefix + ":manifest" }
 
@@ -177,8 +198,10 @@ func escape(s string) string {
 }
 
 // Owned returns Redis SCAN/KEYS patterns matching the keys of the buffer
-// under prefix and no other buffer's, even one whose prefix starts with
-// prefix+":": the keys of its shards, its purge lock and its manifest.
+// under prefix: the keys of its shards, its purge lock, its manifest and
+// its rules' locks. The first and the last pattern also match keys of a
+// buffer whose prefix starts with prefix+":": keep of the first only the
+// keys ShardOfKey reads, of the last those RuleOfKey reads.
 func Owned(prefix string) []string {
-	return []string{escape(prefix) + ":{*}:*", escape(PurgeLock(prefix)), escape(Manifest(prefix))}
+	return []string{escape(prefix) + ":{*}:*", escape(PurgeLock(prefix)), escape(Manifest(prefix)), escape(prefix) + ":rule:*:lock"}
 }

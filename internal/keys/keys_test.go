@@ -37,3 +37,23 @@ func TestLocate(t *testing.T) {
 		t.Errorf("Locate allocates %v times, want 0", n)
 	}
 }
+
+// TestRuleOfKey: a rule's lock key reads back as its rule; a key of a
+// buffer whose prefix starts with prefix+":rule:" does not.
+func TestRuleOfKey(t *testing.T) {
+	for _, c := range []struct {
+		key, name string
+		ok        bool
+	}{
+		{RuleLock("app", "warn-80d"), "warn-80d", true},
+		{"app:rule:x:{0}:lock", "", false}, // shard 0's lock of the buffer "app:rule:x"
+		{"app:rule::lock", "", false},
+		{"app:purge:lock", "", false},
+		{"other:rule:warn:lock", "", false},
+	} {
+		name, ok := RuleOfKey("app", c.key)
+		if name != c.name || ok != c.ok {
+			t.Errorf("RuleOfKey(app, %q) = %q, %v; want %q, %v", c.key, name, ok, c.name, c.ok)
+		}
+	}
+}

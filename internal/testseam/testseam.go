@@ -27,15 +27,14 @@ import (
 // Plugin.Config().Test.Seam.
 type Seam struct {
 	// LockTTL is the time-to-live of the flush and purge locks (30s; at
-	// least 1s, db.Use refuses less).
+	// least 1s, db.Use refuses less), refreshed every third of it while a
+	// flush or purge works.
 	LockTTL time.Duration
-	// StatementTimeout bounds each SQL statement of a flush (20s, or two
-	// thirds of LockTTL when that is shorter: at least 666ms); it must be
-	// shorter than LockTTL. A batch whose statement runs past it is written
-	// in halves.
+	// StatementTimeout bounds each SQL statement of a flush (20s, whatever
+	// LockTTL: the lock is refreshed while the statement runs). A batch
+	// whose statement runs past it is written in halves.
 	StatementTimeout time.Duration
-	// PurgeBatchTimeout bounds one purge batch (10s, or two thirds of
-	// LockTTL when that is shorter).
+	// PurgeBatchTimeout bounds one purge batch (10s, whatever LockTTL).
 	PurgeBatchTimeout time.Duration
 	// PurgeTimeout is the deadline of a scheduled purge (30m).
 	PurgeTimeout time.Duration
@@ -65,6 +64,9 @@ type Seam struct {
 	// Flush are the points where a test stops a flush; the plugin calls
 	// them where they are set.
 	Flush FlushHooks
+	// Purge are the points where a test acts in the middle of a purge or
+	// a rule's run.
+	Purge PurgeHooks
 
 	// Published is written by the plugin at db.Use (Initialize), once
 	// its tracker and scheduler are started; zero before, and after a
@@ -93,6 +95,30 @@ type FlushHooks struct {
 	// LockRefreshed: the lock under key was refreshed by its keeper, while
 	// the flush or purge holding it runs.
 	LockRefreshed func(key string)
+	// BeforeWrite: the write statement of these entries (their ids as
+	// stored in the buffer) is next, its table resolved; a retry calls it
+	// again.
+	BeforeWrite func(fields []string)
+	// BeforeDelete: the purge's delete of these session ids is next; a
+	// retry calls it again.
+	BeforeDelete func(ids []any)
+}
+
+// PurgeHooks are called at fixed points of a purge or of a run of an
+// inactivity rule. A nil field, or a nil *PurgeHooks, is not called.
+type PurgeHooks struct {
+	// AfterSelect: batch number batch (from 1) of the run selected ids
+	// (primary keys, as GORM scanned them), and nothing was checked or
+	// done with them yet: neither the buffer read nor the transaction.
+	// rule is the rule's name, "" for the session purge.
+	AfterSelect func(rule string, batch int, ids []any)
+}
+
+// Selected calls AfterSelect if set.
+func (h *PurgeHooks) Selected(rule string, batch int, ids []any) {
+	if h != nil && h.AfterSelect != nil {
+		h.AfterSelect(rule, batch, ids)
+	}
 }
 
 // Swapped calls AfterSwap if set.
@@ -130,6 +156,20 @@ func (h *FlushHooks) BacklogTaken(n int) {
 	}
 }
 
+// Writing calls BeforeWrite if set.
+func (h *FlushHooks) Writing(fields []string) {
+	if h != nil && h.BeforeWrite != nil {
+		h.BeforeWrite(fields)
+	}
+}
+
+// Deleting calls BeforeDelete if set.
+func (h *FlushHooks) Deleting(ids []any) {
+	if h != nil && h.BeforeDelete != nil {
+		h.BeforeDelete(ids)
+	}
+}
+
 // Refreshed calls LockRefreshed if set.
 func (h *FlushHooks) Refreshed(key string) {
 	if h != nil && h.LockRefreshed != nil {
@@ -147,9 +187,10 @@ type Published struct {
 	// StopTracker stops the request path (and closes the buffer) of a
 	// plugin that is not closed; it returns the buffer's Close error.
 	StopTracker func() error
-	// Scheduler runs the scheduled flushes and purges, nil when neither
-	// is scheduled. Its entry IDs follow the order added: one per flush
-	// spec from 1, then one per purge spec.
+	// Scheduler runs the scheduled flushes, purges and rules, nil when
+	// none is scheduled. Its entry IDs follow the order added: one per
+	// flush spec from 1, then one per purge spec, then one per spec of
+	// each scheduled rule, in the order of Config.Rules.
 	Scheduler *cron.Cron
 	// JobsContext is the scheduled runs' context, canceled by Close; nil
 	// without Scheduler.
@@ -157,6 +198,9 @@ type Published struct {
 	// FlushJob and PurgeJob are what the scheduler runs, without its
 	// timeout: they log their outcome and return nothing.
 	FlushJob, PurgeJob func(ctx context.Context)
+	// RuleJobs are the scheduled job of each inactivity rule, by name, as
+	// FlushJob (whether scheduled or not).
+	RuleJobs map[string]func(ctx context.Context)
 	// Closing is closed when Close begins.
 	Closing <-chan struct{}
 	// Handle returns the plugin's own database handle, or

@@ -80,6 +80,10 @@ func (c *Codec) Field() *schema.Field { return c.field }
 // zone: as the catalog said (SetClass), else the dialect's Naive.Default.
 func (c *Codec) Naive() bool { return c.naive.Load() }
 
+// Location is the location given for a naive column's wall times (nil:
+// the driver's), whether or not the column is naive.
+func (c *Codec) Location() *time.Location { return c.loc }
+
 // Integer reports an integer encoding (UnixSeconds or UnixMillis).
 func (c *Codec) Integer() bool { return c.enc != Time }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	_ "time/tzdata" // Europe/Berlin on machines without a zoneinfo database
 
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
@@ -269,5 +270,56 @@ func TestFits(t *testing.T) {
 	}
 	if got := secs.Describe(); got != "a int64 stored as unix (configured)" {
 		t.Errorf("Describe = %q", got)
+	}
+}
+
+// TestDSTFallBack: on the night Europe/Berlin goes back from 03:00 CEST to
+// 02:00 CET (2026-10-25 01:00Z), 02:10 CET (01:10Z) is a second pass of
+// 02:10 (00:10Z was the first); 02:10 CEST and 03:10 CET are not. The
+// earliest instant of the wall time 02:50 is 00:50Z; of 03:10, 02:10Z; of
+// 10:00 on a summer day, 08:00Z. UTC has no transition.
+func TestDSTFallBack(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for s, want := range map[string]bool{"2026-10-25T01:10:00Z": true, "2026-10-25T01:59:59Z": true, "2026-10-25T00:10:00Z": false,
+		"2026-10-25T02:10:00Z": false, "2026-07-01T08:00:00Z": false} {
+		if got := SecondPass(at(s), berlin); got != want {
+			t.Errorf("SecondPass(%s) = %v, want %v", s, got, want)
+		}
+	}
+	wall := func(s string) time.Time { v, _ := time.Parse("2006-01-02 15:04", s); return v }
+	for w, want := range map[string]string{"2026-10-25 02:50": "2026-10-25T00:50:00Z", "2026-10-25 02:00": "2026-10-25T00:00:00Z",
+		"2026-10-25 03:10": "2026-10-25T02:10:00Z", "2026-07-01 10:00": "2026-07-01T08:00:00Z", "2026-10-25 01:59": "2026-10-24T23:59:00Z"} {
+		if got := Earliest(wall(w), berlin).UTC().Format(time.RFC3339); got != want {
+			t.Errorf("Earliest(%s) = %s, want %s", w, got, want)
+		}
+	}
+	now := at("2026-03-01T09:30:00Z")
+	if !HasDST(berlin, now) || HasDST(time.UTC, now) || HasDST(nil, now) {
+		t.Errorf("HasDST: Berlin %v, UTC %v", HasDST(berlin, now), HasDST(time.UTC, now))
+	}
+	if name, ok := ZoneName(berlin, now); name != "Europe/Berlin" || !ok {
+		t.Errorf("ZoneName(Berlin) = %q, %v", name, ok)
+	}
+	if _, ok := ZoneName(time.FixedZone("X", 3600), now); ok {
+		t.Error("ZoneName of an unnamed fixed zone")
+	}
+	t.Setenv("TZ", "Europe/Berlin")
+	local := time.FixedZone("Local", 3600) // a stand-in named as time.Local is: its offsets are not Berlin's in summer
+	if _, ok := ZoneName(local, now); ok {
+		t.Error("ZoneName accepted a Local whose offsets are not TZ's")
+	}
+	t.Setenv("TZ", ":/usr/share/zoneinfo/Europe/Berlin")
+	if got := localName(); got != "Europe/Berlin" {
+		t.Errorf("localName with a TZ path = %q", got)
 	}
 }

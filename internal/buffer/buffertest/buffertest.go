@@ -67,6 +67,8 @@ func Exercise(t *testing.T, open func(t *testing.T, s Setup) buffer.Buffer, quir
 		{"AckRemovesOnlyAcknowledged", ackRemovesOnlyAcknowledged},
 		{"RequeueNewestWins", requeueNewestWins},
 		{"RefusalLimit", refusalLimit},
+		{"Renames", renames},
+		{"RenameDuringFlush", renameDuringFlush},
 		{"LocksExclusive", locksExclusive},
 		{"Reads", reads},
 		{"NewestMany", newestMany},
@@ -573,8 +575,9 @@ func refusalLimit(c *check) {
 	c.sizes(0, 0, 2, 0, 0, 0, 0, 0)
 }
 
-// locksExclusive: a shard's lock and the purge lock have one holder at a
-// time (ErrNotObtained for a second); each shard's lock is its own; a
+// locksExclusive: a shard's lock, the purge lock and a rule's lock have
+// one holder at a time (ErrNotObtained for a second); each shard's and
+// each rule's lock is its own; a
 // released lock can be taken again; a held lock refreshes; Keep's context
 // runs until the work stops.
 func locksExclusive(c *check) {
@@ -589,6 +592,20 @@ func locksExclusive(c *check) {
 	c.must(err)
 	if _, err := c.b.LockPurge(c.ctx); !errors.Is(err, buffer.ErrNotObtained) {
 		c.t.Fatalf("second purge lock: %v, want ErrNotObtained", err)
+	}
+	r1, err := c.b.LockRule(c.ctx, "warn")
+	c.must(err)
+	if _, err := c.b.LockRule(c.ctx, "warn"); !errors.Is(err, buffer.ErrNotObtained) {
+		c.t.Fatalf("second lock of rule warn: %v, want ErrNotObtained", err)
+	}
+	r2, err := c.b.LockRule(c.ctx, "revoke") // each rule's lock is its own, apart from the purge's
+	c.must(err)
+	c.must(r1.Refresh(c.ctx))
+	r1.Release(c.ctx)
+	r1, err = c.b.LockRule(c.ctx, "warn")
+	c.must(err)
+	for _, l := range []buffer.Lease{r1, r2} {
+		l.Release(c.ctx)
 	}
 	c.must(l0.Refresh(c.ctx))
 	c.must(p.Refresh(c.ctx))
@@ -730,4 +747,78 @@ func idle(c *check) {
 	c.record(c.users(1, 1)[0], 0)
 	c.must(c.b.Replay(c.ctx))
 	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
+}
+
+// rename renames oldUID to newUID at the clock's now and checks the
+// timestamp moved (an offset from the start, or -1 for none).
+func (c *check) rename(oldUID, newUID string, want time.Duration) {
+	c.t.Helper()
+	got, err := c.b.Rename(c.ctx, oldUID, newUID, c.clock.Now())
+	c.must(err)
+	w := time.Time{}
+	if want >= 0 {
+		w = at(want)
+	}
+	if !got.Equal(w) {
+		c.t.Fatalf("rename %s to %s moved %v, want %v", oldUID, newUID, got, w)
+	}
+}
+
+// renames: Rename moves the old id's pending value to the new id's, across
+// shards and within one; the new id keeps a newer value of its own and
+// takes a newer one (newest wins); the old id's entry is gone; an id with
+// nothing buffered moves nothing.
+func renames(c *check) {
+	s0, s1 := c.users(0, 2), c.users(1, 2)
+	c.record(s0[0], 10*time.Second)
+	c.rename(s0[0], s1[0], 10*time.Second) // to another shard, with nothing buffered
+	c.newest([]string{s0[0], s1[0]}, -1, 10*time.Second)
+	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
+	c.record(s1[1], 30*time.Second)
+	c.record(s0[1], 20*time.Second)
+	c.rename(s0[1], s1[1], 20*time.Second) // onto a newer value: kept
+	c.newest([]string{s0[1], s1[1]}, -1, 30*time.Second)
+	c.rename(s1[1], s1[0], 30*time.Second) // within a shard, onto an older value: raised
+	c.newest([]string{s1[0], s1[1]}, 30*time.Second, -1)
+	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
+	c.rename(s0[0], s0[1], -1) // nothing buffered
+	c.newest([]string{s0[0], s0[1]}, -1, -1)
+	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
+}
+
+// renameDuringFlush: a flush swapped the old id's entry to in-flight and
+// scanned it, and the user was touched again (a newer pending value). The
+// rename moves the newest of both and leaves nothing in flight; the flush,
+// whose write of the old id is refused, does not requeue it (nor count
+// it), and its acknowledgement removes nothing of the new id's. The old
+// id's refusal count is cleared too: refused once before the rename and
+// once after, it is not dropped at a limit of 2.
+func renameDuringFlush(c *check) {
+	old, other := c.users(2, 1)[0], c.users(3, 1)[0]
+	c.record(old, 0)
+	l := c.lockShard(2)
+	ceiling := func() int64 { return buffer.Ceiling(c.clock.Now()) }
+	c.swap(l, 1)
+	got := c.scan(l, 10)
+	c.requeue(l, refused(got, old), ceiling(), 2) // refused once: count 1
+	c.must(l.Ack(c.ctx, nil, true))
+	c.swap(l, 1)
+	got = c.scan(l, 10)
+	equalSlices(c.t, "in flight", values(got), entries(old, micros(0)))
+	c.record(old, 2*time.Minute) // pending again, newer
+	c.rename(old, other, 2*time.Minute)
+	c.newest([]string{old, other}, -1, 2*time.Minute)
+	c.sizes(0, 0, 0, 0, 0, 0, 1, 0)
+	equal(c.t, "in flight after the rename", len(c.scan(l, 10)), 0)
+	c.requeue(l, refused(got, old), ceiling(), 2) // the flush's write was refused: skipped
+	c.must(l.Ack(c.ctx, []buffer.Held{{Field: old, Bucket: got[old].bucket}}, true))
+	c.newest([]string{old, other}, -1, 2*time.Minute)
+	c.sizes(0, 0, 0, 0, 0, 0, 1, 0)
+	// The old id, touched again, starts a refusal count of its own.
+	c.record(old, 4*time.Minute)
+	c.swap(l, 1)
+	got = c.scan(l, 10)
+	c.requeue(l, refused(got, old), ceiling(), 2)
+	c.must(l.Ack(c.ctx, nil, true))
+	c.newest([]string{old}, 4*time.Minute)
 }

@@ -9,10 +9,10 @@ import (
 )
 
 // The buffer's side of the flush and the purge: in-process locks
-// (sync.Mutex.TryLock: a second flusher of a shard, or a second purge, is
-// refused, as with the Redis locks) and the operations of the Redis
-// buffer's swap, ack and fail scripts on the shard's maps. The locks never
-// expire, so they are never lost.
+// (sync.Mutex.TryLock: a second flusher of a shard, a second purge, or a
+// second run of one rule is refused, as with the Redis locks) and the
+// operations of the Redis buffer's swap, ack and fail scripts on the
+// shard's maps. The locks never expire, so they are never lost.
 
 // Active lists the shards with a pending or an in-flight entry.
 func (b *Buffer) Active(context.Context) ([]int, error) {
@@ -33,6 +33,24 @@ func (b *Buffer) LockPurge(context.Context) (buffer.Lease, error) {
 		return nil, buffer.ErrNotObtained
 	}
 	return &lease{mu: &b.purge}, nil
+}
+
+// LockRule takes rule name's mutex, or returns buffer.ErrNotObtained.
+func (b *Buffer) LockRule(_ context.Context, name string) (buffer.Lease, error) {
+	b.rulesMu.Lock()
+	mu := b.rules[name]
+	if mu == nil {
+		if b.rules == nil {
+			b.rules = map[string]*sync.Mutex{}
+		}
+		mu = &sync.Mutex{}
+		b.rules[name] = mu
+	}
+	b.rulesMu.Unlock()
+	if !mu.TryLock() {
+		return nil, buffer.ErrNotObtained
+	}
+	return &lease{mu: mu}, nil
 }
 
 // LockShard takes shard n's flush mutex, or returns buffer.ErrNotObtained.
@@ -120,6 +138,9 @@ func (l *shardLease) Requeue(_ context.Context, refused []buffer.Refused, ceilin
 	defer s.mu.Unlock()
 	var dropped []string
 	for _, r := range refused {
+		if _, held := s.inflight.m[r.Field]; !held {
+			continue // renamed meanwhile (Buffer.Rename): no longer this entry
+		}
 		delete(s.inflight.m, r.Field)
 		s.refusals[r.Field]++
 		if limit > 0 && s.refusals[r.Field] >= limit {

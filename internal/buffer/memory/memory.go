@@ -41,6 +41,9 @@ type Buffer struct {
 	now      func() time.Time
 	shards   []*shard
 	purge    sync.Mutex // the purge lock (TryLock)
+
+	rulesMu sync.Mutex
+	rules   map[string]*sync.Mutex // each rule's lock (TryLock), made on first use
 }
 
 // shard is one shard. The user ids are shared with the Redis layout

@@ -35,6 +35,22 @@ func (b *backlog) add(uid string, ts int64) bool {
 	return true
 }
 
+// rename moves oldUID's entry to newUID (newest wins) and returns it; ok
+// is false when oldUID had none. The backlog does not grow.
+func (b *backlog) rename(oldUID, newUID string) (ts int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ts, ok = b.m[oldUID]
+	if !ok {
+		return 0, false
+	}
+	delete(b.m, oldUID)
+	if cur, has := b.m[newUID]; !has || ts > cur {
+		b.m[newUID] = ts
+	}
+	return ts, true
+}
+
 func (b *backlog) get(uid string) (int64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

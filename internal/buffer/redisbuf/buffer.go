@@ -25,6 +25,7 @@
 //	                             window in Unix minute m
 //	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day
 //	<prefix>:purge:lock          redislock lock of the session purge
+//	<prefix>:rule:<name>:lock    redislock lock of the inactivity rule <name>
 //	<prefix>:manifest            hash: what the buffer is
 //
 // Throttle markers. A marker per user as a key of its own costs about 117

@@ -106,6 +106,16 @@ func (b *Buffer) LockPurge(ctx context.Context) (buffer.Lease, error) {
 	return l, nil
 }
 
+// LockRule takes the lock of the inactivity rule name
+// (keys.RuleLock).
+func (b *Buffer) LockRule(ctx context.Context, name string) (buffer.Lease, error) {
+	l, err := b.obtain(ctx, keys.RuleLock(b.prefix, name))
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 // LockShard takes shard n's flush lock.
 func (b *Buffer) LockShard(ctx context.Context, n int) (buffer.ShardLease, error) {
 	k := b.shards[n]

@@ -254,6 +254,12 @@ func (p *readPlan) fold(cmds []*redis.Cmd, out []time.Time, now time.Time) {
 	}
 }
 
+// oneIDLayout is the read script's layout argument for one id alone, which
+// is then its packed ids argument.
+func oneIDLayout(uid string) string {
+	return string([]byte{0, 1, byte(len(uid) >> 8), byte(len(uid))})
+}
+
 // evalArgs runs calls of script, each a whole EVALSHA argument list
 // ("evalsha", script.Hash(), the number of keys, the keys, the arguments)
 // that the caller built without go-redis boxing every key again: one call

@@ -87,6 +87,8 @@ func Exercise(t *testing.T, db *gorm.DB) {
 	t.Run("exact string key", s.exact)
 	t.Run("error kinds", s.errorKinds)
 	t.Run("retryable contention", s.contention)
+	t.Run("transient connection errors", s.transient)
+	t.Run("server statement bound", s.serverBound)
 	t.Run("column classes", s.classes)
 	t.Run("health", s.health)
 	t.Run("identity", s.identity)
@@ -268,6 +270,8 @@ func (s *suite) errorKinds(t *testing.T) {
 		equal(t, name+" kind ("+err.Error()+")", kind, want[name])
 		equal(t, name+" retryable", s.d.Retryable(err), false)
 		equal(t, name+" exhausted", s.d.Exhausted(kind), false)
+		equal(t, name+" transient", s.d.Transient(err), false)
+		equal(t, name+" timed out", s.d.TimedOut(err), false)
 	}
 	equal(t, "kind of nil", s.d.ErrorKind(nil), "")
 	equal(t, "kind of a client-side error", s.d.ErrorKind(fmt.Errorf("query: %w", context.DeadlineExceeded)), "")
@@ -365,6 +369,119 @@ func (s *suite) busy(t *testing.T) error {
 		})
 	}))
 	return err
+}
+
+// transient: the error of a statement whose connection the server ended
+// from another connection (PostgreSQL pg_terminate_backend on an idle
+// connection, MySQL KILL during a SLEEP) and SQLite's busy database are
+// Transient, not retryable contention on PostgreSQL and MySQL; nil is not.
+func (s *suite) transient(t *testing.T) {
+	var err error
+	switch s.d.Name() {
+	case "postgres":
+		err = s.terminated(t)
+	case "mysql":
+		err = s.killed(t)
+	case "sqlite":
+		err = s.busy(t)
+	}
+	if err == nil {
+		t.Fatal("no error from the killed connection")
+	}
+	equal(t, "transient ("+err.Error()+")", s.d.Transient(err), true)
+	equal(t, "transient wrapped", s.d.Transient(fmt.Errorf("flush: %w", err)), true)
+	equal(t, "timed out", s.d.TimedOut(err), false)
+	if s.d.Name() != "sqlite" { // SQLITE_BUSY is contention too
+		equal(t, "retryable", s.d.Retryable(err), false)
+	}
+	equal(t, "transient nil", s.d.Transient(nil), false)
+}
+
+// terminated ends a pinned connection's backend from another connection,
+// waits until it is gone, and returns the pinned connection's next error.
+func (s *suite) terminated(t *testing.T) error {
+	var err error
+	must(t, s.db.Connection(func(conn *gorm.DB) error {
+		conn = conn.Session(&gorm.Session{})
+		var pid int64
+		if err := conn.Raw("SELECT pg_backend_pid()").Scan(&pid).Error; err != nil {
+			return err
+		}
+		if err := s.db.Exec("SELECT pg_terminate_backend(?, 10000)", pid).Error; err != nil { // waits for the end
+			return err
+		}
+		err = conn.Exec("UPDATE dialecttest_int SET last_seen_at = ? WHERE id = 1", t1).Error
+		return nil
+	}))
+	return err
+}
+
+// killed runs SLEEP(30) on a pinned connection and KILLs that connection
+// from another one once the server shows it sleeping, and returns the
+// sleeping statement's error.
+func (s *suite) killed(t *testing.T) error {
+	var err error
+	must(t, s.db.Connection(func(conn *gorm.DB) error {
+		conn = conn.Session(&gorm.Session{})
+		var id int64
+		if err := conn.Raw("SELECT CONNECTION_ID()").Scan(&id).Error; err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- conn.Exec("DO SLEEP(30)").Error }()
+		deadline := time.Now().Add(20 * time.Second)
+		for state := ""; state != "User sleep"; {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("connection %d never showed its SLEEP", id)
+			}
+			var rows []string
+			if err := s.db.Raw("SELECT STATE FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&rows).Error; err != nil {
+				return err
+			}
+			if len(rows) == 1 {
+				state = rows[0]
+			}
+		}
+		if err := s.db.Exec(fmt.Sprintf("KILL %d", id)).Error; err != nil {
+			return err
+		}
+		err = <-done
+		return nil
+	}))
+	return err
+}
+
+// serverBound: where ColumnTypes sets Target.ServerBound (MariaDB), an
+// update past Target.Bound is stopped by the server with an error TimedOut
+// reports, and writes nothing; elsewhere ServerBound stays false.
+func (s *suite) serverBound(t *testing.T) {
+	tg := s.target(t, &intRow{}, "LastSeenAt")
+	equal(t, "no bound without Target.Bound", tg.ServerBound, false)
+	tg.Bound = 200 * time.Millisecond
+	must(t, s.d.ColumnTypes(s.db, tg))
+	if !tg.ServerBound {
+		if s.d.Name() == "mysql" && strings.Contains(s.version(t), "MariaDB") {
+			t.Fatal("MariaDB without ServerBound")
+		}
+		return
+	}
+	s.seed(t, tg, int64(1), t0, int64(2), t0)
+	must(t, s.db.Exec("CREATE TRIGGER dialecttest_slow BEFORE UPDATE ON dialecttest_int FOR EACH ROW DO SLEEP(1)").Error)
+	defer s.db.Exec("DROP TRIGGER dialecttest_slow")
+	_, err := s.d.Update(s.db, tg, []any{int64(1), int64(2)}, []time.Time{t1, t1})
+	if err == nil {
+		t.Fatal("an update past its bound succeeded")
+	}
+	equal(t, "timed out ("+err.Error()+")", s.d.TimedOut(err), true)
+	equal(t, "transient", s.d.Transient(err), false)
+	equal(t, "table", s.dump(t, tg), "1=2026-03-01T09:00:00Z 2=2026-03-01T09:00:00Z")
+}
+
+// version is the server's VERSION().
+func (s *suite) version(t *testing.T) string {
+	var v string
+	must(t, s.db.Raw("SELECT VERSION()").Scan(&v).Error)
+	return v
 }
 
 // classes: the class of each column type GORM creates, by the catalog's

@@ -4,7 +4,8 @@
 -- that the in-flight hashes can be cleared and the rest of the shard keeps
 -- flowing. It counts each entry's refusals in the refusals hash (HINCRBY);
 -- an entry refused for the ARGV[3]th time is dropped instead: removed from
--- the in-flight hash and from the refusals hash, not requeued.
+-- the in-flight hash and from the refusals hash, not requeued. An entry no
+-- longer in flight (rename.lua moved it to another id) is skipped.
 --
 -- KEYS[1] shard lock, KEYS[2] refusals hash, then for each bucket involved
 -- its in-flight hash and its pending hash (KEYS[2i+1], KEYS[2i+2] for
@@ -22,16 +23,17 @@ local moved, out = 0, {0}
 for i = 4, #ARGV, 3 do
   local b, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   local inflight, pending = KEYS[2 * b + 1], KEYS[2 * b + 2]
-  redis.call('HDEL', inflight, field)
-  local n = redis.call('HINCRBY', KEYS[2], field, 1)
-  if limit > 0 and n >= limit then
-    redis.call('HDEL', KEYS[2], field)
-    out[#out + 1] = field
-  else
-    moved = moved + 1
-    local cur = tonumber(redis.call('HGET', pending, field))
-    if not cur or cur < tonumber(value) or cur > ceiling then
-      redis.call('HSET', pending, field, value)
+  if redis.call('HDEL', inflight, field) == 1 then
+    local n = redis.call('HINCRBY', KEYS[2], field, 1)
+    if limit > 0 and n >= limit then
+      redis.call('HDEL', KEYS[2], field)
+      out[#out + 1] = field
+    else
+      moved = moved + 1
+      local cur = tonumber(redis.call('HGET', pending, field))
+      if not cur or cur < tonumber(value) or cur > ceiling then
+        redis.call('HSET', pending, field, value)
+      end
     end
   end
 end
