@@ -59,7 +59,8 @@ type Plugin struct {
 	rules    []*ruleTarget // Config.Rules resolved (rule.go)
 	dialect  *dialect.Dialect
 
-	tracker   *tracker // the request path; tracker.buf is the buffer (openBuffer)
+	tracker   *tracker     // the request path; tracker.buf is the buffer (openBuffer)
+	reads     overlayReads // the read overlay's key layout and working slices (overlay.go)
 	sched     *scheduler
 	runs      sync.WaitGroup  // flushes and purges running now; Close waits for them (startRun)
 	running   atomic.Int64    // how many: Close with an ended context waits for none when 0

@@ -35,8 +35,8 @@ func (p *Plugin) pending(ctx context.Context, userID any) (at time.Time, ok bool
 	if err != nil {
 		return time.Time{}, false, time.Time{}, err
 	}
-	got, err := t.buf.Newest(ctx, []string{uid}, t.now(), false)
-	if err != nil {
+	got := make([]time.Time, 1)
+	if err = t.buf.Newest(ctx, []string{uid}, got, t.now(), false); err != nil {
 		return time.Time{}, false, got[0], fmt.Errorf("lastseen: pending user %s: %w", uid, err)
 	}
 	return got[0], !got[0].IsZero(), got[0], nil
@@ -157,7 +157,8 @@ func (t *tracker) buffered(ctx context.Context, uids []string, guard bool) (map[
 	if len(uids) == 0 {
 		return latest, nil
 	}
-	got, err := t.buf.Newest(ctx, uids, t.now(), guard)
+	got := make([]time.Time, len(uids))
+	err := t.buf.Newest(ctx, uids, got, t.now(), guard)
 	for i, at := range got {
 		if !at.IsZero() {
 			latest[uids[i]] = t.col.Day(at)

@@ -194,8 +194,8 @@ func (tr *Plugin) busy(ctx context.Context, ids []any, since time.Time) ([]bool,
 	if len(uids) == 0 {
 		return out, nil
 	}
-	got, err := t.buf.Newest(ctx, uids, t.now(), false)
-	if err != nil {
+	got := make([]time.Time, len(uids))
+	if err := t.buf.Newest(ctx, uids, got, t.now(), false); err != nil {
 		for i := range out {
 			out[i] = true
 		}

@@ -48,14 +48,16 @@ type Buffer interface {
 	// it is then a *TouchError, which says whether the timestamp was kept in
 	// process for the next flush (the Redis buffer's backlog) or lost.
 	Touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (recorded bool, ttl time.Duration, err error)
-	// Newest returns, for each of uids, the newest readable timestamp the
-	// buffer holds (pending, in-flight, or kept aside in process), the zero
-	// time when none; values past ParseMicros's limit at now are not
-	// readable. On an error the result still holds what could be read (at
-	// least what the process itself keeps). With guard the read is bounded
-	// as a touch is (the Redis buffer's breaker and touch timeout): the
-	// read overlay runs on the query path.
-	Newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error)
+	// Newest sets out[i] to the newest readable timestamp the buffer holds
+	// for uids[i] (pending, in-flight, or kept aside in process), or to the
+	// zero time when none; out is as long as uids (the caller's, so that a
+	// read on the query path need not allocate it); values past
+	// ParseMicros's limit at now are not readable. uids may repeat an id.
+	// On an error out still holds what could be read (at least what the
+	// process itself keeps). With guard the read is bounded as a touch is
+	// (the Redis buffer's breaker and touch timeout): the read overlay runs
+	// on the query path.
+	Newest(ctx context.Context, uids []string, out []time.Time, now time.Time, guard bool) error
 	// Count returns the number of distinct users in the presence sets that
 	// keysOf names for each shard (the names Presence gives, for the
 	// shard's keys), summed over the shards: approximate (HyperLogLog,

@@ -158,6 +158,63 @@ func (c Codec) Normalize(id any) (string, error) {
 	return c.fromString(s, id)
 }
 
+// AppendKey appends to dst the canonical text of a primary-key value held
+// in v (the key's own type, pointer removed, as a loaded row holds it) and
+// reports true, or returns dst unchanged and false when v is no valid id;
+// the text and the verdict are Normalize's for v.Interface(). It allocates
+// nothing for integer and string keys, which is why the read overlay uses
+// it for every loaded row; for a Scanner key, or a v whose kind is not the
+// key's, it calls Normalize.
+func (c Codec) AppendKey(dst []byte, v reflect.Value) ([]byte, bool) {
+	k := v.Kind()
+	switch {
+	case c.Kind == Signed && k >= reflect.Int && k <= reflect.Int64:
+		return c.AppendSigned(dst, v.Int())
+	case c.Kind == Unsigned && k >= reflect.Uint && k <= reflect.Uintptr:
+		return c.AppendUnsigned(dst, v.Uint())
+	case c.Kind == String && k == reflect.String:
+		return c.AppendString(dst, v.String())
+	}
+	uid, err := c.Normalize(v.Interface())
+	if err != nil {
+		return dst, false
+	}
+	return append(dst, uid...), true
+}
+
+// AppendSigned is AppendKey of a Signed key's value n.
+func (c Codec) AppendSigned(dst []byte, n int64) ([]byte, bool) {
+	if n == 0 {
+		return dst, false
+	}
+	return c.appendDecimal(dst, strconv.AppendInt(dst, n, 10))
+}
+
+// AppendUnsigned is AppendKey of an Unsigned key's value n.
+func (c Codec) AppendUnsigned(dst []byte, n uint64) ([]byte, bool) {
+	if n == 0 || (c.Max > 0 && n > c.Max) {
+		return dst, false
+	}
+	return c.appendDecimal(dst, strconv.AppendUint(dst, n, 10))
+}
+
+// appendDecimal keeps the decimal text that grew dst into out when it is
+// at most MaxLen long (bytes and characters agree).
+func (c Codec) appendDecimal(dst, out []byte) ([]byte, bool) {
+	if len(out)-len(dst) > c.MaxLen {
+		return dst, false
+	}
+	return out, true
+}
+
+// AppendString is AppendKey of a String key's value s.
+func (c Codec) AppendString(dst []byte, s string) ([]byte, bool) {
+	if c.stringErr(s) != nil {
+		return dst, false
+	}
+	return append(dst, s...), true
+}
+
 func (c Codec) fromInt(n int64, id any) (string, error) {
 	if n < 0 && c.Kind == Unsigned {
 		return "", fmt.Errorf("%w: %T %d is negative but the primary key is unsigned", ErrInvalid, id, n)
@@ -283,12 +340,24 @@ func (c Codec) Parse(s string) (any, error) {
 		}
 		return v.Elem().Interface(), nil
 	}
-	if c.BadText != nil {
-		if why := c.BadText(s); why != "" {
-			return nil, errors.New(why)
-		}
+	if err := c.stringErr(s); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// stringErr is why a String key can not be s (Parse's checks for that
+// kind), or nil.
+func (c Codec) stringErr(s string) error {
+	if n, unit := c.length(s); s == "" || n > c.MaxLen {
+		return fmt.Errorf("length %d, want 1 to %d %s", n, c.MaxLen, unit)
+	}
+	if c.BadText != nil {
+		if why := c.BadText(s); why != "" {
+			return errors.New(why)
+		}
+	}
+	return nil
 }
 
 // text writes a Scanner-typed key as text through its driver.Valuer, so that

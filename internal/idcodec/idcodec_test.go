@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -172,5 +173,67 @@ func TestNewRefusesKeyType(t *testing.T) {
 	_, err = New(s.PrimaryFields[0])
 	if want := "primary key ID is a float64; want an integer, a string or a sql.Scanner such as a UUID type"; err == nil || err.Error() != want {
 		t.Errorf("New = %v, want %s", err, want)
+	}
+}
+
+// TestAppendKey: AppendKey gives Normalize's text and verdict for a key
+// value of the key's own type, appended after what dst holds, and
+// allocates nothing for integer and string keys.
+func TestAppendKey(t *testing.T) {
+	type userID int64
+	type signedUser struct {
+		ID userID `gorm:"primaryKey"`
+	}
+	type uintUser struct {
+		ID uint32 `gorm:"primaryKey"`
+	}
+	type stringUser struct {
+		ID string `gorm:"primaryKey"`
+	}
+	type uuidUser struct {
+		ID benchUUID `gorm:"primaryKey"`
+	}
+	signed, uints, strs, uuids := newCodec(t, &signedUser{}), newCodec(t, &uintUser{}), newCodec(t, &stringUser{}), newCodec(t, &uuidUser{})
+	short := signed
+	short.MaxLen = 3
+	uints.Max = 1000
+	strs.MaxLen, strs.Chars = 3, true
+	strs.BadText = func(s string) string {
+		if strings.Contains(s, "\x00") {
+			return "contains a NUL byte"
+		}
+		return ""
+	}
+	var uuid benchUUID
+	uuid[0], uuid[15] = 0xab, 0x01
+	for _, c := range []struct {
+		name  string
+		codec Codec
+		id    any
+	}{
+		{"signed", signed, userID(-42)}, {"signed zero", signed, userID(0)}, {"signed large", signed, userID(1 << 62)},
+		{"over MaxLen", short, userID(1234)}, {"at MaxLen", short, userID(-12)},
+		{"unsigned", uints, uint32(7)}, {"unsigned zero", uints, uint32(0)}, {"unsigned over Max", uints, uint32(1001)},
+		{"unsigned at Max", uints, uint32(1000)},
+		{"string", strs, "äbc"}, {"string over MaxLen", strs, "abcd"}, {"string empty", strs, ""},
+		{"string bad text", strs, "a\x00"}, {"string spaces", strs, " 1 "},
+		{"uuid", uuids, uuid}, {"uuid zero", uuids, benchUUID{}},
+		{"other kind", signed, "12"}, {"other kind invalid", signed, "x"},
+	} {
+		want, err := c.codec.Normalize(c.id)
+		got, ok := c.codec.AppendKey([]byte("prefix"), reflect.ValueOf(c.id))
+		if ok != (err == nil) || string(got) != "prefix"+want {
+			t.Errorf("%s: AppendKey(%#v) = %q, %v; Normalize gives %q, %v", c.name, c.id, got, ok, want, err)
+		}
+	}
+	buf := make([]byte, 0, 64)
+	for _, v := range []reflect.Value{reflect.ValueOf(userID(1234567)), reflect.ValueOf("abc")} {
+		codec := signed
+		if v.Kind() == reflect.String {
+			codec = strs
+		}
+		if n := testing.AllocsPerRun(100, func() { buf, _ = codec.AppendKey(buf[:0], v) }); n != 0 {
+			t.Errorf("AppendKey of a %s: %v allocations, want 0", v.Type(), n)
+		}
 	}
 }

@@ -5,7 +5,7 @@
 // the same keys.
 //
 // Every key of shard N carries the Redis Cluster hash tag "{N}", so one Lua
-// script or RENAME only ever touches keys of one cluster slot. Inside a
+// script or RENAME can touch keys of one cluster slot only. Inside a
 // shard, users are spread over Buckets(shards) buckets (Locate), so that
 // each hash stays small enough for Redis's compact listpack encoding (at
 // most hash-max-listpack-entries fields, 512 by default):
@@ -103,6 +103,10 @@ func Locate(uid string, shards int) (shard, bucket int) {
 	sum := fnv32a(uid)
 	return int(sum % uint32(shards)), int(sum / uint32(shards) % uint32(Buckets(shards)))
 }
+
+// Hash is the hash Locate spreads user ids by: FNV-1a 32 of the id's
+// stored text.
+func Hash(uid string) uint32 { return fnv32a(uid) }
 
 // fnv32a is FNV-1a 32 (hash/fnv's New32a) of s, without allocating.
 func fnv32a(s string) uint32 {

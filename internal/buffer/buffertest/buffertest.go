@@ -71,6 +71,7 @@ func Exercise(t *testing.T, open func(t *testing.T, s Setup) buffer.Buffer, quir
 		{"RenameDuringFlush", renameDuringFlush},
 		{"LocksExclusive", locksExclusive},
 		{"Reads", reads},
+		{"NewestMany", newestMany},
 		{"PresenceCount", presenceCount},
 		{"Idle", idle},
 	}
@@ -173,8 +174,11 @@ func (c *check) record(uid string, d time.Duration) {
 func (c *check) newest(uids []string, want ...time.Duration) {
 	c.t.Helper()
 	for _, guard := range []bool{false, true} {
-		got, err := c.b.Newest(c.ctx, uids, c.clock.Now(), guard)
-		c.must(err)
+		got := make([]time.Time, len(uids))
+		for i := range got {
+			got[i] = at(time.Hour) // Newest sets every one, found or not
+		}
+		c.must(c.b.Newest(c.ctx, uids, got, c.clock.Now(), guard))
 		equal(c.t, "newest: results", len(got), len(uids))
 		for i, uid := range uids {
 			w := time.Time{}
@@ -668,6 +672,37 @@ func reads(c *check) {
 	c.newest([]string{a[0], b, "never-seen", a[2], b}, 0, 2*time.Minute, -1, 0, 2*time.Minute)
 	c.must(l.Ack(c.ctx, nil, true))
 	c.newest([]string{b}, 2*time.Minute)
+}
+
+// newestMany: Newest of 2,500 ids over every shard (more than one call of
+// the Redis buffer's read takes), a third of them recorded, one shard's in
+// flight with nothing pending, then one of them newer in pending than in
+// flight, and the first ten asked twice, gives each id its own value.
+func newestMany(c *check) {
+	uids := make([]string, 0, 2510)
+	want := make([]time.Duration, 0, 2510)
+	for i := 1; i <= 2500; i++ {
+		uid := "m" + strconv.Itoa(i)
+		d := time.Duration(-1)
+		if i%3 == 0 {
+			d = time.Duration(i) * time.Millisecond
+			c.record(uid, d)
+		}
+		uids, want = append(uids, uid), append(want, d)
+	}
+	l := c.lockShard(1)
+	defer l.Release(c.ctx)
+	_, err := l.Swap(c.ctx)
+	c.must(err)
+	c.newest(uids, want...) // shard 1: in flight only
+	newer := 0
+	for want[newer] < 0 || keys.ShardOf(uids[newer], c.s.Shards) != 1 { // a user now in flight
+		newer++
+	}
+	c.record(uids[newer], 2*time.Minute)
+	want[newer] = 2 * time.Minute
+	uids, want = append(uids, uids[:10]...), append(want, want[:10]...)
+	c.newest(uids, want...)
 }
 
 // presenceCount: Count gives the distinct users of the presence sets named,

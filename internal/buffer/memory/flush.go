@@ -19,7 +19,7 @@ func (b *Buffer) Active(context.Context) ([]int, error) {
 	var out []int
 	for i, s := range b.shards {
 		s.mu.Lock()
-		if len(s.pending) > 0 || len(s.inflight) > 0 {
+		if len(s.pending.m) > 0 || len(s.inflight.m) > 0 {
 			out = append(out, i)
 		}
 		s.mu.Unlock()
@@ -93,19 +93,19 @@ func (l *shardLease) Swap(context.Context) (int, error) {
 	defer s.mu.Unlock()
 	s.sweep(l.b.now())
 	switch {
-	case len(s.inflight) > 0:
+	case len(s.inflight.m) > 0:
 		return 0, buffer.ErrLeftOver
-	case len(s.pending) == 0:
+	case len(s.pending.m) == 0:
 		return 0, nil
 	}
-	s.inflight, s.pending = s.pending, map[string]int64{}
-	return len(s.inflight), nil
+	s.clearing(func() { s.pending.moveTo(&s.inflight) })
+	return len(s.inflight.m), nil
 }
 
 func (l *shardLease) Scan(_ context.Context, cursor uint64, n int) ([]string, []int, uint64, error) {
 	if cursor == 0 {
 		l.s.mu.Lock()
-		l.snap = appendEntries(make([]string, 0, 2*len(l.s.inflight)), l.s.inflight, len(l.s.inflight))
+		l.snap = appendEntries(make([]string, 0, 2*len(l.s.inflight.m)), l.s.inflight.m, len(l.s.inflight.m))
 		l.s.mu.Unlock()
 	}
 	from := min(int(cursor)*2, len(l.snap))
@@ -122,11 +122,11 @@ func (l *shardLease) Ack(_ context.Context, fields []buffer.Held, final bool) er
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range fields {
-		delete(s.inflight, f.Field)
+		delete(s.inflight.m, f.Field)
 		delete(s.refusals, f.Field)
 	}
 	if final {
-		s.inflight = nil
+		s.clearing(s.inflight.reset)
 		l.snap = nil
 	}
 	return nil
@@ -138,10 +138,10 @@ func (l *shardLease) Requeue(_ context.Context, refused []buffer.Refused, ceilin
 	defer s.mu.Unlock()
 	var dropped []string
 	for _, r := range refused {
-		if _, held := s.inflight[r.Field]; !held {
+		if _, held := s.inflight.m[r.Field]; !held {
 			continue // renamed meanwhile (Buffer.Rename): no longer this entry
 		}
-		delete(s.inflight, r.Field)
+		delete(s.inflight.m, r.Field)
 		s.refusals[r.Field]++
 		if limit > 0 && s.refusals[r.Field] >= limit {
 			delete(s.refusals, r.Field)
@@ -152,8 +152,8 @@ func (l *shardLease) Requeue(_ context.Context, refused []buffer.Refused, ceilin
 		if err != nil {
 			continue // never: the value came from this buffer
 		}
-		if cur, ok := s.pending[r.Field]; !ok || cur < ts || cur > ceiling {
-			s.pending[r.Field] = ts
+		if cur, ok := s.pending.m[r.Field]; !ok || cur < ts || cur > ceiling {
+			s.pending.put(r.Field, ts)
 		}
 	}
 	return dropped, nil

@@ -13,6 +13,7 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/buffer"
@@ -49,8 +50,9 @@ type Buffer struct {
 // (keys.ShardOf), so a shard holds the same users in both.
 type shard struct {
 	mu       sync.Mutex
-	pending  map[string]int64     // user id -> Unix µs; empty: no pending set
-	inflight map[string]int64     // the pending set a flush is writing; empty: none
+	pending  set                  // user id -> Unix µs; empty: no pending set
+	inflight set                  // the pending set a flush is writing; empty: none
+	clears   atomic.Uint64        // the seqlock of clearing the sets' filters (set.go)
 	markers  map[string]time.Time // user id -> end of the throttle window (plugin's clock)
 	refusals map[string]int       // user id -> flushes in a row the database refused its entry
 	swept    int                  // len(markers) after the last sweep
@@ -82,7 +84,7 @@ func New(o Options) *Buffer {
 	}
 	b := &Buffer{presence: o.Presence, now: o.Now}
 	for n := range o.Shards {
-		b.shards = append(b.shards, &shard{pending: map[string]int64{}, markers: map[string]time.Time{}, refusals: map[string]int{},
+		b.shards = append(b.shards, &shard{markers: map[string]time.Time{}, refusals: map[string]int{},
 			keys: keys.ForShard(o.Prefix, n, o.Shards), presence: map[string]*presenceSet{}})
 	}
 	return b
@@ -104,8 +106,8 @@ func (b *Buffer) Touch(_ context.Context, uid string, at, now time.Time, window 
 		return false, end.Sub(now), nil
 	}
 	s.markers[uid] = now.Add(window)
-	if ts := buffer.Micros(at); ts > s.pending[uid] {
-		s.pending[uid] = ts
+	if ts := buffer.Micros(at); ts > s.pending.m[uid] {
+		s.pending.put(uid, ts)
 	}
 	names, ttls := b.presence.Sets(s.keys, at, now)
 	for i, k := range names {
@@ -178,19 +180,24 @@ func (b *Buffer) Count(_ context.Context, keysOf func(keys.Shard) []string) (int
 }
 
 // Newest reads each uid's pending and in-flight values under its shard's
-// mutex. It never fails.
-func (b *Buffer) Newest(_ context.Context, uids []string, _ time.Time, _ bool) ([]time.Time, error) {
-	out := make([]time.Time, len(uids))
+// mutex, unless the sets' filters say without it that neither holds the
+// uid (shard.absent). It never fails.
+func (b *Buffer) Newest(_ context.Context, uids []string, out []time.Time, _ time.Time, _ bool) error {
 	for i, uid := range uids {
-		s := b.shard(uid)
+		out[i] = time.Time{}
+		h := keys.Hash(uid)
+		s := b.shards[h%uint32(len(b.shards))] // keys.ShardOf
+		if s.absent(h) {
+			continue
+		}
 		s.mu.Lock()
-		ts := max(s.pending[uid], s.inflight[uid])
+		ts := max(s.pending.m[uid], s.inflight.m[uid])
 		s.mu.Unlock()
 		if ts > 0 {
 			out[i] = time.UnixMicro(ts).UTC()
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Sizes counts each shard's maps under its mutex.
@@ -198,7 +205,7 @@ func (b *Buffer) Sizes(context.Context) ([]buffer.Sizes, error) {
 	out := make([]buffer.Sizes, len(b.shards))
 	for i, s := range b.shards {
 		s.mu.Lock()
-		out[i] = buffer.Sizes{Pending: int64(len(s.pending)), InFlight: int64(len(s.inflight))}
+		out[i] = buffer.Sizes{Pending: int64(len(s.pending.m)), InFlight: int64(len(s.inflight.m))}
 		s.mu.Unlock()
 	}
 	return out, nil
@@ -208,9 +215,9 @@ func (b *Buffer) Sizes(context.Context) ([]buffer.Sizes, error) {
 func (b *Buffer) Walk(_ context.Context, n int, inflight bool, page int, fn func(kv []string)) error {
 	s := b.shards[n]
 	s.mu.Lock()
-	m := s.pending
+	m := s.pending.m
 	if inflight {
-		m = s.inflight
+		m = s.inflight.m
 	}
 	kv := appendEntries(make([]string, 0, 2*len(m)), m, len(m))
 	s.mu.Unlock()
@@ -229,8 +236,8 @@ func (b *Buffer) Sample(_ context.Context, perHash int) ([]buffer.Sizes, []strin
 	var values []string
 	for i, s := range b.shards {
 		s.mu.Lock()
-		sizes[i] = buffer.Sizes{Pending: int64(len(s.pending)), InFlight: int64(len(s.inflight))}
-		for _, m := range []map[string]int64{s.pending, s.inflight} {
+		sizes[i] = buffer.Sizes{Pending: int64(len(s.pending.m)), InFlight: int64(len(s.inflight.m))}
+		for _, m := range []map[string]int64{s.pending.m, s.inflight.m} {
 			k := 0
 			for _, ts := range m {
 				if k == perHash {

@@ -24,15 +24,15 @@ func (b *Buffer) Rename(_ context.Context, oldUID, newUID string, now time.Time)
 		second.mu.Lock()
 		defer second.mu.Unlock()
 	}
-	ts := max(from.pending[oldUID], from.inflight[oldUID])
-	delete(from.pending, oldUID)
-	delete(from.inflight, oldUID)
+	ts := max(from.pending.m[oldUID], from.inflight.m[oldUID])
+	delete(from.pending.m, oldUID)
+	delete(from.inflight.m, oldUID)
 	delete(from.refusals, oldUID)
 	if ts == 0 {
 		return time.Time{}, nil
 	}
-	if cur, ok := to.pending[newUID]; !ok || cur < ts || cur > buffer.Ceiling(now) {
-		to.pending[newUID] = ts
+	if cur, ok := to.pending.m[newUID]; !ok || cur < ts || cur > buffer.Ceiling(now) {
+		to.pending.put(newUID, ts) // sets newUID's filter bit (set.go)
 	}
 	return time.UnixMicro(ts).UTC(), nil
 }

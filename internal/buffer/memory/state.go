@@ -27,7 +27,10 @@ func ShardState(b *Buffer, n int) State {
 	s := b.shards[n]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := State{Pending: maps.Clone(s.pending), InFlight: maps.Clone(s.inflight), Refusals: maps.Clone(s.refusals), Markers: maps.Clone(s.markers)}
+	st := State{Pending: maps.Clone(s.pending.m), InFlight: maps.Clone(s.inflight.m), Refusals: maps.Clone(s.refusals), Markers: maps.Clone(s.markers)}
+	if st.Pending == nil {
+		st.Pending = map[string]int64{}
+	}
 	if st.InFlight == nil {
 		st.InFlight = map[string]int64{}
 	}
@@ -43,8 +46,5 @@ func PutInFlight(b *Buffer, uid string, ts int64) {
 	s := b.shard(uid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.inflight == nil {
-		s.inflight = map[string]int64{}
-	}
-	s.inflight[uid] = ts
+	s.inflight.put(uid, ts)
 }

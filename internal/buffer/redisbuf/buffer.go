@@ -9,10 +9,11 @@
 // policy.
 //
 // Keys (internal/keys names them; the CLI and the benchmark use it too).
-// Every key of shard N carries the hash tag "{N}", so one Lua script or
-// RENAME only ever touches keys of one Redis Cluster slot; inside a shard a
-// user's entries live in one of keys.Buckets(shards) buckets, so that each
-// hash stays listpack-encoded (small and compact):
+// Every key of shard N carries the hash tag "{N}", so on a Redis Cluster
+// one Lua script or RENAME only ever touches keys of one slot (on a single
+// server a read of buffered values takes several shards at once); inside a
+// shard a user's entries live in one of keys.Buckets(shards) buckets, so
+// that each hash stays listpack-encoded (small and compact):
 //
 //	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
 //	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
@@ -160,6 +161,7 @@ type Buffer struct {
 	manifestGone atomic.Bool // the last Active found no manifest
 	eviction     *EvictionWatch
 	hooks        Hooks
+	perShard     atomic.Bool // the server refused a read across shards: reads go one shard per call (read.go)
 }
 
 var (
@@ -356,88 +358,6 @@ func (b *Buffer) call(ctx context.Context, fn func(context.Context, *client) ([]
 		}
 		return nil, err
 	})
-}
-
-// Newest reads uids' pending and in-flight values in one pipeline of the
-// read script, one call per shard holding some of them (HMGET of both
-// hashes of each bucket; with guard through the breaker within
-// TouchTimeout, as a touch), and folds in the backlog. When some calls
-// failed it returns what the others read, with the error.
-func (b *Buffer) Newest(ctx context.Context, uids []string, now time.Time, guard bool) ([]time.Time, error) {
-	out := make([]time.Time, len(uids))
-	reads := make(map[int]*shardRead)
-	for i, uid := range uids {
-		if ts, ok := b.backlog.get(uid); ok {
-			out[i] = time.UnixMicro(ts).UTC()
-		}
-		n, bucket := keys.Locate(uid, len(b.shards))
-		r := reads[n]
-		if r == nil {
-			r = &shardRead{byBucket: map[int][]int{}}
-			reads[n] = r
-		}
-		r.byBucket[bucket] = append(r.byBucket[bucket], i)
-	}
-	calls := make([]scriptCall, 0, len(reads))
-	order := make([][]int, 0, len(reads)) // uids' indexes in each call's reply order
-	for n, r := range reads {
-		c, idx := r.call(b.shards[n], uids)
-		calls = append(calls, c)
-		order = append(order, idx)
-	}
-	var cmds []*redis.Cmd
-	pipeline := func(ctx context.Context, rdb *client) (_ []any, err error) {
-		cmds, err = evalPipelined(ctx, rdb, readScript, calls)
-		return nil, err
-	}
-	var err error
-	if guard {
-		if _, err = b.call(ctx, pipeline); err != nil {
-			return out, err // the pipeline may still be running: read nothing of it
-		}
-	} else {
-		err = b.redis(ctx, func(ctx context.Context, rdb *client) error {
-			_, err := pipeline(ctx, rdb)
-			return err
-		})
-		if err != nil && ctx.Err() != nil { // cut short: the pipeline may still be running (client.do)
-			return out, err
-		}
-	}
-	for c, cmd := range cmds {
-		reply, _ := cmd.Val().([]any) // nil when the call failed
-		for j, v := range reply {
-			if s, ok := v.(string); ok && j/2 < len(order[c]) {
-				i := order[c][j/2]
-				if at, valid := buffer.ParseMicros(s, now); valid && at.After(out[i]) {
-					out[i] = at
-				}
-			}
-		}
-	}
-	return out, err
-}
-
-// shardRead is one shard's part of Newest: the indexes of the uids it
-// holds, by bucket.
-type shardRead struct {
-	byBucket map[int][]int
-}
-
-// call returns the read script's call for the shard and the uids' indexes
-// in the order of its reply.
-func (r *shardRead) call(k shardKeys, uids []string) (scriptCall, []int) {
-	var c scriptCall
-	var order []int
-	for bucket, idx := range r.byBucket {
-		c.keys = append(c.keys, k.pending[bucket], k.inflight[bucket])
-		c.args = append(c.args, len(idx))
-		for _, i := range idx {
-			c.args = append(c.args, uids[i])
-			order = append(order, i)
-		}
-	}
-	return c, order
 }
 
 // Count sends one PFCOUNT per shard, of the keys keysOf names, in one

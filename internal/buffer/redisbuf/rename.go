@@ -74,7 +74,7 @@ func (b *Buffer) newestOf(ctx context.Context, uid string, now time.Time) (int64
 	k, bucket := b.locate(uid)
 	var reply []any
 	err := b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
-		reply, err = readScript.Run(ctx, rdb, []string{k.pending[bucket], k.inflight[bucket]}, 1, uid).Slice()
+		reply, err = readScript.Run(ctx, rdb, []string{k.pending[bucket], k.inflight[bucket]}, uid, oneIDLayout(uid)).Slice()
 		return err
 	})
 	if err != nil {

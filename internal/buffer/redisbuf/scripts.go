@@ -11,7 +11,8 @@ import (
 // The buffer's Lua scripts, one per file in lua/, each starting with a
 // comment that lists its KEYS and ARGV and what it returns. Every script
 // touches the keys of one shard only (one Redis Cluster slot), but the
-// manifest's, which is one key.
+// manifest's, which is one key, and the read's on a single server, which
+// may touch several shards' (read.go).
 var (
 	//go:embed lua/touch.lua
 	touchLua string
