@@ -163,7 +163,9 @@ type FlushConfig struct {
 	// with the batch's entries, each with the value the column held before
 	// (Seen); an error rolls the batch back and keeps it buffered (the
 	// flush returns ErrOnBatch). Use it to keep derived rows (daily visits,
-	// an audit log) in step with the column.
+	// an audit log) in step with the column. Batches of different shards
+	// are written concurrently (up to Concurrency at a time), so a hook
+	// that shares state outside tx guards it.
 	OnBatch func(tx *gorm.DB, batch []Seen) error
 	// ColumnLocation is the time zone of the wall times in a column without
 	// one (PostgreSQL timestamp, MySQL DATETIME). Set it when the app's own

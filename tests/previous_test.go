@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,7 +51,10 @@ func TestOnBatchPreviousValue(t *testing.T) {
 		var got []string
 		fail := true
 		cfg := h.config()
+		var mu sync.Mutex // batches of different shards run concurrently
 		cfg.Flush.OnBatch = func(_ *gorm.DB, batch []lastseen.Seen) error {
+			mu.Lock()
+			defer mu.Unlock()
 			got = append(got, describeSeen(batch))
 			if fail {
 				return errors.New("not now")
@@ -113,7 +118,10 @@ func TestOnBatchPreviousValueUpsert(t *testing.T) {
 		var got []string
 		cfg := h.config()
 		cfg.Flush.Upsert = true
+		var mu sync.Mutex
 		cfg.Flush.OnBatch = func(_ *gorm.DB, batch []lastseen.Seen) error {
+			mu.Lock()
+			defer mu.Unlock()
 			got = append(got, describeSeen(batch))
 			return nil
 		}
@@ -157,7 +165,7 @@ func (memberVisit) TableName() string { return "user_visits" }
 // previous value lies on an earlier day (or is NULL) is the day's first
 // visit; it adds the day's row and counts the day, in the batch's
 // transaction. failOnce fails the hook after its writes, once.
-func recordMemberVisits(failOnce *bool) func(tx *gorm.DB, batch []lastseen.Seen) error {
+func recordMemberVisits(failOnce *atomic.Bool) func(tx *gorm.DB, batch []lastseen.Seen) error {
 	return func(tx *gorm.DB, batch []lastseen.Seen) error {
 		for _, s := range batch {
 			day := s.At.Truncate(24 * time.Hour)
@@ -175,8 +183,7 @@ func recordMemberVisits(failOnce *bool) func(tx *gorm.DB, batch []lastseen.Seen)
 				}
 			}
 		}
-		if *failOnce {
-			*failOnce = false
+		if failOnce.CompareAndSwap(true, false) { // batches of shards run concurrently
 			return errors.New("fail after the writes")
 		}
 		return nil
@@ -190,7 +197,7 @@ func recordMemberVisits(failOnce *bool) func(tx *gorm.DB, batch []lastseen.Seen)
 func TestDailyVisitsFromOnBatch(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
-		failOnce := false
+		var failOnce atomic.Bool
 		cfg := h.config()
 		cfg.Model, cfg.Sessions.Disabled = &visitMember{}, true
 		cfg.Flush.OnBatch = recordMemberVisits(&failOnce)
@@ -214,7 +221,7 @@ func TestDailyVisitsFromOnBatch(t *testing.T) {
 		touch("2026-03-01T15:00:00Z", 1) // a later visit the same day
 		touch("2026-03-02T00:10:00Z", 1, 3)
 		touch("2026-03-02T23:59:00Z", 3)
-		failOnce = true
+		failOnce.Store(true)
 		touch("2026-03-04T08:00:00Z", 2, 3)
 
 		var visits []memberVisit
@@ -245,7 +252,10 @@ func TestReturnAfterAbsence(t *testing.T) {
 		ctx := context.Background()
 		var returned []string
 		cfg := h.config()
+		var mu sync.Mutex
 		cfg.Flush.OnBatch = func(_ *gorm.DB, batch []lastseen.Seen) error {
+			mu.Lock()
+			defer mu.Unlock()
 			for _, s := range batch {
 				if s.Written && !s.Previous.IsZero() && s.At.Sub(s.Previous) >= 14*24*time.Hour {
 					returned = append(returned, fmt.Sprintf("%v away since %s", s.ID, s.Previous.Format(time.DateOnly)))
@@ -293,7 +303,10 @@ func TestOnBatchPreviousNaiveColumn(t *testing.T) {
 			cfg := h.config()
 			cfg.Model, cfg.Field, cfg.Sessions.Model = &berlinUser{}, "Seen", &berlinSession{}
 			cfg.Flush.ColumnLocation = berlin
+			var mu sync.Mutex
 			cfg.Flush.OnBatch = func(_ *gorm.DB, batch []lastseen.Seen) error {
+				mu.Lock()
+				defer mu.Unlock()
 				got = append(got, describeSeen(batch))
 				return nil
 			}
