@@ -1,5 +1,5 @@
 // Package bench is `lastseen bench`: the request, flush and purge
-// benchmarks against a real PostgreSQL and Redis (see BENCHMARKS.md).
+// benchmarks against a real PostgreSQL and Redis (see docs/benchmarks.md).
 package bench
 
 import (
@@ -18,7 +18,7 @@ import (
 )
 
 // Cmd is `lastseen bench`: it measures, against a real PostgreSQL and
-// Redis, what issue 5 asks (see BENCHMARKS.md for what each figure means).
+// Redis, the costs the library claims (docs/benchmarks.md says what each figure means).
 //
 //	bench [requests]  the four designs (per-request, seed, lastseen,
 //	                  lastseen+local) replaying one Zipf request stream,

@@ -212,7 +212,9 @@ func TestTinyRun(t *testing.T) {
 	var out bytes.Buffer
 	c := &Cmd{What: "all", Postgres: pg, Redis: addr, Users: 40, Requests: 400, Zipf: 1.1, Workers: 4, Seed: 1,
 		Throttle: lastseen.DefaultThrottle, FlushUsers: []int{2500}, FlushSchemas: []string{"plain", "indexed"}, FlushConcurrency: 2,
-		ScaleUsers: []int{30, 60}, PurgeExpired: 1500, PurgeLive: 150, JSON: jsonPath, out: &out, log: io.Discard}
+		ScaleUsers: []int{30, 60}, PurgeExpired: 1500, PurgeLive: 150, JSON: jsonPath, out: &out, log: io.Discard,
+		// A bound no loaded machine reaches: the counts below, not the latency, are checked.
+		TouchTimeout: 10 * time.Second}
 	testenv.Must(t, c.run(context.Background()))
 
 	b, err := os.ReadFile(jsonPath)
@@ -261,7 +263,7 @@ func TestTinyRun(t *testing.T) {
 	testenv.Equal(t, "purge live left", rep.Purge.LiveLeft, int64(150))
 	testenv.Equal(t, "purge transactions", rep.Purge.SQL.Txs, int64(rep.Purge.Result.Batches))
 	testenv.Equal(t, "purge check", rep.Purge.Check, "ok")
-	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "## Tracking call: seed against lastseen without its local cache, interleaved (20 rounds, 4 workers)", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets of issues 5 and 11"} {
+	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "## Tracking call: seed against lastseen without its local cache, interleaved (20 rounds, 4 workers)", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets (judged on this run"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -227,7 +227,7 @@ func (c *Cmd) measure(ctx context.Context, m *memRedis, row *memoryRow, load fun
 	return m.describe(ctx, row, prior)
 }
 
-// targets judges issue 11's memory target on this run.
+// targets judges the memory target on this run.
 func (r *memoryResult) targets() []target {
 	var t []target
 	for _, row := range r.Rows {
@@ -284,7 +284,7 @@ func (r *memoryReport) writeMarkdown(w io.Writer) {
 		"fixed cost per minute and day, not per user) and the local cache off. Key prefixes are %d bytes (the default lastseen:users:<8 hex> is 23).\n",
 		m.Workers, len(firstPrefix(m.Rows)))
 	if len(r.Targets) > 0 {
-		fmt.Fprintf(w, "\n## Target of issue 11 (judged on this run; reported, never asserted)\n\n| target | this run | met |\n|---|---|---|\n")
+		fmt.Fprintf(w, "\n## Memory target (judged on this run; reported, never asserted)\n\n| target | this run | met |\n|---|---|---|\n")
 		for _, t := range r.Targets {
 			met := "no"
 			if t.Met {

@@ -21,7 +21,7 @@ type report struct {
 	Targets  []target        `json:"targets"`
 }
 
-// target is one target of issue 5, judged on this run's figures.
+// target is one published target, judged on this run's figures.
 type target struct {
 	Target string `json:"target"`
 	Value  string `json:"value"`
@@ -149,7 +149,7 @@ func (r *report) writeMarkdown(w io.Writer, c *Cmd) {
 		writePurge(w, p)
 	}
 	if len(r.Targets) > 0 {
-		fmt.Fprintf(w, "\n## Targets of issues 5 and 11 (judged on this run; reported, never asserted)\n\n| target | this run | met |\n|---|---|---|\n")
+		fmt.Fprintf(w, "\n## Targets (judged on this run; reported, never asserted)\n\n| target | this run | met |\n|---|---|---|\n")
 		for _, t := range r.Targets {
 			met := "no"
 			if t.Met {
@@ -269,7 +269,7 @@ func writePurge(w io.Writer, p *purgeResult) {
 	libOnly("live left / check", fmtInt(p.LiveLeft)+" of "+fmtInt(int64(p.Live))+" / "+p.Check)
 }
 
-// targets judges issue 5's targets on the figures this run has.
+// targets judges the published targets on the figures this run has.
 func (r *report) targets() []target {
 	var t []target
 	add := func(goal, value string, met bool) { t = append(t, target{goal, value, met}) }

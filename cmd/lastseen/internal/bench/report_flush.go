@@ -66,7 +66,7 @@ func (f *flushResult) run(users int, schema string) (flushRun, bool) {
 	return flushRun{}, false
 }
 
-// targets judges issue 11's flush targets on the largest plain run (the
+// targets judges the flush targets on the largest plain run (the
 // default model), and the schemas' cost.
 func (f *flushResult) targets() []target {
 	var t []target

@@ -15,7 +15,7 @@ import (
 const touchRounds = 20
 
 // touchResult is the tracking call of the seed design against lastseen
-// without its local cache (issue 11, item 4), measured in the same run and
+// without its local cache, measured in the same run and
 // interleaved: the stream is cut into Rounds slices, and each slice is
 // replayed by both designs one after the other (seed first in even rounds,
 // lastseen first in odd ones), on the same Redis client and the same
@@ -178,7 +178,7 @@ func writeTouch(w io.Writer, t *touchResult) {
 	}
 }
 
-// touchTargets judges issue 11's item 4 on t.
+// touchTargets judges the uncached-touch target on t.
 func (t *touchResult) targets() []target {
 	s, l := t.Variants[0], t.Variants[1]
 	return []target{
