@@ -163,9 +163,6 @@ type Target struct {
 	Table        string // the table a flush writes (Model's)
 	SessionTable string // the table a purge deletes from (Sessions.Model's)
 	Prefix       string // Buffer.Prefix, the start of every Redis key
-	// RuleTables maps the name of each of Config.Rules to the table it
-	// acts on; nil without rules.
-	RuleTables map[string]string
 }
 
 // Target returns what the plugin writes to. Before db.Use only Prefix is
@@ -178,11 +175,5 @@ func (p *Plugin) Target() (Target, error) {
 		return t, p.notReady()
 	}
 	t.Dialect, t.Table, t.SessionTable = p.dialect.Name(), p.users.model.table, p.sessions.model.table
-	for _, r := range p.rules {
-		if t.RuleTables == nil {
-			t.RuleTables = map[string]string{}
-		}
-		t.RuleTables[r.cfg.Name] = r.model.table
-	}
 	return t, nil
 }

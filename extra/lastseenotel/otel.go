@@ -130,12 +130,15 @@ func New(p *lastseen.Plugin, opts ...Option) (*Instrumentation, error) {
 	system := DBSystem(target.Dialect)
 	i := &Instrumentation{
 		p: p, tracer: o.tp.Tracer(ScopeName), sample: o.sample, timeout: o.timeout, now: time.Now,
-		system: system, ruleTables: target.RuleTables,
+		system: system, ruleTables: map[string]string{},
 		common: attribute.NewSet(attribute.String("db.system.name", system), attribute.String("db.collection.name", target.Table)),
 		flushSpan: []attribute.KeyValue{attribute.String("db.system.name", system),
 			attribute.String("db.collection.name", target.Table), attribute.String("db.operation.name", "flush")},
 		purgeSpan: []attribute.KeyValue{attribute.String("db.system.name", system),
 			attribute.String("db.collection.name", target.SessionTable), attribute.String("db.operation.name", "purge")},
+	}
+	for _, r := range p.RuleStats() {
+		i.ruleTables[r.Name] = r.Table
 	}
 	meter := o.mp.Meter(ScopeName)
 	if err := i.createInstruments(meter); err != nil {
