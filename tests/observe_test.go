@@ -89,7 +89,9 @@ func (r recorder) StartRule(ctx context.Context, rule string) (context.Context, 
 func (r recorder) StartRuleBatch(ctx context.Context, rule string, batch int) (context.Context, func(int, error)) {
 	r.log(ctx, "rule %s batch %d start", rule, batch)
 	ctx = r.with(ctx, fmt.Sprint("batch", batch))
-	return ctx, func(n int, err error) { r.log(ctx, "rule %s batch %d end acted=%d err=%s", rule, batch, n, errText(err)) }
+	return ctx, func(n int, err error) {
+		r.log(ctx, "rule %s batch %d end acted=%d err=%s", rule, batch, n, errText(err))
+	}
 }
 
 // TestObserverSeesFlushAndPurge: two observers see every flush (with its
