@@ -62,7 +62,9 @@ func newEnv(t *testing.T, rules ...lastseen.Rule) *env {
 		_ = mp.Shutdown(context.Background())
 		_ = tp.Shutdown(context.Background())
 	})
-	inst, err := New(p, WithMeterProvider(mp), WithTracerProvider(tp))
+	// A collection timeout of a minute: a loaded machine must not leave the
+	// buffer gauges out (as the Prometheus collector's tests do).
+	inst, err := New(p, WithMeterProvider(mp), WithTracerProvider(tp), WithCollectTimeout(time.Minute))
 	must(t, err)
 	inst.now = testenv.SteppingClock(start, 250*time.Millisecond).Now // every run lasts 0.25s
 	return &env{p: p, db: db, rdb: rdb, clock: c, reader: reader, spans: spans, inst: inst}
