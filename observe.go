@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 )
 
-// Observer watches flushes and purges, span style: each Start method gets
+// Observer watches flushes, purges and inactivity rule runs, span style: each Start method gets
 // the context when a run, shard or batch begins and returns the context to
 // continue with (holding a span) and an end function called once with the
 // result and error. Touches are not observed. Methods run concurrently
@@ -24,6 +24,16 @@ type Observer interface {
 	// StartPurgeBatch begins the delete transaction of batch (from 1), if
 	// it has rows; end gets the rows deleted.
 	StartPurgeBatch(ctx context.Context, batch int) (context.Context, func(deleted int, err error))
+	// StartRule begins a run of the inactivity rule named rule (RunRule,
+	// scheduled); end gets its PurgeResult (Deleted: the rows acted on)
+	// and error (ErrLocked when nothing ran, ErrClosed or ctx's when
+	// stopped). A run of a name the plugin has no rule of is not observed.
+	StartRule(ctx context.Context, rule string) (context.Context, func(PurgeResult, error))
+	// StartRuleBatch begins batch (from 1, in selection order) of a rule
+	// run, the reading of the buffer for its rows and its transaction; end
+	// gets the rows acted on (0 and no transaction when every row's newer
+	// activity was still buffered).
+	StartRuleBatch(ctx context.Context, rule string, batch int) (context.Context, func(acted int, err error))
 }
 
 // NopObserver is an Observer that does nothing, to embed.
@@ -46,6 +56,16 @@ func (NopObserver) StartPurge(ctx context.Context) (context.Context, func(PurgeR
 
 // StartPurgeBatch returns ctx and a no-op end function.
 func (NopObserver) StartPurgeBatch(ctx context.Context, _ int) (context.Context, func(int, error)) {
+	return ctx, endNop[int]
+}
+
+// StartRule returns ctx and a no-op end function.
+func (NopObserver) StartRule(ctx context.Context, _ string) (context.Context, func(PurgeResult, error)) {
+	return ctx, endNop[PurgeResult]
+}
+
+// StartRuleBatch returns ctx and a no-op end function.
+func (NopObserver) StartRuleBatch(ctx context.Context, _ string, _ int) (context.Context, func(int, error)) {
 	return ctx, endNop[int]
 }
 
@@ -99,6 +119,20 @@ func (p *Plugin) observePurge(ctx context.Context) (context.Context, func(PurgeR
 func (p *Plugin) observePurgeBatch(ctx context.Context, batch int) (context.Context, func(int, error)) {
 	return observeAll(ctx, &p.obs, endNop[int], func(o Observer, ctx context.Context) (context.Context, func(int, error)) {
 		return o.StartPurgeBatch(ctx, batch)
+	})
+}
+
+// observeRule starts a run of rule on every observer.
+func (p *Plugin) observeRule(ctx context.Context, rule string) (context.Context, func(PurgeResult, error)) {
+	return observeAll(ctx, &p.obs, endNop[PurgeResult], func(o Observer, ctx context.Context) (context.Context, func(PurgeResult, error)) {
+		return o.StartRule(ctx, rule)
+	})
+}
+
+// observeRuleBatch starts one batch of a run of rule on every observer.
+func (p *Plugin) observeRuleBatch(ctx context.Context, rule string, batch int) (context.Context, func(int, error)) {
+	return observeAll(ctx, &p.obs, endNop[int], func(o Observer, ctx context.Context) (context.Context, func(int, error)) {
+		return o.StartRuleBatch(ctx, rule, batch)
 	})
 }
 

@@ -93,6 +93,7 @@ type ruleTarget struct {
 	lost      error          // the cause that stops a run whose lock was lost
 	schemaOK  atomic.Bool    // the table was found to fit the rule
 	schemaLog logLimiter     // the scheduled run's schema errors
+	n         ruleCounters   // the rule's part of Stats
 }
 
 // ruleName is what a rule's Name may hold: it becomes part of a Redis key.

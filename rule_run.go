@@ -21,7 +21,9 @@ import (
 // transaction that checks the rule again, leaves out the rows whose newer
 // activity is still buffered, and deletes the rest or hands them to
 // Rule.Action. In the PurgeResult, Deleted counts the rows deleted or
-// handed to the Action. One instance runs a rule at a time (ErrLocked).
+// handed to the Action, Batches the transactions committed (a batch whose
+// every row is held back by buffered activity opens none), Kept the rows
+// held back. One instance runs a rule at a time (ErrLocked).
 // A row the database refuses on its own is skipped (Refused); ErrSystemic,
 // the Action's error and other errors, prefixed `lastseen: rule "name"
 // batch N:`, stop the run, as do ctx (ctx.Err()) and Close (ErrClosed),
@@ -36,16 +38,19 @@ func (p *Plugin) RunRule(ctx context.Context, name string) (PurgeResult, error) 
 	if err != nil {
 		return PurgeResult{}, err
 	}
+	ctx, observed := p.observeRule(ctx, name)
 	sw := p.ruleSweep(r)
 	if err := p.checkTable(ctx, fmt.Sprintf("rule %q", name), r.check(), &r.schemaOK); err != nil {
 		res := PurgeResult{Stopped: true}
 		sw.counted(res, err)
+		observed(res, err)
 		return res, err
 	}
 	res, err := p.purgeLocked(ctx, db, sw)
 	if schemaMayBeGone(err) { // the next run checks the table again
 		r.schemaOK.Store(false)
 	}
+	observed(res, err)
 	return res, err
 }
 
@@ -56,19 +61,37 @@ func (p *Plugin) ruleSweep(r *ruleTarget) *sweep {
 		rule: name, what: fmt.Sprintf("rule %q", name), noun: "row", model: r.model, size: r.cfg.BatchSize,
 		lock: func(ctx context.Context) (buffer.Lease, error) { return p.tracker.buf.LockRule(ctx, name) },
 		lost: r.lost, cond: r.inactive,
-		prepare: func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) func(tx *gorm.DB) (int, error) {
+		prepare: func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) (func(tx *gorm.DB) (int, error), int) {
 			free := p.idle(ctx, r, ids, cutoff)
+			if len(free) == 0 {
+				return nil, len(ids)
+			}
 			cond := r.inactive(db, cutoff)
-			return func(tx *gorm.DB) (int, error) { return r.apply(ctx, tx, cond, free) }
+			return func(tx *gorm.DB) (int, error) { return r.apply(ctx, tx, cond, free) }, len(ids) - len(free)
+		},
+		observeBatch: func(ctx context.Context, batch int) (context.Context, func(int, error)) {
+			return p.observeRuleBatch(ctx, name, batch)
 		},
 		counted: func(res PurgeResult, err error) {
 			p.stats.ruleRuns.Add(1)
 			p.stats.ruleRows.Add(int64(res.Deleted))
+			n := &r.n
+			n.runs.Add(1)
+			n.rows.Add(int64(res.Deleted))
+			n.batches.Add(int64(res.Batches))
+			n.kept.Add(int64(res.Kept))
+			n.refused.Add(int64(res.Refused))
 			if err != nil {
 				p.stats.ruleErrors.Add(1)
+				n.errors.Add(1)
+			} else {
+				n.lastRun.Store(p.now().UnixNano())
 			}
 		},
-		skipped: func() { p.stats.ruleSkipped.Add(1) },
+		skipped: func() {
+			p.stats.ruleSkipped.Add(1)
+			r.n.skipped.Add(1)
+		},
 	}
 }
 

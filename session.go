@@ -255,6 +255,10 @@ type PurgeResult struct {
 	Duration     time.Duration // wall time
 	Refused      int           // expired sessions the database refused to delete (a RESTRICT key, a trigger), skipped
 	FirstRefusal error         // the first refusal, naming its id
+	// Kept counts, in a rule run, the inactive rows left because their
+	// newer activity was still buffered (or the buffer could not be read);
+	// 0 in a purge, whose buffered sessions go at their absolute expiry.
+	Kept int
 }
 
 // PurgeExpiredSessions deletes the sessions expired (the Expired rule) at
@@ -313,11 +317,15 @@ type sweep struct {
 	unscoped bool
 	// prepare does a batch's work outside its transaction (reading the
 	// buffer for ids) and returns the work inside it, run again on a retry:
-	// act on those of ids that still qualify, returning how many it acted on.
-	prepare func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) func(tx *gorm.DB) (int, error)
-	observe bool                             // Observer.StartPurgeBatch sees the batches
-	counted func(res PurgeResult, err error) // adds a run that took the lock to Stats
-	skipped func()                           // counts a run another holder of the lock kept off
+	// act on those of ids that still qualify, returning how many it acted
+	// on; nil when there is nothing to act on (no transaction is opened).
+	// kept is the number of ids left because their activity is buffered.
+	prepare func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) (act func(tx *gorm.DB) (int, error), kept int)
+	// observeBatch starts the Observer's batch (StartPurgeBatch or
+	// StartRuleBatch).
+	observeBatch func(ctx context.Context, batch int) (context.Context, func(int, error))
+	counted      func(res PurgeResult, err error) // adds a run that took the lock to Stats
+	skipped      func()                           // counts a run another holder of the lock kept off
 }
 
 // sessionSweep is the session purge as a sweep: the sessions expired by
@@ -329,14 +337,14 @@ func (p *Plugin) sessionSweep() *sweep {
 		what: "purge", noun: "session", model: m, size: p.cfg.PurgeBatchSize,
 		lock: p.tracker.buf.LockPurge, lost: errPurgeLockLost,
 		cond: func(db *gorm.DB, cutoff time.Time) clause.Expression { return p.expired(db, cutoff) }, unscoped: true,
-		prepare: func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) func(tx *gorm.DB) (int, error) {
+		prepare: func(ctx context.Context, db *gorm.DB, ids []any, cutoff time.Time) (func(tx *gorm.DB) (int, error), int) {
 			cond := p.purgeCondition(ctx, db, ids, cutoff)
 			return func(tx *gorm.DB) (int, error) {
 				r := tx.Session(&gorm.Session{SkipHooks: true}).Unscoped().Where(cond).Delete(reflect.New(m.typ).Interface())
 				return int(r.RowsAffected), r.Error
-			}
+			}, 0
 		},
-		observe: true,
+		observeBatch: p.observePurgeBatch,
 		counted: func(res PurgeResult, err error) {
 			p.stats.purges.Add(1)
 			p.stats.sessionsDeleted.Add(int64(res.Deleted))
@@ -433,10 +441,7 @@ func (p *Plugin) purgeBatch(ctx context.Context, db *gorm.DB, sw *sweep, lock bu
 	}
 	if len(ids) > 0 {
 		p.purgeHooks.Selected(sw.rule, batch, ids)
-		bctx, end := ctx, endNop[int]
-		if sw.observe {
-			bctx, end = p.observePurgeBatch(ctx, batch)
-		}
+		bctx, end := sw.observeBatch(ctx, batch)
 		pp := &purgeParts{p: p, db: db, sw: sw, res: res}
 		n, err := pp.delete(bctx, ids)
 		if err != nil && !errors.Is(err, context.Cause(ctx)) {
@@ -622,16 +627,23 @@ func (pp *purgeParts) split(ctx context.Context, ids []any) (int, error) {
 	return a + b, err
 }
 
-// delete is deleteBatch of the sweep's work on ids, counting its retries
-// and its commit. The work's buffer read ignores ctx ending, as the
+// delete is deleteBatch of the sweep's work on ids, counting its retries,
+// its commit and the ids kept; with nothing to act on it opens no
+// transaction and counts no batch. The work's buffer read ignores ctx ending, as the
 // transaction does (a batch is never cut short), within the batch timeout.
 func (pp *purgeParts) delete(ctx context.Context, ids []any) (int, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pp.p.cfg.PurgeBatchTimeout)
 	defer cancel()
-	n, retries, err := pp.p.deleteBatch(ctx, pp.db, ids, pp.sw.prepare(rctx, pp.db, ids, pp.res.Cutoff))
+	act, kept := pp.sw.prepare(rctx, pp.db, ids, pp.res.Cutoff)
+	if act == nil {
+		pp.res.Kept += kept
+		return 0, nil
+	}
+	n, retries, err := pp.p.deleteBatch(ctx, pp.db, ids, act)
 	pp.res.Retries += retries
 	if err == nil {
 		pp.res.Batches++
+		pp.res.Kept += kept
 	}
 	return n, err
 }

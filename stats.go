@@ -63,7 +63,40 @@ type Stats struct {
 	RuleRuns    int64 // runs of inactivity rules (RunRule, scheduled)
 	RuleErrors  int64 // rule runs that returned an error
 	RuleSkipped int64 // rule runs skipped: another instance held the rule's lock
-	RuleRows    int64 // rows rules acted on: deleted, or handed to their Action
+	RuleRows    int64 // rows rules acted on: deleted, or handed to their Action (per rule: Plugin.RuleStats)
+}
+
+// RuleStats are the cumulative counters of one inactivity rule since New;
+// read them with Plugin.RuleStats.
+type RuleStats struct {
+	Name    string    // Rule.Name
+	Table   string    // the table the rule acts on (Rule.Model's)
+	Runs    int64     // runs that took the rule's lock, or failed before (RunRule, scheduled)
+	Errors  int64     // runs that returned an error
+	Skipped int64     // runs skipped: another instance held the rule's lock
+	Rows    int64     // rows acted on: deleted, or handed to the Action
+	Batches int64     // transactions committed (a batch whose every row was held back opens none)
+	Kept    int64     // inactive rows left because their newer activity was still buffered (or the buffer was unreadable)
+	Refused int64     // rows the database refused to act on, skipped
+	LastRun time.Time // end of the last run without error (UTC); zero before one
+}
+
+// ruleCounters are the cumulative figures behind one RuleStats.
+type ruleCounters struct {
+	runs, errors, skipped, rows, batches, kept, refused atomic.Int64
+	lastRun                                             atomic.Int64 // Unix ns
+}
+
+// stats returns the counters of rule r now.
+func (r *ruleTarget) stats() RuleStats {
+	c := &r.n
+	s := RuleStats{Name: r.cfg.Name, Table: r.model.table, Runs: c.runs.Load(), Errors: c.errors.Load(),
+		Skipped: c.skipped.Load(), Rows: c.rows.Load(), Batches: c.batches.Load(), Kept: c.kept.Load(),
+		Refused: c.refused.Load()}
+	if ns := c.lastRun.Load(); ns != 0 {
+		s.LastRun = time.Unix(0, ns).UTC()
+	}
+	return s
 }
 
 // Stats returns the counters now.
@@ -90,4 +123,17 @@ func (p *Plugin) Stats() Stats {
 		s.Backlog = int64(p.tracker.buf.BacklogLen())
 	}
 	return s
+}
+
+// RuleStats returns the counters of each of Config.Rules now, in its
+// order; nil before db.Use or without rules.
+func (p *Plugin) RuleStats() []RuleStats {
+	if len(p.rules) == 0 {
+		return nil
+	}
+	out := make([]RuleStats, len(p.rules))
+	for i, r := range p.rules {
+		out[i] = r.stats()
+	}
+	return out
 }

@@ -78,6 +78,22 @@ func (r recorder) StartPurgeBatch(ctx context.Context, batch int) (context.Conte
 	return ctx, func(n int, err error) { r.log(ctx, "batch %d end deleted=%d err=%s", batch, n, errText(err)) }
 }
 
+func (r recorder) StartRule(ctx context.Context, rule string) (context.Context, func(lastseen.PurgeResult, error)) {
+	r.log(ctx, "rule %s start", rule)
+	ctx = r.with(ctx, "rule")
+	return ctx, func(res lastseen.PurgeResult, err error) {
+		r.log(ctx, "rule %s end acted=%d batches=%d kept=%d locked=%v err=%s", rule, res.Deleted, res.Batches, res.Kept, errors.Is(err, lastseen.ErrLocked), errText(err))
+	}
+}
+
+func (r recorder) StartRuleBatch(ctx context.Context, rule string, batch int) (context.Context, func(int, error)) {
+	r.log(ctx, "rule %s batch %d start", rule, batch)
+	ctx = r.with(ctx, fmt.Sprint("batch", batch))
+	return ctx, func(n int, err error) {
+		r.log(ctx, "rule %s batch %d end acted=%d err=%s", rule, batch, n, errText(err))
+	}
+}
+
 // TestObserverSeesFlushAndPurge: two observers see every flush (with its
 // shards) and purge (with its batches) in the order added, end in reverse
 // order, with the counts and errors the runs returned, and the contexts
@@ -167,5 +183,64 @@ func TestTarget(t *testing.T) {
 		got, err = p.Target()
 		must(t, err)
 		equal(t, "target", got, lastseen.Target{Dialect: h.dialect, Table: "users", SessionTable: "sessions", Prefix: h.prefix})
+	})
+}
+
+// TestObserverSeesRuleRuns: an observer sees each run of a rule with its
+// batches, in selection order, their rows acted on and the run's counts; a
+// batch whose rows are all held back by buffered activity (6, buffered
+// before the run, and 7, touched after its batch was selected) is seen
+// acting on none and opens no transaction; a run under another instance's
+// lock is seen ending with ErrLocked; a name without a rule is not seen.
+func TestObserverSeesRuleRuns(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		users, tokens, _ := rulesSetup(t, h, &actionLog{})
+		var mu sync.Mutex
+		var lines, txs []string
+		users.AddObserver(recorder{"a", &mu, &lines})
+		seam(users).Purge.AfterSelect = func(rule string, batch int, ids []any) {
+			if batch == 3 {
+				_, err := tokens.TouchAt(ctx, uint64(7), mustTime("2026-03-01T09:29:00Z"))
+				must(t, err)
+			}
+		}
+		setHooks(users, &flushHooks{BeforeDelete: func(ids []any) { txs = append(txs, fmt.Sprint(ids)) }})
+
+		res, err := users.RunRule(ctx, "warn-80d")
+		must(t, err)
+		equal(t, "acted", res.Deleted, 5)
+		equal(t, "transactions", strings.Join(txs, " "), "[1 2] [3 4] [10]")
+		lock, err := internals(users).Buffer.LockRule(ctx, "warn-80d")
+		must(t, err)
+		if _, err := users.RunRule(ctx, "warn-80d"); err != lastseen.ErrLocked {
+			t.Fatalf("run under another's lock: err = %v, want ErrLocked", err)
+		}
+		lock.Release(ctx)
+		if _, err := users.RunRule(ctx, "no-such-rule"); err == nil {
+			t.Fatal("run of no rule: no error")
+		}
+
+		want := []string{
+			"a rule warn-80d start ctx=",
+			"a rule warn-80d batch 1 start ctx=rule",
+			"a rule warn-80d batch 1 end acted=2 err=nil ctx=batch1",
+			"a rule warn-80d batch 2 start ctx=rule",
+			"a rule warn-80d batch 2 end acted=2 err=nil ctx=batch2",
+			"a rule warn-80d batch 3 start ctx=rule",
+			"a rule warn-80d batch 3 end acted=0 err=nil ctx=batch3",
+			"a rule warn-80d batch 4 start ctx=rule",
+			"a rule warn-80d batch 4 end acted=1 err=nil ctx=batch4",
+			"a rule warn-80d end acted=5 batches=3 kept=2 locked=false err=nil ctx=rule",
+			"a rule warn-80d start ctx=",
+			"a rule warn-80d end acted=0 batches=0 kept=0 locked=true err=lastseen: another instance holds the lock ctx=rule",
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(lines, want) {
+			t.Errorf("observed:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+		}
+		equal(t, "RuleStats", fmt.Sprintf("%+v", users.RuleStats()[0]),
+			"{Name:warn-80d Table:api_tokens Runs:1 Errors:0 Skipped:1 Rows:5 Batches:3 Kept:2 Refused:0 LastRun:2026-03-01 09:30:00 +0000 UTC}")
 	})
 }

@@ -131,6 +131,9 @@ func tokenIDs(t *testing.T, q *gorm.DB) string {
 // is warned. A second run warns nobody again (its Where). The scope and the
 // dry run agree with the run; the delete soft-deletes (the model has a
 // gorm.DeletedAt), leaves out the soft-deleted 8 and the buffered 6 and 7.
+// A batch whose rows are all held back by the buffer (6 and 7) opens no
+// transaction and is not counted; the rows are counted Kept, per run and
+// in RuleStats.
 func TestRulesActInBatches(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -160,8 +163,8 @@ func TestRulesActInBatches(t *testing.T) {
 		must(t, err)
 		equal(t, "batches selected", strings.Join(hooked, " "), "warn-80d#1[1 2] warn-80d#2[3 4] warn-80d#3[6 7] warn-80d#4[10]")
 		equal(t, "Action's batches", warned.take(), "[1 2] [4] [10]")
-		equal(t, "warn result", fmt.Sprintf("acted=%d batches=%d cutoff=%s stopped=%v", res.Deleted, res.Batches,
-			res.Cutoff.Format(time.RFC3339), res.Stopped), "acted=4 batches=4 cutoff=2026-03-01T09:30:00Z stopped=false")
+		equal(t, "warn result", fmt.Sprintf("acted=%d batches=%d kept=%d cutoff=%s stopped=%v", res.Deleted, res.Batches, res.Kept,
+			res.Cutoff.Format(time.RFC3339), res.Stopped), "acted=4 batches=3 kept=2 cutoff=2026-03-01T09:30:00Z stopped=false")
 		equal(t, "warned", tokenIDs(t, db.Unscoped().Model(&apiToken{}).Where("warned_at IS NOT NULL")), "[1 2 4 9 10]")
 
 		hooked = nil
@@ -169,7 +172,7 @@ func TestRulesActInBatches(t *testing.T) {
 		must(t, err)
 		equal(t, "second warning run: batches selected", strings.Join(hooked, " "), "warn-80d#1[6 7]")
 		equal(t, "second warning run: Action's batches", warned.take(), "")
-		equal(t, "second warning run: acted", res.Deleted, 0)
+		equal(t, "second warning run", fmt.Sprintf("acted=%d batches=%d kept=%d", res.Deleted, res.Batches, res.Kept), "acted=0 batches=0 kept=2")
 
 		hooked = nil
 		res, err = users.RunRule(ctx, "delete-90d")
@@ -181,6 +184,10 @@ func TestRulesActInBatches(t *testing.T) {
 		st := users.Stats()
 		equal(t, "Stats", fmt.Sprintf("runs=%d errors=%d skipped=%d rows=%d purges=%d", st.RuleRuns, st.RuleErrors, st.RuleSkipped, st.RuleRows, st.Purges),
 			"runs=3 errors=0 skipped=0 rows=9 purges=0")
+		equal(t, "RuleStats", fmt.Sprintf("%+v", users.RuleStats()),
+			"[{Name:warn-80d Table:api_tokens Runs:2 Errors:0 Skipped:0 Rows:4 Batches:3 Kept:4 Refused:0 LastRun:2026-03-01 09:30:00 +0000 UTC} "+
+				"{Name:delete-90d Table:api_tokens Runs:1 Errors:0 Skipped:0 Rows:5 Batches:4 Kept:2 Refused:0 LastRun:2026-03-01 09:30:00 +0000 UTC}]")
+		equal(t, "RuleStats of the plugin without rules", tokens.RuleStats() == nil, true)
 
 		// After the tokens' flush, 6 and 7 are live in the table too.
 		_, err = tokens.Flush(ctx)

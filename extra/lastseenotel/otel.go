@@ -1,7 +1,7 @@
 // Package lastseenotel reports a lastseen plugin to OpenTelemetry: metrics
 // with the meanings of the Prometheus collector in extra/lastseenprom, and a
-// span per flush and per purge with a child span per shard and per purge
-// batch. It is a module of its own so that the lastseen module does not
+// span per flush, per purge and per inactivity rule run, with a child span
+// per shard and per purge or rule batch. It is a module of its own so that the lastseen module does not
 // depend on OpenTelemetry.
 //
 //	p := lastseen.New(lastseen.Config{Redis: rdb})
@@ -11,8 +11,9 @@
 //
 // Attributes follow the OpenTelemetry database semantic conventions:
 // db.system.name (postgresql, mysql or sqlite), db.collection.name (the
-// table) and, on spans, db.operation.name (flush or purge). No attribute
-// holds a user id.
+// table) and, on spans, db.operation.name (flush, purge or rule). The
+// instruments and spans of inactivity rules carry lastseen.rule (Rule.Name).
+// No attribute holds a user id.
 package lastseenotel
 
 import (
@@ -79,7 +80,7 @@ func WithBufferSample(perHash int) Option { return func(o *options) { o.sample =
 func WithCollectTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Instrumentation is the OpenTelemetry view of one plugin. It observes the
-// plugin's flushes and purges (lastseen.Observer) from New on.
+// plugin's flushes, purges and rule runs (lastseen.Observer) from New on.
 type Instrumentation struct {
 	p       *lastseen.Plugin
 	tracer  trace.Tracer
@@ -91,8 +92,11 @@ type Instrumentation struct {
 	common        attribute.Set // db.system.name, db.collection.name (users table)
 	flushSpan     []attribute.KeyValue
 	purgeSpan     []attribute.KeyValue
+	system        string            // db.system.name
+	ruleTables    map[string]string // each rule's table, by rule name
 	flushDuration metric.Float64Histogram
 	purgeDuration metric.Float64Histogram
+	ruleDuration  metric.Float64Histogram
 	gauges        instruments
 }
 
@@ -126,11 +130,15 @@ func New(p *lastseen.Plugin, opts ...Option) (*Instrumentation, error) {
 	system := DBSystem(target.Dialect)
 	i := &Instrumentation{
 		p: p, tracer: o.tp.Tracer(ScopeName), sample: o.sample, timeout: o.timeout, now: time.Now,
+		system: system, ruleTables: map[string]string{},
 		common: attribute.NewSet(attribute.String("db.system.name", system), attribute.String("db.collection.name", target.Table)),
 		flushSpan: []attribute.KeyValue{attribute.String("db.system.name", system),
 			attribute.String("db.collection.name", target.Table), attribute.String("db.operation.name", "flush")},
 		purgeSpan: []attribute.KeyValue{attribute.String("db.system.name", system),
 			attribute.String("db.collection.name", target.SessionTable), attribute.String("db.operation.name", "purge")},
+	}
+	for _, r := range p.RuleStats() {
+		i.ruleTables[r.Name] = r.Table
 	}
 	meter := o.mp.Meter(ScopeName)
 	if err := i.createInstruments(meter); err != nil {

@@ -37,7 +37,8 @@ type env struct {
 	inst   *Instrumentation
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv opens the plugin of lastseen.User with rules (Config.Rules).
+func newEnv(t *testing.T, rules ...lastseen.Rule) *env {
 	t.Helper()
 	rdb := testenv.Miniredis().Open(t).Client
 	db := testenv.SQLite().New(t).Open(t)
@@ -49,6 +50,7 @@ func newEnv(t *testing.T) *env {
 		Buffer:   lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second},
 		Flush:    lastseen.FlushConfig{Concurrency: 1, Schedule: "off"},
 		Sessions: lastseen.SessionConfig{Schedule: "off", BatchSize: 2},
+		Rules:    rules,
 		Test:     lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}},
 	})
 
@@ -60,7 +62,9 @@ func newEnv(t *testing.T) *env {
 		_ = mp.Shutdown(context.Background())
 		_ = tp.Shutdown(context.Background())
 	})
-	inst, err := New(p, WithMeterProvider(mp), WithTracerProvider(tp))
+	// A collection timeout of a minute: a loaded machine must not leave the
+	// buffer gauges out (as the Prometheus collector's tests do).
+	inst, err := New(p, WithMeterProvider(mp), WithTracerProvider(tp), WithCollectTimeout(time.Minute))
 	must(t, err)
 	inst.now = testenv.SteppingClock(start, 250*time.Millisecond).Now // every run lasts 0.25s
 	return &env{p: p, db: db, rdb: rdb, clock: c, reader: reader, spans: spans, inst: inst}
@@ -187,9 +191,11 @@ lastseen.buffer.inflight {user} {} 0
 lastseen.buffer.oldest_age s {} 90
 lastseen.buffer.pending {user} {} 3
 lastseen.buffer.read_errors {error} {} 0
+lastseen.flush.entries {entry} {lastseen.outcome=ambiguous} 0
 lastseen.flush.entries {entry} {lastseen.outcome=failed} 0
 lastseen.flush.entries {entry} {lastseen.outcome=rejected} 0
 lastseen.flush.entries {entry} {lastseen.outcome=stale} 0
+lastseen.flush.entries {entry} {lastseen.outcome=uncomparable} 0
 lastseen.flush.entries {entry} {lastseen.outcome=unknown} 0
 lastseen.flush.entries {entry} {lastseen.outcome=written} 0
 lastseen.flush.runs {run} {lastseen.result=error} 0
@@ -238,9 +244,11 @@ lastseen.buffer.oldest_age s {} 0
 lastseen.buffer.pending {user} {} 0
 lastseen.buffer.read_errors {error} {} 0
 lastseen.flush.duration s {lastseen.result=ok} count=1 sum=0.25 le0.25:1
+lastseen.flush.entries {entry} {lastseen.outcome=ambiguous} 0
 lastseen.flush.entries {entry} {lastseen.outcome=failed} 0
 lastseen.flush.entries {entry} {lastseen.outcome=rejected} 0
 lastseen.flush.entries {entry} {lastseen.outcome=stale} 0
+lastseen.flush.entries {entry} {lastseen.outcome=uncomparable} 0
 lastseen.flush.entries {entry} {lastseen.outcome=unknown} 1
 lastseen.flush.entries {entry} {lastseen.outcome=written} 2
 lastseen.flush.last_success s {} 1.77235749e+09
@@ -312,4 +320,61 @@ func TestDBSystem(t *testing.T) {
 			t.Errorf("DBSystem(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestRuleMetricsAndSpans runs the rule "idle" (90 days, batches of 2) on
+// users 1 to 3, last seen 2025-11-01, and 4, seen 2026-02-20: batch 1
+// deletes 1 and 2; 3, touched before the run, is held back by the buffer,
+// so batch 2 opens no transaction. A run under another instance's lock
+// and one without the users table follow. The rule's instruments carry
+// lastseen.rule; its spans the rule's table and name.
+func TestRuleMetricsAndSpans(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, lastseen.Rule{Name: "idle", After: 90 * 24 * time.Hour, BatchSize: 2, Schedule: "off"})
+	old, recent := time.Date(2025, 11, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)
+	must(t, e.db.Create(&[]lastseen.User{{ID: 1, LastSeenAt: &old}, {ID: 2, LastSeenAt: &old}, {ID: 3, LastSeenAt: &old}, {ID: 4, LastSeenAt: &recent}}).Error)
+	_, err := e.p.Touch(ctx, 3)
+	must(t, err)
+
+	res, err := e.p.RunRule(ctx, "idle")
+	must(t, err)
+	if res.Deleted != 2 || res.Batches != 1 || res.Kept != 1 {
+		t.Fatalf("run: %+v, want 2 deleted in 1 batch, 1 kept", res)
+	}
+	lock, err := redislock.New(e.rdb).Obtain(ctx, e.p.Config().Buffer.Prefix+":rule:idle:lock", time.Minute, nil)
+	must(t, err)
+	if _, err := e.p.RunRule(ctx, "idle"); err != lastseen.ErrLocked {
+		t.Fatalf("run under another's lock: %v, want ErrLocked", err)
+	}
+	must(t, lock.Release(ctx))
+	must(t, e.db.Migrator().DropTable(&lastseen.User{}))
+	_, ruleErr := e.p.RunRule(ctx, "idle")
+	if ruleErr == nil {
+		t.Fatal("run without the users table: no error")
+	}
+
+	var rule []string
+	for _, l := range strings.Split(e.metrics(t), "\n") {
+		if strings.HasPrefix(l, "lastseen.rule.") {
+			rule = append(rule, l)
+		}
+	}
+	equalText(t, "rule metrics", strings.Join(rule, "\n"), `
+lastseen.rule.acted {row} {lastseen.rule=idle} 2
+lastseen.rule.batches {batch} {lastseen.rule=idle} 1
+lastseen.rule.duration s {lastseen.result=error,lastseen.rule=idle} count=1 sum=0.25 le0.5:1
+lastseen.rule.duration s {lastseen.result=ok,lastseen.rule=idle} count=1 sum=0.25 le0.5:1
+lastseen.rule.kept {row} {lastseen.rule=idle} 1
+lastseen.rule.last_success s {lastseen.rule=idle} 1.7723574e+09
+lastseen.rule.runs {run} {lastseen.result=error,lastseen.rule=idle} 1
+lastseen.rule.runs {run} {lastseen.result=locked,lastseen.rule=idle} 1
+lastseen.rule.runs {run} {lastseen.result=ok,lastseen.rule=idle} 1`)
+
+	ruleAttrs := "db.collection.name=users db.operation.name=rule db.system.name=sqlite"
+	equalText(t, "spans", e.spanLines(), `
+"rule users batch" kind=internal parent="rule users" [`+ruleAttrs+` lastseen.acted=2 lastseen.batch=1 lastseen.rule=idle] status=Unset
+"rule users batch" kind=internal parent="rule users" [`+ruleAttrs+` lastseen.acted=0 lastseen.batch=2 lastseen.rule=idle] status=Unset
+"rule users" kind=internal parent="" [`+ruleAttrs+` lastseen.acted=2 lastseen.batches=1 lastseen.kept=1 lastseen.result=ok lastseen.retries=0 lastseen.rule=idle] status=Unset
+"rule users" kind=internal parent="" [`+ruleAttrs+` lastseen.acted=0 lastseen.batches=0 lastseen.kept=0 lastseen.result=locked lastseen.retries=0 lastseen.rule=idle] status=Unset
+"rule users" kind=internal parent="" [`+ruleAttrs+` lastseen.acted=0 lastseen.batches=0 lastseen.kept=0 lastseen.result=error lastseen.retries=0 lastseen.rule=idle] status=Error `+fmt.Sprintf("%q", ruleErr.Error())+` event=exception`)
 }

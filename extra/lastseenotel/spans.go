@@ -75,6 +75,50 @@ func (i *Instrumentation) StartPurgeBatch(ctx context.Context, batch int) (conte
 	}
 }
 
+// StartRule starts the "rule <rule's table>" span of a run of rule, with
+// db.operation.name "rule" and the rule's name in lastseen.rule, and times
+// the run for lastseen.rule.duration (runs that did not get the rule's lock
+// are not timed; their span has lastseen.result "locked" and no error
+// status). The span ends with lastseen.acted (the rows acted on),
+// lastseen.kept, lastseen.batches and lastseen.retries.
+func (i *Instrumentation) StartRule(ctx context.Context, rule string) (context.Context, func(lastseen.PurgeResult, error)) {
+	start := i.now()
+	table := i.ruleTables[rule]
+	ctx, span := i.tracer.Start(ctx, "rule "+table,
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(i.ruleSpan(rule, table)...))
+	return ctx, func(r lastseen.PurgeResult, err error) {
+		res := result(err)
+		span.SetAttributes(attribute.String("lastseen.result", res), attribute.Int("lastseen.acted", r.Deleted),
+			attribute.Int("lastseen.kept", r.Kept), attribute.Int("lastseen.batches", r.Batches), attribute.Int("lastseen.retries", r.Retries))
+		if res == "locked" {
+			span.End()
+			return
+		}
+		i.ruleDuration.Record(ctx, i.now().Sub(start).Seconds(),
+			i.with(attribute.String("lastseen.rule", rule), attribute.String("lastseen.result", res)))
+		endSpan(span, err)
+	}
+}
+
+// StartRuleBatch starts the "rule <rule's table> batch" child span, with
+// the batch number in lastseen.batch; it ends with lastseen.acted.
+func (i *Instrumentation) StartRuleBatch(ctx context.Context, rule string, batch int) (context.Context, func(int, error)) {
+	table := i.ruleTables[rule]
+	ctx, span := i.tracer.Start(ctx, "rule "+table+" batch",
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(i.ruleSpan(rule, table)...),
+		trace.WithAttributes(attribute.Int("lastseen.batch", batch)))
+	return ctx, func(acted int, err error) {
+		span.SetAttributes(attribute.Int("lastseen.acted", acted))
+		endSpan(span, err)
+	}
+}
+
+// ruleSpan is the attributes of a rule's spans.
+func (i *Instrumentation) ruleSpan(rule, table string) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("db.system.name", i.system), attribute.String("db.collection.name", table),
+		attribute.String("db.operation.name", "rule"), attribute.String("lastseen.rule", rule)}
+}
+
 func flushCounts(r lastseen.FlushResult) []attribute.KeyValue {
 	return []attribute.KeyValue{
 		attribute.Int("lastseen.drained", r.Drained), attribute.Int("lastseen.written", r.Written),

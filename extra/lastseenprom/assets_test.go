@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/VictoriaMetrics/metricsql"
 	"github.com/lastseen/lastseen"
@@ -40,6 +41,8 @@ var requiredPanels = []string{
 	"Redis evictions",
 	"Breaker state",
 	"Purge deletions and errors",
+	"Rule rows and errors",
+	"Rule duration",
 }
 
 // requiredAlerts are the alerting rules, exactly.
@@ -50,18 +53,19 @@ var requiredAlerts = []string{
 	"LastseenRedisEvictions",
 	"LastseenRedisBreakerOpen",
 	"LastseenPurgeFailing",
+	"LastseenRuleFailing",
 	"LastseenBufferUnreadable",
 }
 
 // exportedMetrics returns the series names a scrape of the collector has,
-// after a touch, a flush and a purge (the histograms and the last flush
-// time appear after their first run): every family's name, and for a
+// after a touch, a flush, a purge and a run of a rule (the histograms and
+// the last flush and rule run times appear after their first run): every family's name, and for a
 // histogram its _bucket, _sum and _count instead. It fails unless every
 // family the collector describes is in the scrape.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	ctx := context.Background()
-	e := newEnv(t, &lastseen.User{})
+	e := newEnv(t, &lastseen.User{}, lastseen.Rule{Name: "idle", After: time.Hour, Schedule: "off"})
 	reg := prometheus.NewPedanticRegistry()
 	c := register(t, reg, e)
 	must(t, e.db.Create(&lastseen.User{ID: 1}).Error)
@@ -70,6 +74,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	_, err = e.p.Flush(ctx)
 	must(t, err)
 	_, err = e.p.PurgeExpiredSessions(ctx)
+	must(t, err)
+	_, err = e.p.RunRule(ctx, "idle")
 	must(t, err)
 	mfs, err := reg.Gather()
 	must(t, err)

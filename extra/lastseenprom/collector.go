@@ -79,9 +79,10 @@ func WithBufferSample(perHash int) Option { return func(o *options) { o.sample =
 func WithScrapeTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Collector is a prometheus.Collector over one lastseen plugin: counters
-// and gauges read from Plugin.Stats, Plugin.Breaker and
+// and gauges read from Plugin.Stats, Plugin.RuleStats, Plugin.Breaker and
 // Plugin.SampleBuffer at scrape time, duration histograms fed by the
-// flushes and purges it observes (lastseen.Observer) from New on.
+// flushes, purges and rule runs it observes (lastseen.Observer) from New
+// on. The metrics of inactivity rules carry a "rule" label (Rule.Name).
 type Collector struct {
 	lastseen.NopObserver
 	p       *lastseen.Plugin
@@ -93,7 +94,9 @@ type Collector struct {
 	lastFlush, purgeRuns, purgeDeleted, redisErrors *prometheus.Desc
 	backlog, backlogDropped, breaker, evictions     *prometheus.Desc
 	pending, inflight, oldestAge, bufferErrors      *prometheus.Desc
-	flushDuration, purgeDuration                    *prometheus.HistogramVec
+	ruleRuns, ruleRows, ruleBatches, ruleKept       *prometheus.Desc
+	lastRule                                        *prometheus.Desc
+	flushDuration, purgeDuration, ruleDuration      *prometheus.HistogramVec
 	bufferReadErrors                                atomic.Int64
 }
 
@@ -101,7 +104,7 @@ var _ prometheus.Collector = (*Collector)(nil)
 var _ lastseen.Observer = (*Collector)(nil)
 
 // New builds the collector for p, registers it on reg and makes it observe
-// p's flushes and purges. p must be initialized (db.Use) so that its table
+// p's flushes, purges and rule runs. p must be initialized (db.Use) so that its table
 // is known. Errors: reg nil (the global registry is never used silently:
 // pass prometheus.DefaultRegisterer to want it), lastseen.ErrNotInitialized,
 // an option out of range, or reg's registration error wrapped (errors.As
@@ -151,11 +154,17 @@ func newCollector(p *lastseen.Plugin, o options) *Collector {
 		flushRuns:    desc("flush_runs_total", "Flush runs by result: ok or error.", "result"),
 		flushRows: desc("flush_rows_total", "Buffered entries a flush took, by outcome: written (the column moved forward), "+
 			"unknown (no such row, Update mode), stale (the column was as new), rejected (unreadable, dropped), "+
-			"failed (refused by the database, back in pending).", "outcome"),
+			"failed (refused by the database, back in pending), uncomparable (the column could not be compared with), "+
+			"ambiguous (in an hour a DST fall-back repeats, on a naive MySQL column: left unwritten).", "outcome"),
 		flushSkipped:   desc("flush_shards_skipped_total", "Shards a flush skipped because another instance held their lock."),
 		lastFlush:      desc("last_successful_flush_timestamp_seconds", "Unix time at which the last flush run without error ended, on the plugin's clock; absent before the first."),
 		purgeRuns:      desc("purge_runs_total", "Purge runs by result: ok, error, or locked (another instance held the purge lock).", "result"),
 		purgeDeleted:   desc("purge_deleted_sessions_total", "Expired session rows deleted by purges."),
+		ruleRuns:       desc("rule_runs_total", "Inactivity rule runs by rule and result: ok, error, or locked (another instance held the rule's lock).", "rule", "result"),
+		ruleRows:       desc("rule_acted_rows_total", "Inactive rows rule runs acted on (deleted, or handed to the rule's Action), by rule.", "rule"),
+		ruleBatches:    desc("rule_batches_total", "Transactions rule runs committed, by rule; a batch whose rows were all held back by buffered activity opens none.", "rule"),
+		ruleKept:       desc("rule_kept_rows_total", "Inactive rows rule runs left because their newer activity was still buffered (or the buffer could not be read), by rule.", "rule"),
+		lastRule:       desc("last_successful_rule_run_timestamp_seconds", "Unix time at which the last run of the rule without error ended, on the plugin's clock, by rule; absent before the first.", "rule"),
 		redisErrors:    desc("redis_errors_total", "Redis calls that failed or timed out, by operation (touch).", "operation"),
 		backlog:        desc("backlog_users", "Users kept in this process's memory because Redis did not answer; the next flush sends them."),
 		backlogDropped: desc("backlog_dropped_total", "Touches dropped because the in-process backlog was full."),
@@ -169,6 +178,10 @@ func newCollector(p *lastseen.Plugin, o options) *Collector {
 			Name: "lastseen_purge_duration_seconds", Help: "Duration of purge runs that held the lock, by result: ok or error.",
 			Buckets: PurgeBuckets, ConstLabels: l,
 		}, []string{"result"}),
+		ruleDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lastseen_rule_duration_seconds", Help: "Duration of inactivity rule runs that held the rule's lock, by rule and result: ok or error.",
+			Buckets: PurgeBuckets, ConstLabels: l,
+		}, []string{"rule", "result"}),
 	}
 }
 
@@ -176,11 +189,13 @@ func newCollector(p *lastseen.Plugin, o options) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.touches, c.pending, c.inflight, c.oldestAge, c.bufferErrors,
 		c.flushRuns, c.flushRows, c.flushSkipped, c.lastFlush, c.purgeRuns, c.purgeDeleted,
-		c.redisErrors, c.backlog, c.backlogDropped, c.breaker, c.evictions} {
+		c.redisErrors, c.backlog, c.backlogDropped, c.breaker, c.evictions,
+		c.ruleRuns, c.ruleRows, c.ruleBatches, c.ruleKept, c.lastRule} {
 		ch <- d
 	}
 	c.flushDuration.Describe(ch)
 	c.purgeDuration.Describe(ch)
+	c.ruleDuration.Describe(ch)
 }
 
 // Collect reads Stats, the breaker and the buffer (one pipelined Redis
@@ -205,6 +220,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.flushRows, s.Stale, "stale")
 	counter(c.flushRows, s.Rejected, "rejected")
 	counter(c.flushRows, s.Failed, "failed")
+	counter(c.flushRows, s.Uncomparable, "uncomparable")
+	counter(c.flushRows, s.Ambiguous, "ambiguous")
 	counter(c.flushSkipped, s.FlushSkipped)
 	if !s.LastFlush.IsZero() {
 		gauge(c.lastFlush, float64(s.LastFlush.UnixNano())/1e9)
@@ -213,6 +230,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.purgeRuns, s.PurgeErrors, "error")
 	counter(c.purgeRuns, s.PurgeSkipped, "locked")
 	counter(c.purgeDeleted, s.SessionsDeleted)
+	for _, r := range c.p.RuleStats() {
+		counter(c.ruleRuns, r.Runs-r.Errors, r.Name, "ok")
+		counter(c.ruleRuns, r.Errors, r.Name, "error")
+		counter(c.ruleRuns, r.Skipped, r.Name, "locked")
+		counter(c.ruleRows, r.Rows, r.Name)
+		counter(c.ruleBatches, r.Batches, r.Name)
+		counter(c.ruleKept, r.Kept, r.Name)
+		if !r.LastRun.IsZero() {
+			gauge(c.lastRule, float64(r.LastRun.UnixNano())/1e9, r.Name)
+		}
+	}
 	counter(c.redisErrors, s.RedisErrors, "touch")
 	gauge(c.backlog, float64(s.Backlog))
 	counter(c.backlogDropped, s.BacklogDropped)
@@ -224,6 +252,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectBuffer(ch, gauge)
 	c.flushDuration.Collect(ch)
 	c.purgeDuration.Collect(ch)
+	c.ruleDuration.Collect(ch)
 }
 
 // collectBuffer sends the buffer gauges, or counts a failed read.
@@ -260,6 +289,19 @@ func (c *Collector) StartPurge(ctx context.Context) (context.Context, func(lasts
 			return
 		}
 		c.purgeDuration.WithLabelValues(result(err)).Observe(c.now().Sub(start).Seconds())
+	}
+}
+
+// StartRule times a run of rule for lastseen_rule_duration_seconds; runs
+// that did not get the rule's lock are counted in lastseen_rule_runs_total
+// only.
+func (c *Collector) StartRule(ctx context.Context, rule string) (context.Context, func(lastseen.PurgeResult, error)) {
+	start := c.now()
+	return ctx, func(_ lastseen.PurgeResult, err error) {
+		if errors.Is(err, lastseen.ErrLocked) {
+			return
+		}
+		c.ruleDuration.WithLabelValues(rule, result(err)).Observe(c.now().Sub(start).Seconds())
 	}
 }
 

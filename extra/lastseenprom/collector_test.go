@@ -36,7 +36,8 @@ type member struct {
 	LastSeenAt *time.Time
 }
 
-func newEnv(t *testing.T, userModel any) *env {
+// newEnv opens the plugin of userModel with rules (Config.Rules).
+func newEnv(t *testing.T, userModel any, rules ...lastseen.Rule) *env {
 	t.Helper()
 	r := testenv.Miniredis().Open(t)
 	db := testenv.SQLite().New(t).Open(t)
@@ -49,6 +50,7 @@ func newEnv(t *testing.T, userModel any) *env {
 		Buffer:   lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second},
 		Flush:    lastseen.FlushConfig{Schedule: "off"},
 		Sessions: lastseen.SessionConfig{Schedule: "off"},
+		Rules:    rules,
 		Test:     lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}},
 	})
 	return &env{p: p, db: db, r: r, clock: c}
@@ -231,4 +233,117 @@ lastseen_pending_users{table="users"} 0
 	must(t, testutil.GatherAndCompare(reg, strings.NewReader(help+`lastseen_buffer_read_errors_total{table="users"} 1
 `), names...))
 	e.r.Mini.SetError("")
+}
+
+// token is the model of the rule tests: tracked by LastUsedAt, table
+// "tokens".
+type token struct {
+	ID         uint64 `gorm:"primaryKey;autoIncrement:false"`
+	LastUsedAt *time.Time
+	CreatedAt  time.Time
+}
+
+// TestCollectorRules runs the rule "revoke" (90 days, batches of 2) on
+// tokens 1 to 3, unused since 2025-11-01, and 4, used 2026-02-20: the
+// first batch deletes 1 and 2; 3, touched before the run, is held back
+// by the buffer, so its batch opens no transaction. A run under another
+// instance's lock and one without the table follow. The scrape shows each
+// outcome under the rule's label, the flush's ambiguous and uncomparable
+// outcomes, and one duration per run that held the lock.
+func TestCollectorRules(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.Miniredis().Open(t)
+	db := testenv.SQLite().New(t).Open(t)
+	must(t, db.AutoMigrate(&token{}))
+	c := testenv.NewClock(start)
+	p := testenv.Use(t, db, lastseen.Config{
+		Redis: r.Client, Model: &token{}, Field: "LastUsedAt", Logger: testenv.Discard,
+		Buffer:   lastseen.BufferConfig{Shards: 2, TouchTimeout: 2 * time.Second},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Disabled: true},
+		Rules:    []lastseen.Rule{{Name: "revoke", After: 90 * 24 * time.Hour, BatchSize: 2, Schedule: "off"}},
+		Test:     lastseen.TestConfig{Now: c.Now, Seam: &testseam.Seam{PurgePause: -1}},
+	})
+	reg := prometheus.NewPedanticRegistry()
+	register(t, reg, &env{p: p, db: db, r: r, clock: c})
+	old, recent := time.Date(2025, 11, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)
+	must(t, db.Create(&[]token{{ID: 1, LastUsedAt: &old}, {ID: 2, LastUsedAt: &old}, {ID: 3, LastUsedAt: &old}, {ID: 4, LastUsedAt: &recent}}).Error)
+	_, err := p.Touch(ctx, 3)
+	must(t, err)
+
+	res, err := p.RunRule(ctx, "revoke")
+	must(t, err)
+	if res.Deleted != 2 || res.Batches != 1 || res.Kept != 1 {
+		t.Fatalf("run: %+v, want 2 deleted in 1 batch, 1 kept", res)
+	}
+	lock, err := redislock.New(r.Client).Obtain(ctx, p.Config().Buffer.Prefix+":rule:revoke:lock", time.Minute, nil)
+	must(t, err)
+	if _, err := p.RunRule(ctx, "revoke"); err != lastseen.ErrLocked {
+		t.Fatalf("run under another's lock: %v, want ErrLocked", err)
+	}
+	must(t, lock.Release(ctx))
+	must(t, db.Migrator().DropTable(&token{}))
+	if _, err := p.RunRule(ctx, "revoke"); err == nil {
+		t.Fatal("run without the tokens table: no error")
+	}
+
+	must(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP lastseen_flush_rows_total Buffered entries a flush took, by outcome: written (the column moved forward), unknown (no such row, Update mode), stale (the column was as new), rejected (unreadable, dropped), failed (refused by the database, back in pending), uncomparable (the column could not be compared with), ambiguous (in an hour a DST fall-back repeats, on a naive MySQL column: left unwritten).
+# TYPE lastseen_flush_rows_total counter
+lastseen_flush_rows_total{outcome="ambiguous",table="tokens"} 0
+lastseen_flush_rows_total{outcome="failed",table="tokens"} 0
+lastseen_flush_rows_total{outcome="rejected",table="tokens"} 0
+lastseen_flush_rows_total{outcome="stale",table="tokens"} 0
+lastseen_flush_rows_total{outcome="uncomparable",table="tokens"} 0
+lastseen_flush_rows_total{outcome="unknown",table="tokens"} 0
+lastseen_flush_rows_total{outcome="written",table="tokens"} 0
+# HELP lastseen_last_successful_rule_run_timestamp_seconds Unix time at which the last run of the rule without error ended, on the plugin's clock, by rule; absent before the first.
+# TYPE lastseen_last_successful_rule_run_timestamp_seconds gauge
+lastseen_last_successful_rule_run_timestamp_seconds{rule="revoke",table="tokens"} 1.7723574e+09
+# HELP lastseen_rule_acted_rows_total Inactive rows rule runs acted on (deleted, or handed to the rule's Action), by rule.
+# TYPE lastseen_rule_acted_rows_total counter
+lastseen_rule_acted_rows_total{rule="revoke",table="tokens"} 2
+# HELP lastseen_rule_batches_total Transactions rule runs committed, by rule; a batch whose rows were all held back by buffered activity opens none.
+# TYPE lastseen_rule_batches_total counter
+lastseen_rule_batches_total{rule="revoke",table="tokens"} 1
+# HELP lastseen_rule_duration_seconds Duration of inactivity rule runs that held the rule's lock, by rule and result: ok or error.
+# TYPE lastseen_rule_duration_seconds histogram
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="0.1"} 0
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="0.5"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="1"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="5"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="10"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="30"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="60"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="300"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="900"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="1800"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="3600"} 1
+lastseen_rule_duration_seconds_bucket{result="error",rule="revoke",table="tokens",le="+Inf"} 1
+lastseen_rule_duration_seconds_sum{result="error",rule="revoke",table="tokens"} 0.25
+lastseen_rule_duration_seconds_count{result="error",rule="revoke",table="tokens"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="0.1"} 0
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="0.5"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="1"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="5"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="10"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="30"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="60"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="300"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="900"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="1800"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="3600"} 1
+lastseen_rule_duration_seconds_bucket{result="ok",rule="revoke",table="tokens",le="+Inf"} 1
+lastseen_rule_duration_seconds_sum{result="ok",rule="revoke",table="tokens"} 0.25
+lastseen_rule_duration_seconds_count{result="ok",rule="revoke",table="tokens"} 1
+# HELP lastseen_rule_kept_rows_total Inactive rows rule runs left because their newer activity was still buffered (or the buffer could not be read), by rule.
+# TYPE lastseen_rule_kept_rows_total counter
+lastseen_rule_kept_rows_total{rule="revoke",table="tokens"} 1
+# HELP lastseen_rule_runs_total Inactivity rule runs by rule and result: ok, error, or locked (another instance held the rule's lock).
+# TYPE lastseen_rule_runs_total counter
+lastseen_rule_runs_total{result="error",rule="revoke",table="tokens"} 1
+lastseen_rule_runs_total{result="locked",rule="revoke",table="tokens"} 1
+lastseen_rule_runs_total{result="ok",rule="revoke",table="tokens"} 1
+`), "lastseen_flush_rows_total", "lastseen_last_successful_rule_run_timestamp_seconds", "lastseen_rule_acted_rows_total",
+		"lastseen_rule_batches_total", "lastseen_rule_duration_seconds", "lastseen_rule_kept_rows_total", "lastseen_rule_runs_total"))
 }
