@@ -273,6 +273,12 @@ var replicaRows = []struct {
 	{"WAL bytes (pg_current_wal_lsn)", func(v variant) string { return fmtBytes(v.WALBytes) }},
 	{"**WAL bytes per 10,000 requests**", func(v variant) string { return fmtBytes(int64(v.WALPer10k + 0.5)) }},
 	{"WAL vs per-request", func(v variant) string { return fmtRatio(v.WALRatio) }},
+	{"WAL of the variant's own records (pg_walinspect)", func(v variant) string {
+		if !v.OwnWAL {
+			return "n/a"
+		}
+		return fmtBytes(v.OwnWALBytes) + " (" + fmtRatio(v.OwnWALRatio) + ")"
+	}},
 	{"**replay lag p50**", lagCell(func(s lagSummary) string { return fmtDur(s.P50) })},
 	{"**replay lag p99**", lagCell(func(s lagSummary) string { return fmtDur(s.P99) })},
 	{"**replay lag max**", lagCell(func(s lagSummary) string { return fmtDur(s.Max) })},

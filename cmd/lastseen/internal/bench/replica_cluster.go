@@ -138,7 +138,9 @@ func startPgPair(ctx context.Context, osUserName string, log func(format string,
 	if err := p.run(ctx, "initdb", "-D", p.primary.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		return p, err
 	}
-	if err := p.appendConf(p.primary, "wal_level = replica\nmax_wal_senders = 4\n"); err != nil {
+	// Autovacuum off: it would vacuum one variant's table during the next
+	// variant's run, and the WAL is measured server-wide.
+	if err := p.appendConf(p.primary, "wal_level = replica\nmax_wal_senders = 4\nautovacuum = off\n"); err != nil {
 		return p, err
 	}
 	if err := p.start(ctx, p.primary); err != nil {

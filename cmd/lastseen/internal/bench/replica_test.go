@@ -60,6 +60,7 @@ On a private primary and standby. Replay lag: pg_stat_replication.replay_lag on 
 | WAL bytes (pg_current_wal_lsn) | 15.0 MiB | 350.0 KiB |
 | **WAL bytes per 10,000 requests** | 1.5 MiB | 35.0 KiB |
 | WAL vs per-request | 1.00 | 0.0228 (1/43.9) |
+| WAL of the variant's own records (pg_walinspect) | n/a | n/a |
 | **replay lag p50** | 2.00 ms | 0 ns |
 | **replay lag p99** | 40.00 ms | 10.00 ms |
 | **replay lag max** | 50.00 ms | 10.00 ms |
