@@ -288,6 +288,9 @@ var replicaRows = []struct {
 		return fmtBytes(s.BytesP50) + " / " + fmtBytes(s.BytesP99) + " / " + fmtBytes(s.BytesMax)
 	})},
 	{"samples (of which NULL)", lagCell(func(s lagSummary) string { return fmtInt(int64(s.Samples)) + " (" + fmtInt(int64(s.Null)) + ")" })},
+	{"samples with WAL not yet replayed", lagCell(func(s lagSummary) string {
+		return fmtInt(int64(s.Behind)) + " (" + fmt.Sprintf("%.0f%%", 100*ratio(float64(s.Behind), float64(s.Samples))) + ")"
+	})},
 	{"standby caught up after the flush in", lagCell(func(s lagSummary) string { return fmtDur(s.CatchUp) })},
 	{"flush wall time", flushOnly(func(v variant) string { return fmtDur(v.FlushWall) })},
 	{"standby's table equals the primary's", func(v variant) string { return v.StandbyCheck }},
@@ -309,10 +312,12 @@ func (q *replicaResult) targets() []target {
 		t = append(t, target{"replica: lastseen+local writes >= 20x fewer WAL bytes per 10,000 requests than per-request",
 			fmt.Sprintf("%.1fx (%s against %s)", fewer, fmtBytes(int64(v.WALPer10k+0.5)), fmtBytes(int64(q.Variants[0].WALPer10k+0.5))),
 			fewer >= 20})
+		// The worst lag, not p99: lastseen+local's run is over in a second
+		// or two, so its p99 is the lag of its one flush.
 		base := q.Variants[0].Lag
 		if base != nil {
-			t = append(t, target{"replica: lastseen+local replay lag p99 at or below per-request's",
-				fmtDur(v.Lag.P99) + " against " + fmtDur(base.P99), v.Lag.P99 <= base.P99})
+			t = append(t, target{"replica: lastseen+local's worst replay lag (max) at or below per-request's",
+				fmtDur(v.Lag.Max) + " against " + fmtDur(base.Max), v.Lag.Max <= base.Max})
 		}
 	}
 	return t

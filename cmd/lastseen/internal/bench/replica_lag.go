@@ -26,8 +26,12 @@ type lagSample struct {
 // percentiles over every sample, a NULL replay_lag counting as 0 (caught
 // up).
 type lagSummary struct {
-	Samples  int           `json:"samples"`
-	Null     int           `json:"null_samples"`
+	Samples int `json:"samples"`
+	Null    int `json:"null_samples"`
+	// Behind counts the samples where the standby had not replayed all the
+	// WAL the primary had written: the share of the run it was behind,
+	// which a short run's percentiles hide.
+	Behind   int           `json:"behind_samples"`
 	P50      time.Duration `json:"replay_lag_p50_ns"`
 	P99      time.Duration `json:"replay_lag_p99_ns"`
 	Max      time.Duration `json:"replay_lag_max_ns"`
@@ -51,6 +55,9 @@ func summarizeLag(samples []lagSample) lagSummary {
 		lags[i], bytes[i] = x.Replay, time.Duration(x.Bytes)
 		if x.Null {
 			s.Null++
+		}
+		if x.Bytes > 0 {
+			s.Behind++
 		}
 	}
 	slices.Sort(lags)
