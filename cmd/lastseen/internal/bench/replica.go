@@ -58,11 +58,11 @@ func (c *Cmd) runReplica(ctx context.Context) (err error) {
 	primary, standby := c.ReplicaPrimary, c.ReplicaStandby
 	server := "the primary given by --replica-primary"
 	if primary == "" {
-		pair, err := startPgPair(ctx, c.ReplicaOSUser, c.progress)
-		if err != nil {
+		var pair *pgPair
+		if pair, err = startPgPair(ctx, c.ReplicaOSUser, c.progress); err != nil {
 			return err
 		}
-		defer func() {
+		defer func() { // err is the named result: a failed stop is reported
 			if serr := pair.stop(); serr != nil && err == nil {
 				err = serr
 			}
