@@ -49,7 +49,7 @@ func TestCommandLineMistakesExit2(t *testing.T) {
 		{[]string{"bench", "--zipf", "1", "--postgres", "x", "--redis", "y"},
 			"lastseen: bench: --zipf is 1, want more than 1 (math/rand/v2's Zipf needs s > 1)\nrun \"lastseen bench --help\" for its flags\n"},
 		{[]string{"bench", "nosuch", "--postgres", "x", "--redis", "y"},
-			"lastseen: [<what>] must be one of \"requests\",\"flush\",\"purge\",\"all\",\"memory\" but got \"nosuch\"\nrun \"lastseen bench --help\" for its flags\n"},
+			"lastseen: [<what>] must be one of \"requests\",\"flush\",\"purge\",\"all\",\"memory\",\"replica\" but got \"nosuch\"\nrun \"lastseen bench --help\" for its flags\n"},
 		{[]string{"status", "--redis", mr.Addr()},
 			"lastseen: no database: give one of --postgres, --mysql or --sqlite\nrun \"lastseen status --help\" for its flags\n"},
 		{[]string{"flush", "--sqlite", missing},

@@ -32,6 +32,11 @@ import (
 //	bench memory      Redis INFO used_memory per touched user, format 1's
 //	                  key-per-marker layout against the library's, on a
 //	                  private redis-server (memory.go; needs no PostgreSQL)
+//	bench replica     the request stream through per-request, lastseen and
+//	                  lastseen+local on a primary with a streaming standby:
+//	                  WAL per 10,000 requests, rows written and the standby's
+//	                  replay lag (replica.go; starts a private primary and
+//	                  standby unless --replica-primary)
 //
 // It works in a PostgreSQL schema and under a Redis key prefix of its own
 // (both named lastseen_bench_<random> / lastseen-bench-<random>) and removes
@@ -39,7 +44,7 @@ import (
 // on stdout, progress on stderr, and returns an error when a correctness
 // check of the run fails (timings are never checked).
 type Cmd struct {
-	What string `arg:"" optional:"" default:"requests" enum:"requests,flush,purge,all,memory" help:"What to measure: requests (default), flush, purge, all (the three) or memory (Redis bytes per user; needs neither --postgres nor --redis)."`
+	What string `arg:"" optional:"" default:"requests" enum:"requests,flush,purge,all,memory,replica" help:"What to measure: requests (default), flush, purge, all (the three), memory (Redis bytes per user; needs neither --postgres nor --redis) or replica (WAL and a streaming standby's replay lag; starts its own PostgreSQL primary and standby unless --replica-primary, needs no --postgres)."`
 
 	Postgres string `env:"LASTSEEN_POSTGRES_DSN" placeholder:"DSN" help:"PostgreSQL DSN (key=value or URL). The benchmark works in a schema of its own and drops it at the end."`
 	Redis    string `env:"LASTSEEN_REDIS_ADDR" placeholder:"ADDR" help:"Redis host:port or redis:// URL. Keys go under a prefix of their own, deleted at the end."`
@@ -65,7 +70,8 @@ type Cmd struct {
 	JSON       string `name:"json" placeholder:"FILE" help:"Also write every figure as JSON to FILE."`
 	CPUProfile string `name:"cpuprofile" placeholder:"FILE" help:"flush: write a CPU profile of the library's flush to FILE."`
 
-	MemoryFlags // memory.go
+	MemoryFlags  // memory.go
+	ReplicaFlags // replica.go
 
 	out io.Writer // report; os.Stdout when nil
 	log io.Writer // progress; os.Stderr when nil
@@ -104,7 +110,11 @@ func (c *Cmd) validate() error {
 		return bad("--touch-timeout is %v, want 0 (the default) or more", c.TouchTimeout)
 	case c.PurgePause < 0:
 		return bad("--purge-pause is %v, want 0 (none) or more", c.PurgePause)
-	case c.Postgres == "":
+	case c.What == "replica" && c.ReplicaInterval < time.Millisecond:
+		return bad("--replica-interval is %v, want at least 1ms", c.ReplicaInterval)
+	case c.What == "replica" && c.ReplicaStandby != "" && c.ReplicaPrimary == "":
+		return bad("--replica-standby needs --replica-primary (the private pair is checked without it)")
+	case c.Postgres == "" && c.What != "replica":
 		return bad("--postgres is required")
 	case c.Redis == "":
 		return bad("--redis is required")
@@ -152,6 +162,9 @@ func (c *Cmd) run(ctx context.Context) (err error) {
 	if c.What == "memory" {
 		return c.runMemory(ctx)
 	}
+	if c.What == "replica" {
+		return c.runReplica(ctx) // replica.go
+	}
 	env, err := openEnv(ctx, c)
 	if err != nil {
 		return err
@@ -180,6 +193,12 @@ func (c *Cmd) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	return c.finish(rep)
+}
+
+// finish prints the report, writes the JSON and returns an error naming
+// the failed correctness checks.
+func (c *Cmd) finish(rep *report) error {
 	rep.Info.LoadEnd = loadAvg()
 	rep.Targets = rep.targets()
 	rep.writeMarkdown(c.stdout(), c)

@@ -43,6 +43,8 @@ type env struct {
 	walSchema string // schema of pg_walinspect, "" when unavailable
 	walNote   string // why pg_walinspect is unavailable
 	created   bool   // the schema exists
+
+	lag *lagWatch // bench replica: samples the standby's lag during each variant's requests and flush
 }
 
 func openEnv(ctx context.Context, c *Cmd) (*env, error) {

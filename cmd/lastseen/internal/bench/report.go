@@ -18,6 +18,7 @@ type report struct {
 	Scale    []scaleRun      `json:"requests_scale,omitempty"`
 	Flush    *flushResult    `json:"flush,omitempty"`
 	Purge    *purgeResult    `json:"purge,omitempty"`
+	Replica  *replicaResult  `json:"replica,omitempty"`
 	Targets  []target        `json:"targets"`
 }
 
@@ -58,6 +59,16 @@ func (r *report) failedChecks() []string {
 	}
 	if r.Purge != nil && r.Purge.Check != "ok" {
 		failed = append(failed, "purge: "+r.Purge.Check)
+	}
+	if r.Replica != nil {
+		for _, v := range r.Replica.Variants {
+			if v.Check != "ok" {
+				failed = append(failed, "replica "+v.Name+": "+v.Check)
+			}
+			if v.StandbyCheck != "ok" && v.StandbyCheck != "not checked: no --replica-standby" {
+				failed = append(failed, "replica "+v.Name+": "+v.StandbyCheck)
+			}
+		}
 	}
 	return failed
 }
@@ -147,6 +158,9 @@ func (r *report) writeMarkdown(w io.Writer, c *Cmd) {
 	}
 	if p := r.Purge; p != nil {
 		writePurge(w, p)
+	}
+	if q := r.Replica; q != nil {
+		writeReplica(w, q) // replica.go
 	}
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(w, "\n## Targets (judged on this run; reported, never asserted)\n\n| target | this run | met |\n|---|---|---|\n")
@@ -299,6 +313,9 @@ func (r *report) targets() []target {
 	}
 	if r.Flush != nil {
 		t = append(t, r.Flush.targets()...)
+	}
+	if r.Replica != nil {
+		t = append(t, r.Replica.targets()...)
 	}
 	if p := r.Purge; p != nil {
 		add("purge >= 100,000 rows/s", fmtRate(p.RowsPerSec), p.RowsPerSec >= 100_000)

@@ -100,6 +100,14 @@ type variant struct {
 	UsersUpdated int64           `json:"users_updated"`
 	Check        string          `json:"check"`
 	Library      *lastseen.Stats `json:"library_stats,omitempty"`
+
+	// bench replica only (replica.go)
+	WALPer10k    float64     `json:"wal_bytes_per_10k_requests,omitempty"`
+	Lag          *lagSummary `json:"replica_lag,omitempty"`
+	LagSamples   []lagSample `json:"replica_lag_samples,omitempty"`
+	LagP99Ratio  float64     `json:"replica_lag_p99_vs_per_request,omitempty"`
+	LagMaxRatio  float64     `json:"replica_lag_max_vs_per_request,omitempty"`
+	StandbyCheck string      `json:"standby_check,omitempty"`
 }
 
 // requestsResult is the request benchmark's result.
@@ -155,14 +163,7 @@ func (e *env) runRequests(ctx context.Context) (*requestsResult, error) {
 		}
 		res.Variants = append(res.Variants, r)
 	}
-	base := res.Variants[0]
-	for i := range res.Variants {
-		v := &res.Variants[i]
-		v.RowsRatio = ratio(float64(v.RowsWritten), float64(base.RowsWritten))
-		v.WALRatio = ratio(float64(v.WALBytes), float64(base.WALBytes))
-		v.OwnWALRatio = ratio(float64(v.OwnWALBytes), float64(base.OwnWALBytes))
-		v.P50Ratio = ratio(float64(v.P50), float64(base.P50))
-	}
+	setRatios(res.Variants)
 	var err error
 	if res.Touch, err = e.runTouch(ctx, st); err != nil {
 		return nil, err
@@ -195,7 +196,16 @@ func (e *env) runVariant(ctx context.Context, name, tablePrefix string, st strea
 	if err != nil {
 		return r.v, err
 	}
-	for _, step := range []func(context.Context) error{r.baseline, r.replay, r.flush, r.countRedis, r.countPostgres, r.check} {
+	steps := []func(context.Context) error{r.baseline, r.replay, r.flush, r.countRedis, r.countPostgres, r.check}
+	if e.lag != nil { // bench replica: the standby's lag during the requests and the flush
+		steps = []func(context.Context) error{r.baseline, r.lagStart, r.replay, r.flush, r.lagStop, r.countRedis, r.countPostgres, r.check}
+		defer func() {
+			if r.lagRunning {
+				_, _ = e.lag.stop()
+			}
+		}()
+	}
+	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return r.v, err
 		}
@@ -221,6 +231,7 @@ type variantRun struct {
 	cs0, cs1      map[string]int64 // Redis INFO commandstats before and after the requests
 	cmds0, trips0 int64            // client-side command and round-trip counters before
 	heap          *heapSampler     // heap growth from the requests to the end of the flush
+	lagRunning    bool             // bench replica: the lag sampler runs
 }
 
 // setUp creates the users table, opens the design on it and warms the
