@@ -21,7 +21,9 @@ import (
 // Without Rename, a timestamp pending under oldID is counted Unknown by
 // the flush that finds no row with that key, and is lost. An id freed by
 // the rename and taken by another user before the next flush receives
-// oldID's timestamp, if it is newer than that user's own.
+// oldID's timestamp, if it is newer than that user's own; so does a row
+// keyed newID when the app's UPDATE then fails (newID taken): check that
+// newID is free before calling Rename.
 //
 // Throttle markers are not copied: newID's next touch opens a throttle
 // window of its own (one more recorded touch). Renaming an id to itself,
