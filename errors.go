@@ -15,7 +15,8 @@ var (
 	// ErrInvalidUserID: an id that is not an integer, string or
 	// fmt.Stringer, is empty or zero, does not fit the key (an integer key
 	// refuses leading or trailing spaces), is longer than its column's
-	// declared characters (else 128 bytes), or holds what the column
+	// declared length (characters, or bytes for a binary string column;
+	// else 128 bytes), or holds what the column
 	// cannot (NUL on PostgreSQL and SQLite, invalid UTF-8 on PostgreSQL
 	// and MySQL).
 	ErrInvalidUserID = idcodec.ErrInvalid

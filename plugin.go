@@ -210,7 +210,7 @@ func (p *Plugin) initialize(db *gorm.DB) error {
 	}
 	// NewDB without Initialized: every statement on p.db starts a fresh chain,
 	// so no Model or condition of one statement leaks into the next.
-	p.db = db.Session(&gorm.Session{NewDB: true})
+	p.db = unprepared(db.Session(&gorm.Session{NewDB: true, Context: context.Background()}))
 	if sched != nil {
 		sched.start()
 	}
@@ -439,4 +439,19 @@ func (p *Plugin) openBuffer() buffer.Buffer {
 			Backlogged: &p.stats.backlogged, BacklogDropped: &p.stats.backlogDropped, Evictions: &p.stats.evictions},
 		Hooks: hooks,
 	})
+}
+
+// unprepared makes db, a session of its own (its Statement cloned), run
+// its statements without GORM's prepared-statement cache
+// (gorm.Config.PrepareStmt): a flush's statements list each batch's values,
+// so nearly every batch size is a statement text of its own, which the
+// cache would keep (24 hours and no size limit by default) and the server
+// hold prepared on each connection that ran it (MySQL refuses every
+// prepare past max_prepared_stmt_count, the app's own included). The app's
+// handle keeps its cache.
+func unprepared(db *gorm.DB) *gorm.DB {
+	if ps, ok := db.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
+		db.Statement.ConnPool, db.Config.ConnPool, db.Config.PrepareStmt = ps.ConnPool, ps.ConnPool, false
+	}
+	return db
 }

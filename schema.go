@@ -233,7 +233,8 @@ func (p *Plugin) checkTable(ctx context.Context, op string, c tableCheck, ok *at
 const maxKeyChars = maxIDLengthLimit / 4
 
 // checkKeyLength fits the id limit to a string key column's declared
-// length, in characters as varchar(n) counts them (utf8mb4 included): left
+// length, in the column's own unit: characters as varchar(n) counts them
+// (utf8mb4 included), bytes for a binary string type (countsBytes). Left
 // at its default (128 bytes) it becomes the length, up to maxKeyChars; set
 // by the test seam above it, it is an error, as longer ids would be
 // refused by the flush, or truncated into another id by MySQL outside
@@ -244,16 +245,31 @@ func (p *Plugin) checkKeyLength(col gorm.ColumnType) error {
 		return nil
 	}
 	n, ok := col.Length()
+	bytes := countsBytes(col.DatabaseTypeName())
+	unit := map[bool]string{false: "characters", true: "bytes"}[bytes]
 	switch {
 	case !ok || n <= 0:
 		return nil
 	case p.idLenSet && n < int64(ids.MaxLen):
-		return invalid("MaxIDLength %d: key column %s.%s holds at most %d characters", ids.MaxLen, p.users.model.table, col.Name(), n)
+		return invalid("MaxIDLength %d: key column %s.%s holds at most %d %s", ids.MaxLen, p.users.model.table, col.Name(), n, unit)
 	case p.idLenSet:
+		return nil
+	}
+	if bytes {
+		ids.MaxLen, ids.Chars = int(min(n, maxIDLengthLimit)), false
 		return nil
 	}
 	ids.MaxLen, ids.Chars = int(min(n, maxKeyChars)), true
 	return nil
+}
+
+// countsBytes reports a column type whose declared length counts bytes,
+// not characters: the binary string types (MySQL BINARY and VARBINARY, and
+// a CHAR or VARCHAR declared CHARACTER SET binary, which the catalog
+// reports as those; BLOB; PostgreSQL bytea declares no length).
+func countsBytes(typ string) bool {
+	t := strings.ToLower(typ)
+	return strings.Contains(t, "binary") || strings.Contains(t, "blob") || t == "bytea"
 }
 
 // logSchemaError logs a scheduled job's schema error through its limiter:

@@ -202,3 +202,33 @@ func TestMaxIDLength(t *testing.T) {
 		}
 	})
 }
+
+// binaryHandleUser is keyed by a byte string: MySQL VARBINARY(16), which
+// counts bytes, not characters (a case-sensitive username key).
+type binaryHandleUser struct {
+	Handle     string `gorm:"primaryKey;type:varbinary(16)"`
+	LastSeenAt *time.Time
+}
+
+// TestKeyLengthInBytesForBinaryColumns, on MySQL/MariaDB: a VARBINARY(16)
+// key holds 16 bytes, whatever the characters: 8 "ü" (16 bytes) are
+// tracked and written; 9 "ü" (18 bytes, 9 characters) are refused at
+// Touch naming bytes, as no row can have that key. Before, the limit was
+// taken as 16 characters, as for a VARCHAR: 9 "ü" were accepted, and 16
+// "ü" too (32 bytes).
+func TestKeyLengthInBytesForBinaryColumns(t *testing.T) {
+	h := newHarness(t, servers.MySQL(), testenv.Miniredis())
+	ctx := context.Background()
+	must(t, h.db.AutoMigrate(&binaryHandleUser{}))
+	p, db := h.plugin(withModel(h.config(), &binaryHandleUser{}))
+	eight, nine := strings.Repeat("ü", 8), strings.Repeat("ü", 9)
+	must(t, db.Create(&binaryHandleUser{Handle: eight}).Error)
+	_, err := p.Touch(ctx, nine)
+	equal(t, "9 ü (18 bytes)", fmt.Sprint(err), "lastseen: invalid user id: string of 18 bytes (at most 16)")
+	_, err = p.Touch(ctx, eight)
+	equal(t, "8 ü (16 bytes)", err, nil)
+	res, err := p.Flush(ctx)
+	must(t, err)
+	equal(t, "written, unknown", [2]int{res.Written, res.Unknown}, [2]int{1, 0})
+	equal(t, "column", lastSeenColumn(t, db, "binary_handle_users", "handle", "last_seen_at", eight), "2026-03-01T09:30:00Z")
+}

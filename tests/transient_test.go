@@ -236,3 +236,46 @@ func TestKilledConnectionIsNeverARefusedSession(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLiteBusyIsNeverARefusal: the app holds SQLite's write lock (an
+// open BEGIN IMMEDIATE on a connection of its own) through two flushes,
+// each statement of which waits out the busy timeout (5s) and fails with
+// SQLITE_BUSY. With MaxRefusals 1 and MaxRetries 1, neither flush counts
+// a refusal or drops an entry: each returns the lock's error, 0 written,
+// Failed 0, Dropped 0, every value still pending. Once the app commits,
+// one flush writes all 4 users with their exact values.
+func TestSQLiteBusyIsNeverARefusal(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
+	ctx := context.Background()
+	want := seedFaultUsers(t, h.db, 4)
+	cfg := faultFlushConfig(h)
+	testenv.Seam(&cfg).MaxRefusals, testenv.Seam(&cfg).MaxRetries = 1, 1
+	p := usePlugin(t, h.openDB(), cfg)
+	touchFaultUsers(t, p, 4, "2026-03-01T10:00:00Z", want)
+
+	sqlDB, err := h.openDB().DB()
+	must(t, err)
+	conn, err := sqlDB.Conn(ctx)
+	must(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	must(t, err)
+	for flush := 1; flush <= 2; flush++ {
+		res, err := p.Flush(ctx)
+		if err == nil || errors.Is(err, lastseen.ErrRefused) || errors.Is(err, lastseen.ErrSystemic) {
+			t.Errorf("flush %d under the app's write lock: %v, want the lock's error", flush, err)
+		}
+		equal(t, fmt.Sprintf("flush %d: written, failed, dropped", flush), [3]int{res.Written, res.Failed, res.Dropped}, [3]int{0, 0, 0})
+		for id := 1; id <= 4; id++ {
+			equal(t, fmt.Sprintf("flush %d: user %d pending", flush, id), pendingValue(t, p, id), want[id])
+		}
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	must(t, err)
+	res, err := p.Flush(ctx)
+	must(t, err)
+	equal(t, "written once the lock is gone", res.Written, 4)
+	checkFaultColumns(t, h.db, "once the lock is gone", want)
+	st := p.Stats()
+	equal(t, "Stats failed, dropped", [2]int64{st.Failed, st.Dropped}, [2]int64{0, 0})
+}

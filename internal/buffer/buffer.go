@@ -64,21 +64,18 @@ type Buffer interface {
 	// 0.81% standard error) with Redis, exact in memory. A set whose time to
 	// live has passed counts as empty.
 	Count(ctx context.Context, keysOf func(keys.Shard) []string) (int64, error)
-	// Rename moves oldUID's buffered timestamp to newUID, for a user whose
-	// primary key changed: the newest of oldUID's pending, in-flight and
+	// Rename copies oldUID's buffered timestamp to newUID, for a user whose
+	// primary key changes: the newest of oldUID's pending, in-flight and
 	// kept-aside (backlog) values raises newUID's pending value (newest
 	// wins; a pending value beyond Ceiling(now) is replaced, as a touch
-	// does), and oldUID's entries and refusal count are removed. It returns
-	// the timestamp moved, the zero time when oldUID had none. Throttle
-	// markers are not moved: newUID's next touch opens a window of its own.
-	// It is safe against a concurrent flush: an in-flight entry it removes
-	// is not requeued by that flush under oldUID (ShardLease.Requeue skips
-	// entries no longer in flight), and one the flush read before the
-	// rename is written under oldUID as well, which is harmless (writes
-	// only move forward). The timestamp is never lost: the Redis buffer
-	// raises newUID before it removes oldUID, so an error between the two
-	// leaves it under both ids (oldUID's is then written too, or counted
-	// Unknown). oldUID and newUID differ.
+	// does). oldUID's entries and refusal count stay: a flush that runs
+	// before the app's UPDATE of the key writes them to the old row, which
+	// the UPDATE carries to the new key, and finds no row for newUID yet
+	// (Unknown); one after it writes newUID's copy and finds no row for
+	// oldUID. Either way the row gets the timestamp. It returns the
+	// timestamp copied, the zero time when oldUID had none. Throttle
+	// markers are not copied: newUID's next touch opens a window of its
+	// own. oldUID and newUID differ.
 	Rename(ctx context.Context, oldUID, newUID string, now time.Time) (time.Time, error)
 	// Replay moves what the buffer kept aside in process into its shards
 	// before a flush (the Redis buffer's backlog); nil when there was
@@ -171,7 +168,7 @@ type ShardLease interface {
 	// and counts each entry's refusals: an entry refused the limit-th time
 	// (limit 0: never) is dropped instead, its count cleared, and its field
 	// returned in dropped, in the order given. An entry no longer in flight
-	// (Buffer.Rename took it) is skipped: neither requeued nor counted.
+	// (its hash lost meanwhile) is skipped: neither requeued nor counted.
 	Requeue(ctx context.Context, refused []Refused, ceiling int64, limit int) (dropped []string, err error)
 }
 

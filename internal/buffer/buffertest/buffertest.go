@@ -764,35 +764,36 @@ func (c *check) rename(oldUID, newUID string, want time.Duration) {
 	}
 }
 
-// renames: Rename moves the old id's pending value to the new id's, across
-// shards and within one; the new id keeps a newer value of its own and
-// takes a newer one (newest wins); the old id's entry is gone; an id with
-// nothing buffered moves nothing.
+// renames: Rename copies the old id's pending value to the new id's,
+// across shards and within one; the new id keeps a newer value of its own
+// and takes a newer one (newest wins); the old id's entry stays (a flush
+// before the app's UPDATE of the key writes it to the old row); an id with
+// nothing buffered copies nothing.
 func renames(c *check) {
-	s0, s1 := c.users(0, 2), c.users(1, 2)
+	s0, s1, s2 := c.users(0, 2), c.users(1, 2), c.users(2, 2)
 	c.record(s0[0], 10*time.Second)
 	c.rename(s0[0], s1[0], 10*time.Second) // to another shard, with nothing buffered
-	c.newest([]string{s0[0], s1[0]}, -1, 10*time.Second)
-	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
+	c.newest([]string{s0[0], s1[0]}, 10*time.Second, 10*time.Second)
+	c.sizes(1, 0, 1, 0, 0, 0, 0, 0)
 	c.record(s1[1], 30*time.Second)
 	c.record(s0[1], 20*time.Second)
 	c.rename(s0[1], s1[1], 20*time.Second) // onto a newer value: kept
-	c.newest([]string{s0[1], s1[1]}, -1, 30*time.Second)
+	c.newest([]string{s0[1], s1[1]}, 20*time.Second, 30*time.Second)
 	c.rename(s1[1], s1[0], 30*time.Second) // within a shard, onto an older value: raised
-	c.newest([]string{s1[0], s1[1]}, 30*time.Second, -1)
-	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
-	c.rename(s0[0], s0[1], -1) // nothing buffered
-	c.newest([]string{s0[0], s0[1]}, -1, -1)
-	c.sizes(0, 0, 1, 0, 0, 0, 0, 0)
+	c.newest([]string{s1[0], s1[1]}, 30*time.Second, 30*time.Second)
+	c.sizes(2, 0, 2, 0, 0, 0, 0, 0)
+	c.rename(s2[0], s2[1], -1) // nothing buffered
+	c.newest([]string{s2[0], s2[1]}, -1, -1)
+	c.sizes(2, 0, 2, 0, 0, 0, 0, 0)
 }
 
 // renameDuringFlush: a flush swapped the old id's entry to in-flight and
 // scanned it, and the user was touched again (a newer pending value). The
-// rename moves the newest of both and leaves nothing in flight; the flush,
-// whose write of the old id is refused, does not requeue it (nor count
-// it), and its acknowledgement removes nothing of the new id's. The old
-// id's refusal count is cleared too: refused once before the rename and
-// once after, it is not dropped at a limit of 2.
+// rename copies the newest of both to the new id and leaves the old id's
+// entries where they are: the flush's requeue of a refused write and its
+// acknowledgement go on as without the rename (the refusal counted, the
+// older in-flight value not raising the newer pending one), and remove
+// nothing of the new id's.
 func renameDuringFlush(c *check) {
 	old, other := c.users(2, 1)[0], c.users(3, 1)[0]
 	c.record(old, 0)
@@ -800,25 +801,14 @@ func renameDuringFlush(c *check) {
 	ceiling := func() int64 { return buffer.Ceiling(c.clock.Now()) }
 	c.swap(l, 1)
 	got := c.scan(l, 10)
-	c.requeue(l, refused(got, old), ceiling(), 2) // refused once: count 1
-	c.must(l.Ack(c.ctx, nil, true))
-	c.swap(l, 1)
-	got = c.scan(l, 10)
 	equalSlices(c.t, "in flight", values(got), entries(old, micros(0)))
 	c.record(old, 2*time.Minute) // pending again, newer
 	c.rename(old, other, 2*time.Minute)
-	c.newest([]string{old, other}, -1, 2*time.Minute)
-	c.sizes(0, 0, 0, 0, 0, 0, 1, 0)
-	equal(c.t, "in flight after the rename", len(c.scan(l, 10)), 0)
-	c.requeue(l, refused(got, old), ceiling(), 2) // the flush's write was refused: skipped
-	c.must(l.Ack(c.ctx, []buffer.Held{{Field: old, Bucket: got[old].bucket}}, true))
-	c.newest([]string{old, other}, -1, 2*time.Minute)
-	c.sizes(0, 0, 0, 0, 0, 0, 1, 0)
-	// The old id, touched again, starts a refusal count of its own.
-	c.record(old, 4*time.Minute)
-	c.swap(l, 1)
-	got = c.scan(l, 10)
-	c.requeue(l, refused(got, old), ceiling(), 2)
+	c.newest([]string{old, other}, 2*time.Minute, 2*time.Minute)
+	c.sizes(0, 0, 0, 0, 1, 1, 1, 0)
+	equal(c.t, "in flight after the rename", len(c.scan(l, 10)), 1)
+	c.requeue(l, refused(got, old), ceiling(), 1, old) // refused at a limit of 1: dropped
 	c.must(l.Ack(c.ctx, nil, true))
-	c.newest([]string{old}, 4*time.Minute)
+	c.newest([]string{old, other}, 2*time.Minute, 2*time.Minute)
+	c.sizes(0, 0, 0, 0, 1, 0, 1, 0)
 }

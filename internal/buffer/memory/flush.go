@@ -139,7 +139,7 @@ func (l *shardLease) Requeue(_ context.Context, refused []buffer.Refused, ceilin
 	var dropped []string
 	for _, r := range refused {
 		if _, held := s.inflight.m[r.Field]; !held {
-			continue // renamed meanwhile (Buffer.Rename): no longer this entry
+			continue // no longer in flight: not this flush's entry
 		}
 		delete(s.inflight.m, r.Field)
 		s.refusals[r.Field]++

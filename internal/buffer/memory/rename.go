@@ -8,10 +8,11 @@ import (
 	"github.com/lastseen/lastseen/internal/keys"
 )
 
-// Rename moves oldUID's pending and in-flight values to newUID's pending
-// value (newest wins) under both shards' mutexes, taken in shard order:
-// atomic with respect to touches and to the flush's swap, scan, ack and
-// requeue. It never fails.
+// Rename copies the newest of oldUID's pending and in-flight values to
+// newUID's pending value (newest wins) under both shards' mutexes, taken in
+// shard order: atomic with respect to touches and to the flush's swap,
+// scan, ack and requeue. oldUID's entries stay (buffer.Buffer). It never
+// fails.
 func (b *Buffer) Rename(_ context.Context, oldUID, newUID string, now time.Time) (time.Time, error) {
 	from, to := b.shards[keys.ShardOf(oldUID, len(b.shards))], b.shards[keys.ShardOf(newUID, len(b.shards))]
 	first, second := from, to
@@ -25,9 +26,6 @@ func (b *Buffer) Rename(_ context.Context, oldUID, newUID string, now time.Time)
 		defer second.mu.Unlock()
 	}
 	ts := max(from.pending.m[oldUID], from.inflight.m[oldUID])
-	delete(from.pending.m, oldUID)
-	delete(from.inflight.m, oldUID)
-	delete(from.refusals, oldUID)
 	if ts == 0 {
 		return time.Time{}, nil
 	}

@@ -35,20 +35,17 @@ func (b *backlog) add(uid string, ts int64) bool {
 	return true
 }
 
-// rename moves oldUID's entry to newUID (newest wins) and returns it; ok
-// is false when oldUID had none. The backlog does not grow.
+// rename copies oldUID's entry to newUID (newest wins) and returns it; ok
+// is false when oldUID had none or the copy did not fit (newUID new, the
+// backlog full). oldUID's entry stays.
 func (b *backlog) rename(oldUID, newUID string) (ts int64, ok bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	ts, ok = b.m[oldUID]
+	b.mu.Unlock()
 	if !ok {
 		return 0, false
 	}
-	delete(b.m, oldUID)
-	if cur, has := b.m[newUID]; !has || ts > cur {
-		b.m[newUID] = ts
-	}
-	return ts, true
+	return ts, b.add(newUID, ts)
 }
 
 func (b *backlog) get(uid string) (int64, bool) {

@@ -8,63 +8,41 @@ import (
 	"github.com/lastseen/lastseen/internal/buffer"
 )
 
-// renameRounds bounds the rounds of Rename against an old id that is
-// still being touched.
-const renameRounds = 3
-
-// Rename moves oldUID's buffered timestamp to newUID (buffer.Buffer). The
-// backlog's entry moves in process. In Redis the two ids may live in
+// Rename copies oldUID's buffered timestamp to newUID (buffer.Buffer). The
+// backlog's entry is copied in process. In Redis the two ids may live in
 // different shards, so in different Redis Cluster slots that no one script
 // can both touch; each step is one script on one shard:
 //
 //  1. read oldUID's pending and in-flight values (read.lua);
 //  2. raise newUID's pending value to the newest of them (merge.lua:
-//     newest wins);
-//  3. remove oldUID's values that are not newer than it, and its refusal
-//     count (rename.lua).
+//     newest wins).
 //
-// The timestamp is under one id at least at every point: an error at step
-// 2 leaves it under oldUID, one at step 3 under both, and the error says
-// which. A touch of oldUID newer than what step 1 read survives step 3 and
-// starts another round, at most renameRounds.
+// oldUID's entries stay where they are: a flush before the app's UPDATE
+// of the key writes them to the old row, which the UPDATE carries to the
+// new key.
 func (b *Buffer) Rename(ctx context.Context, oldUID, newUID string, now time.Time) (time.Time, error) {
 	var moved time.Time
 	if ts, ok := b.backlog.rename(oldUID, newUID); ok {
 		moved = time.UnixMicro(ts).UTC()
 	}
-	ceiling := buffer.Ceiling(now)
-	for range renameRounds {
-		ts, err := b.newestOf(ctx, oldUID, now)
-		if err != nil {
-			return moved, fmt.Errorf("read %s: %w", oldUID, err)
-		}
-		if ts == 0 {
-			return moved, nil
-		}
-		to, bucket := b.locate(newUID)
-		err = b.redis(ctx, func(ctx context.Context, rdb *client) error {
-			return mergeScript.Run(ctx, rdb, []string{to.pending[bucket]}, ceiling, 1, newUID, ts).Err()
-		})
-		if err != nil {
-			return moved, fmt.Errorf("raise %s (the timestamp stays under %s): %w", newUID, oldUID, err)
-		}
-		if t := time.UnixMicro(ts).UTC(); t.After(moved) {
-			moved = t
-		}
-		from, fb := b.locate(oldUID)
-		var done int64
-		err = b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
-			done, err = renameScript.Run(ctx, rdb, []string{from.pending[fb], from.inflight[fb], from.Refusals}, oldUID, ts, ceiling).Int64()
-			return err
-		})
-		if err != nil {
-			return moved, fmt.Errorf("remove %s (its timestamp is under %s too): %w", oldUID, newUID, err)
-		}
-		if done == 1 {
-			return moved, nil
-		}
+	ts, err := b.newestOf(ctx, oldUID, now)
+	if err != nil {
+		return moved, fmt.Errorf("read %s: %w", oldUID, err)
 	}
-	return moved, fmt.Errorf("%s was touched again during each of %d rounds: its newest timestamp stays under it", oldUID, renameRounds)
+	if ts == 0 {
+		return moved, nil
+	}
+	to, bucket := b.locate(newUID)
+	err = b.redis(ctx, func(ctx context.Context, rdb *client) error {
+		return mergeScript.Run(ctx, rdb, []string{to.pending[bucket]}, buffer.Ceiling(now), 1, newUID, ts).Err()
+	})
+	if err != nil {
+		return moved, fmt.Errorf("raise %s (the timestamp stays under %s): %w", newUID, oldUID, err)
+	}
+	if t := time.UnixMicro(ts).UTC(); t.After(moved) {
+		moved = t
+	}
+	return moved, nil
 }
 
 // newestOf reads uid's pending and in-flight values in one call of the

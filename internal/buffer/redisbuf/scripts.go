@@ -30,8 +30,6 @@ var (
 	readLua string
 	//go:embed lua/manifest.lua
 	manifestLua string
-	//go:embed lua/rename.lua
-	renameLua string
 
 	// touchScript records one touch: sets the throttle marker if absent
 	// and then raises the pending timestamp (Touch).
@@ -57,9 +55,6 @@ var (
 	// manifestScript creates the manifest if absent and returns it
 	// (Manifest).
 	manifestScript = redis.NewScript(manifestLua)
-	// renameScript removes a renamed user's entries once their newest
-	// value was copied to the new id (Rename).
-	renameScript = redis.NewScript(renameLua)
 )
 
 // LoadTouchScript loads the touch script into c's Redis (SCRIPT LOAD), so

@@ -5,7 +5,7 @@
 -- flowing. It counts each entry's refusals in the refusals hash (HINCRBY);
 -- an entry refused for the ARGV[3]th time is dropped instead: removed from
 -- the in-flight hash and from the refusals hash, not requeued. An entry no
--- longer in flight (rename.lua moved it to another id) is skipped.
+-- longer in flight (the hash lost meanwhile) is skipped.
 --
 -- KEYS[1] shard lock, KEYS[2] refusals hash, then for each bucket involved
 -- its in-flight hash and its pending hash (KEYS[2i+1], KEYS[2i+2] for
