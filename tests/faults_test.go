@@ -691,7 +691,7 @@ func TestDatabaseStoppedDuringFlush(t *testing.T) {
 			touched := map[int]string{}
 			touchFaultUsers(t, p, 10, "2026-03-01T10:00:00Z", touched)
 
-			setHooks(p, &flushHooks{AfterAck: func(_, batch int) {
+			setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
 				if batch == 1 {
 					px.Down()
 				}
@@ -780,7 +780,7 @@ func TestDatabaseConnectionKilledDuringFlush(t *testing.T) {
 					"SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
 			}
 			var killed []int64
-			setHooks(p, &flushHooks{AfterAck: func(_, batch int) {
+			setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
 				if batch != 3 { // the last batch, of one entry, meets the killed connection
 					return
 				}
