@@ -23,7 +23,10 @@ type entry struct {
 // shardRun is one flush of one shard under the shard's lock (see Flush): run
 // swaps the pending hash to in-flight and drains it, HSCAN page by page,
 // writing a batch at a time and acknowledging each batch once committed.
-// Its state lives in fields; res is what it did.
+// The acknowledgement of a batch runs in a goroutine while the next batch
+// is read and written (ackAsync); at most one is in flight, and it is
+// awaited (settle) before the next one starts, before the final one, and
+// before the run returns. Its state lives in fields; res is what it did.
 type shardRun struct {
 	p     *Plugin
 	shard int
@@ -36,7 +39,8 @@ type shardRun struct {
 	seen         map[string]struct{} // fields taken from the current page, and those not acknowledged when it was fetched
 	prev         map[string]struct{} // fields taken from the previous page (see nextPage)
 	rejected     []buffer.Held       // unreadable fields, acknowledged with the next batch
-	acked        []buffer.Held       // the fields of the batch being acknowledged (writeOut), reused
+	acked        []buffer.Held       // the fields of the batch being acknowledged (writeOut), reused once it settled
+	inflight     *ackCall            // the acknowledgement in flight, or nil
 	batchNo      int                 // batches committed, from 1
 	failed       int                 // entries the database refused, back in pending or dropped
 	dropped      int                 // of those, dropped after MaxRefusals refusals
@@ -105,7 +109,7 @@ func (r *shardRun) drain(ctx context.Context) error {
 	for pages != nil {
 		pg := <-pages
 		if pg.err != nil {
-			return fmt.Errorf("hscan: %w", pg.err)
+			return r.settleAfter(fmt.Errorf("hscan: %w", pg.err))
 		}
 		pages = nil
 		if pg.next != 0 { // fetch the next page while this one is written
@@ -116,10 +120,13 @@ func (r *shardRun) drain(ctx context.Context) error {
 			if pages != nil {
 				<-pages // the fetch ends with ctx or its reply; wait for it
 			}
-			return err
+			return r.settleAfter(err)
 		}
 	}
 	if err := r.writeOut(ctx); err != nil {
+		return r.settleAfter(err)
+	}
+	if err := r.settle(); err != nil { // the last batch's acknowledgement
 		return err
 	}
 	if len(r.rejected) > 0 { // only rejected entries were left
@@ -171,10 +178,10 @@ func (r *shardRun) prefetch(ctx context.Context, cursor uint64) <-chan hscanPage
 // page's batches are written and acknowledged: a field still in the hash
 // when the page was fetched can come back. Those are the fields taken from
 // the previous page (prev, batches written or not) and the fields not yet
-// acknowledged when the previous page began (the unwritten batch and the
-// rejected fields, kept in seen); every other field was acknowledged, so
-// removed from the hash, before the page's HSCAN ran. Both sets hold at
-// most about two pages.
+// acknowledged when the previous page began (the unwritten batch, the
+// rejected fields and the acknowledgement then in flight, kept in seen);
+// every other field was acknowledged, so removed from the hash, before the
+// page's HSCAN ran. Both sets hold at most about three pages.
 func (r *shardRun) nextPage() {
 	r.prev, r.seen = r.seen, r.prev
 	clear(r.seen)
@@ -183,6 +190,11 @@ func (r *shardRun) nextPage() {
 	}
 	for _, f := range r.rejected {
 		r.seen[f.Field] = struct{}{}
+	}
+	if r.inflight != nil {
+		for _, f := range r.inflight.fields {
+			r.seen[f.Field] = struct{}{}
+		}
 	}
 }
 
@@ -220,8 +232,12 @@ func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 	return nil
 }
 
-// writeOut writes the batch, moves the entries the database refused back to
-// pending, and acknowledges the batch and the rejected entries.
+// writeOut writes the batch (while the previous batch's acknowledgement
+// may still be in flight), waits for that acknowledgement (settle), moves
+// the entries the database refused back to pending, and starts the
+// acknowledgement of the batch and the rejected entries (ackAsync): an
+// entry leaves the in-flight set only after the statement that wrote it
+// committed. The caller settles the last one.
 func (r *shardRun) writeOut(ctx context.Context) error {
 	if len(r.batch) == 0 {
 		return nil
@@ -233,6 +249,9 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	}
 	r.batchNo++
 	r.p.hooks.Committed(r.shard, r.batchNo)
+	if err := r.settle(); err != nil {
+		return err
+	}
 	fields := r.ackable(refused)
 	if len(refused) > 0 {
 		if err := r.requeue(ctx, refused, max(r.p.cfg.MaxRefusals, 0)); err != nil {
@@ -248,13 +267,61 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 		}
 	}
 	r.countSetAside(refused, uncomp)
-	if err := r.ack(ctx, fields, false); err != nil {
+	r.ackAsync(ctx, fields, len(r.batch)+len(r.rejected), len(r.rejected))
+	r.batch, r.rejected = r.batch[:0], r.rejected[:0]
+	return nil
+}
+
+// settleAfter settles the acknowledgement in flight after the drain failed
+// with err, and returns err joined with the acknowledgement's error, if
+// any: neither is lost.
+func (r *shardRun) settleAfter(err error) error {
+	if ackErr := r.settle(); ackErr != nil {
+		return errors.Join(err, ackErr)
+	}
+	return err
+}
+
+// ackCall is a batch's acknowledgement in flight (ackAsync): the fields
+// it removes, the batch's number, and the counts it adds to the result
+// once it succeeded.
+type ackCall struct {
+	fields            []buffer.Held
+	batch             int
+	drained, rejected int
+	done              chan error
+}
+
+// ackAsync starts the acknowledgement of batch number r.batchNo, whose
+// statement committed, in a goroutine: the next batch is read and written
+// meanwhile. fields must stay untouched until settle returns; drained
+// and rejected are the entries it takes out of the buffer and, of those,
+// the unreadable ones.
+func (r *shardRun) ackAsync(ctx context.Context, fields []buffer.Held, drained, rejected int) {
+	c := &ackCall{fields: fields, batch: r.batchNo, drained: drained, rejected: rejected, done: make(chan error, 1)}
+	r.inflight = c
+	go func() {
+		r.p.hooks.Acking(r.shard, c.batch)
+		c.done <- r.ack(ctx, c.fields, false)
+	}()
+}
+
+// settle waits for the acknowledgement in flight, if any, and counts its
+// entries Drained (and Rejected) when it succeeded. Its error is returned,
+// never dropped: an entry it did not remove stays in flight and is written
+// again, forward-only, by the next flush.
+func (r *shardRun) settle() error {
+	c := r.inflight
+	if c == nil {
+		return nil
+	}
+	r.inflight = nil
+	if err := <-c.done; err != nil {
 		return err
 	}
-	r.p.hooks.Acked(r.shard, r.batchNo)
-	r.res.Drained += len(r.batch) + len(r.rejected)
-	r.res.Rejected += len(r.rejected)
-	r.batch, r.rejected = r.batch[:0], r.rejected[:0]
+	r.p.hooks.Acked(r.shard, c.batch)
+	r.res.Drained += c.drained
+	r.res.Rejected += c.rejected
 	return nil
 }
 

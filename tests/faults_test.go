@@ -691,7 +691,7 @@ func TestDatabaseStoppedDuringFlush(t *testing.T) {
 			touched := map[int]string{}
 			touchFaultUsers(t, p, 10, "2026-03-01T10:00:00Z", touched)
 
-			setHooks(p, &flushHooks{AfterAck: func(_, batch int) {
+			setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
 				if batch == 1 {
 					px.Down()
 				}
@@ -741,6 +741,57 @@ func TestDatabaseStoppedDuringFlush(t *testing.T) {
 	}
 }
 
+// TestAckErrorInFlightIsReported: the acknowledgement of batch 1 runs
+// while batch 2's statement does, and both fail: another flusher took the
+// shard lock and the database went away right after batch 1 committed. The
+// flush returns both errors (the lock lost, and the database's), counts
+// batch 1 written and nothing drained, and keeps every entry in flight;
+// once the lock is free and the database back, the next flush drains all
+// 10, rewriting batch 1 as no-ops.
+func TestAckErrorInFlightIsReported(t *testing.T) {
+	for _, d := range servers.ServerDialects() {
+		t.Run(d.Name, func(t *testing.T) {
+			h := newHarness(t, d, testenv.Miniredis())
+			ctx := context.Background()
+			db, px := proxiedDB(t, h)
+			before := seedFaultUsers(t, h.db, 10)
+			p := usePlugin(t, db, faultFlushConfig(h))
+			touched := map[int]string{}
+			touchFaultUsers(t, p, 10, "2026-03-01T10:00:00Z", touched)
+			lockKey := shardKeys(p, 0).Lock
+			setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
+				if batch == 1 { // before batch 1's acknowledgement starts
+					must(t, h.r.Client.Set(ctx, lockKey, "another flusher", time.Minute).Err())
+					px.Down()
+				}
+			}})
+			res, err := p.Flush(ctx)
+			setHooks(p, nil)
+			if !isLockLost(err) {
+				t.Fatalf("flush error %v, want one wrapping buffer.ErrLockLost", err)
+			}
+			if !strings.Contains(err.Error(), "ack: ") || strings.Count(err.Error(), "\n") < 1 {
+				t.Errorf("flush error %q, want the acknowledgement's error joined with the statement's", err)
+			}
+			equal(t, "written", res.Written, 3)
+			equal(t, "batches", res.Batches, 1)
+			equal(t, "drained", res.Drained, 0)
+			equal(t, "committed", committedAndKept(t, p, h.db, before, touched), 3)
+			equal(t, "redis keys", strings.Join(h.pendingKeys(), " "), ":{0}:inflight")
+
+			must(t, px.Restore())
+			must(t, h.r.Client.Del(ctx, lockKey).Err()) // the other flusher is done
+			res, err = p.Flush(ctx)
+			must(t, err)
+			equal(t, "drained by the next flush", res.Drained, 10)
+			equal(t, "written by the next flush", res.Written, 7)
+			equal(t, "rewritten as no-ops", res.Stale, 3)
+			checkFaultColumns(t, h.db, "after recovery", touched)
+			equal(t, "redis buffers left", len(h.pendingKeys()), 0)
+		})
+	}
+}
+
 // singleConnection limits db to one connection, so that a session setting
 // or a backend id applies to every statement of the plugin.
 func singleConnection(t *testing.T, db *gorm.DB) {
@@ -780,7 +831,7 @@ func TestDatabaseConnectionKilledDuringFlush(t *testing.T) {
 					"SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
 			}
 			var killed []int64
-			setHooks(p, &flushHooks{AfterAck: func(_, batch int) {
+			setHooks(p, &flushHooks{AfterCommit: func(_, batch int) {
 				if batch != 3 { // the last batch, of one entry, meets the killed connection
 					return
 				}

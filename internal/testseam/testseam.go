@@ -88,8 +88,15 @@ type FlushHooks struct {
 	// AfterCommit: batch number batch (from 1) of the shard committed in the
 	// database; it is still in the in-flight hash.
 	AfterCommit func(shard, batch int)
-	// AfterAck: the batch was removed from the in-flight hash; the next
-	// batch has not started.
+	// BeforeAck: the acknowledgement of batch number batch, committed, is
+	// about to be sent, in a goroutine of its own: the flush goes on with
+	// the next batch meanwhile (its statement may run and commit), and
+	// waits for this acknowledgement before it starts the next one.
+	BeforeAck func(shard, batch int)
+	// AfterAck: the batch was removed from the in-flight hash, and the
+	// flush has seen it: the next batch's statement has already run (it
+	// committed, or failed) if there was one, and its acknowledgement has
+	// not started.
 	AfterAck func(shard, batch int)
 	// BeforeUnlink: every batch is written and acknowledged; the final
 	// acknowledgement, which unlinks the in-flight hash, comes next.
@@ -137,6 +144,13 @@ func (h *FlushHooks) Swapped(shard int) {
 func (h *FlushHooks) Committed(shard, batch int) {
 	if h != nil && h.AfterCommit != nil {
 		h.AfterCommit(shard, batch)
+	}
+}
+
+// Acking calls BeforeAck if set.
+func (h *FlushHooks) Acking(shard, batch int) {
+	if h != nil && h.BeforeAck != nil {
+		h.BeforeAck(shard, batch)
 	}
 }
 
