@@ -99,8 +99,8 @@ type memoryRow struct {
 	ActiveUsers   int64         `json:"active_users,omitempty"`
 	FlushWall     time.Duration `json:"flush_wall_ns,omitempty"`
 	Wall          time.Duration `json:"load_wall_ns"`
-	Cleanup   time.Duration  `json:"cleanup_ns"` // deleting the keys, then (--memory-redis) waiting for lazyfree
-	Check     string         `json:"check"`
+	Cleanup       time.Duration `json:"cleanup_ns"` // deleting the keys, then (--memory-redis) waiting for lazyfree
+	Check         string        `json:"check"`
 }
 
 // The rows' names.
