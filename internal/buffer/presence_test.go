@@ -16,7 +16,9 @@ import (
 func TestJoinsGroupsByMinuteAndDay(t *testing.T) {
 	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 	k := keys.ForShard("p", 3, 16)
-	us := func(s string) string { return strconv.FormatInt(Micros(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).Add(mustDur(s))), 10) }
+	us := func(s string) string {
+		return strconv.FormatInt(Micros(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).Add(mustDur(s))), 10)
+	}
 	kv := []string{
 		"a", us("9h29m10s"),
 		"b", us("9h29m50s"), // the same minute as a
