@@ -10,6 +10,7 @@ import (
 	"time"
 
 	gosqlite "github.com/glebarez/go-sqlite"
+	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/gorm"
 )
@@ -22,11 +23,10 @@ import (
 // 1s.
 
 const (
-	slowRow      = 3 * time.Millisecond
-	slowBound    = time.Second
-	slowUsers    = 3000
-	slowAgain    = 500 // users touched again for the second flush
-	slowMaxBatch = 250 // the largest size halving 1,000 gives under 334 rows (1000 / 2 / 2)
+	slowRow   = 3 * time.Millisecond
+	slowBound = time.Second
+	slowUsers = 3000
+	slowAgain = 500 // users touched again for the second flush
 )
 
 func init() {
@@ -103,6 +103,7 @@ IF @slow_statement IS NULL OR @slow_statement <> NOW(6) THEN SET @slow_statement
 type updateLog struct {
 	mu        sync.Mutex
 	attempted []int   // entries of each statement, in order
+	failedAt  []bool  // whether each attempted statement failed
 	committed []int64 // rows updated by each committed statement, in order
 	failed    int
 }
@@ -116,6 +117,7 @@ func logUpdates(t *testing.T, db *gorm.DB) *updateLog {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.attempted = append(l.attempted, statementEntries(tx.Statement.Vars))
+		l.failedAt = append(l.failedAt, tx.Error != nil)
 		if tx.Error != nil {
 			l.failed++
 		} else {
@@ -142,41 +144,79 @@ func (l *updateLog) take() (attempted []int, committed []int64, failed int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	attempted, committed, failed = l.attempted, l.committed, l.failed
-	l.attempted, l.committed, l.failed = nil, nil, 0
+	l.attempted, l.committed, l.failed, l.failedAt = nil, nil, 0, nil
 	return attempted, committed, failed
 }
 
-// checkStatements checks the committed statements of one flush: as many
-// as the flush's Batches, none larger than slowMaxBatch (a batch of 334
-// rows or more takes at least 1.002s: it never commits), and want rows in
-// all (each row written once: a statement past the bound committed
-// nothing).
-func checkStatements(t *testing.T, what string, committed []int64, batches int, want int64) {
+// takeOrdered returns the statements attempted since the last take, in
+// order, and whether each failed.
+func (l *updateLog) takeOrdered() (attempted []int, failedAt []bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	attempted, failedAt = l.attempted, l.failedAt
+	l.attempted, l.committed, l.failed, l.failedAt = nil, nil, 0, nil
+	return attempted, failedAt
+}
+
+// checkHalving checks the statements one flush attempted, in order: the
+// first holds want entries, and each statement that ran past the bound
+// (a failed one: nothing else fails here) is followed by one of at most
+// half its entries (the batch split, and the working size kept lower).
+// Which statements run past the bound depends on the machine's load; that
+// each is followed by a half does not.
+func checkHalving(t *testing.T, what string, attempted []int, failedAt []bool, first int) {
 	t.Helper()
-	equal(t, what+": committed statements", len(committed), batches)
-	var sum, largest int64
-	for _, n := range committed {
-		sum, largest = sum+n, max(largest, n)
+	if len(attempted) == 0 {
+		t.Fatalf("%s: no statement attempted", what)
 	}
-	equal(t, what+": rows of the committed statements", sum, want)
-	if largest > slowMaxBatch {
-		t.Errorf("%s: a statement of %d rows committed, want at most %d", what, largest, slowMaxBatch)
+	equal(t, what+": first statement's entries", attempted[0], first)
+	for i := 0; i+1 < len(attempted); i++ {
+		if failedAt[i] && attempted[i] > 1 && attempted[i+1] > attempted[i]/2 {
+			t.Errorf("%s: statement %d of %d entries ran past the bound, the next held %d, want at most %d (%v)",
+				what, i, attempted[i], attempted[i+1], attempted[i]/2, attempted)
+		}
 	}
 }
 
+// flushUntilDrained flushes until nothing is pending, at most 8 times, and
+// returns the sums of the flushes' results and what the statements were.
+func flushUntilDrained(t *testing.T, h *harness, p *lastseen.Plugin, updates *updateLog) (sum lastseen.FlushResult, attempted []int, failedAt []bool, flushes int) {
+	t.Helper()
+	for flushes < 8 && (flushes == 0 || len(h.pendingKeys()) > 0) {
+		res, err := p.Flush(context.Background())
+		must(t, err)
+		flushes++
+		sum.Drained += res.Drained
+		sum.Written += res.Written
+		sum.Stale += res.Stale
+		sum.Unknown += res.Unknown
+		sum.Failed += res.Failed
+		sum.Dropped += res.Dropped
+		a, f := updates.takeOrdered()
+		attempted, failedAt = append(attempted, a...), append(failedAt, f...)
+		t.Logf("flush %d: %d statements %v, took %v", flushes, len(a), a, res.Duration)
+	}
+	return sum, attempted, failedAt, flushes
+}
+
 // TestSlowTableFlushMakesProgress: 3,000 users pending in one shard, every
-// row update 3ms, the statement bound 1s. Before, every flush ran the same
+// row update at least 3ms, the statement bound 1s: a batch of 1,000 (3s)
+// or 500 (1.5s) never commits in time. Before, every flush ran the same
 // batch of 1,000 into the bound and wrote nothing (8 flushes, 0 of 3,000).
-// Now the first flush halves a batch that runs past the bound until it
-// commits (1,000 and 500 always time out) and keeps the smaller size for
-// the rest of the flush: all 3,000 written by that one flush, exact values,
-// exact Stats; its first statements hold 1,000, 500 and 250 entries. The
-// next flush starts at the size learned: its first statement is no larger
-// than 250 entries, and it writes 500 new touches. On MariaDB the server
-// itself stops each statement at the bound (SET STATEMENT
-// max_statement_time) and rolls it back; before, its driver gave up by
-// closing the connection while the server ran on, and the statement could
-// still commit.
+// Now a batch that runs past the bound is halved until it commits, and the
+// smaller size is kept: every user is written within 8 flushes (the
+// issue's measure; on a quiet machine the first flush writes them all),
+// exact columns, nothing failed or dropped, and each statement past the
+// bound is followed by one of at most half its size. The next touches (500
+// users) are written too, and their flush starts below 1,000 entries: the
+// size learned. Which statements run past the bound, and so how many
+// statements and flushes it takes, depends on the machine's load, so the
+// test asserts the halving and the outcome, not the sequence. A statement
+// that commits just as its bound expires reads as timed out to the client
+// on PostgreSQL and SQLite; its retry then finds the rows already written
+// and counts them kept (Stale): Written + Stale is exact. On MariaDB the
+// server itself stops each statement at the bound (SET STATEMENT
+// max_statement_time) and rolls it back.
 func TestSlowTableFlushMakesProgress(t *testing.T) {
 	for _, d := range servers.Dialects() {
 		t.Run(d.Name, func(t *testing.T) {
@@ -188,41 +228,42 @@ func TestSlowTableFlushMakesProgress(t *testing.T) {
 			want := seedFaultUsers(t, db, slowUsers)
 			slowRowUpdates(t, db, h.dialect)
 			updates := logUpdates(t, db)
-			ctx := context.Background()
 
 			touchFaultUsers(t, p, slowUsers, "2026-03-01T09:00:00Z", want)
-			res, err := p.Flush(ctx)
-			must(t, err)
-			attempted, committed, failed := updates.take()
-			t.Logf("flush 1: %d statements committed, %d past the bound, took %v", len(committed), failed, res.Duration)
-			if len(attempted) < 3 {
-				t.Fatalf("flush 1 ran %d statements, want at least 3", len(attempted))
-			}
-			equal(t, "the first 3 statements' entries", fmt.Sprint(attempted[:3]), "[1000 500 250]")
-			equal(t, "drained", res.Drained, slowUsers)
-			equal(t, "written", res.Written, slowUsers)
-			equal(t, "stale, unknown, failed, dropped", [4]int{res.Stale, res.Unknown, res.Failed, res.Dropped}, [4]int{})
-			checkStatements(t, "flush 1", committed, res.Batches, slowUsers)
-			checkFaultColumns(t, db, "after one flush", want)
-			st := p.Stats()
-			equal(t, "Stats", [8]int64{st.Flushes, st.FlushErrors, st.Drained, st.RowsWritten, st.Stale, st.Unknown, st.Failed, st.Dropped},
-				[8]int64{1, 0, slowUsers, slowUsers, 0, 0, 0, 0})
+			sum, attempted, failedAt, flushes := flushUntilDrained(t, h, p, updates)
+			checkHalving(t, "first touches", attempted, failedAt, 1000)
+			first, firstFailed := attempted, failedAt
+			equal(t, "drained", sum.Drained, slowUsers)
+			equal(t, "written + kept", sum.Written+sum.Stale, slowUsers)
+			equal(t, "unknown, failed, dropped", [3]int{sum.Unknown, sum.Failed, sum.Dropped}, [3]int{})
+			checkFaultColumns(t, db, "after the first touches", want)
 			equal(t, "buffer left", len(h.pendingKeys()), 0)
+			st := p.Stats()
+			equal(t, "Stats", [6]int64{st.Drained, st.RowsWritten + st.Stale, st.Unknown, st.Failed, st.Dropped, st.FlushErrors},
+				[6]int64{slowUsers, slowUsers, 0, 0, 0, 0})
+			equal(t, "Stats.Flushes", st.Flushes, int64(flushes))
 
 			h.expireThrottle(time.Hour)
 			touchFaultUsers(t, p, slowAgain, "2026-03-01T10:00:00Z", want)
-			res, err = p.Flush(ctx)
-			must(t, err)
-			attempted, committed, failed = updates.take()
-			t.Logf("flush 2: %d statements committed, %d past the bound, took %v", len(committed), failed, res.Duration)
-			if len(attempted) == 0 || attempted[0] > slowMaxBatch {
-				t.Errorf("flush 2's statements: %v entries, want the first at most %d (the size flush 1 learned)", attempted, slowMaxBatch)
+			sum, attempted, failedAt, _ = flushUntilDrained(t, h, p, updates)
+			// A statement of 500 past the bound leaves the working size at
+			// most 250, and it never doubles back above that: only a batch
+			// committed within a quarter of the bound (250ms, under 84 rows
+			// here) doubles it.
+			wantFirst := slowAgain
+			for i, n := range first {
+				if n == 500 && firstFailed[i] {
+					wantFirst = 250
+				}
 			}
-			equal(t, "written by flush 2", res.Written, slowAgain)
-			checkStatements(t, "flush 2", committed, res.Batches, slowAgain)
-			checkFaultColumns(t, db, "after two flushes", want)
-			st = p.Stats()
-			equal(t, "Stats after 2", [4]int64{st.Flushes, st.FlushErrors, st.Drained, st.RowsWritten}, [4]int64{2, 0, slowUsers + slowAgain, slowUsers + slowAgain})
+			if attempted[0] > wantFirst {
+				t.Errorf("the next flush's first statement held %d entries, want at most %d (the size learned: %v)", attempted[0], wantFirst, first)
+			}
+			checkHalving(t, "next touches", attempted, failedAt, attempted[0])
+			equal(t, "next: drained", sum.Drained, slowAgain)
+			equal(t, "next: written + kept", sum.Written+sum.Stale, slowAgain)
+			equal(t, "next: unknown, failed, dropped", [3]int{sum.Unknown, sum.Failed, sum.Dropped}, [3]int{})
+			checkFaultColumns(t, db, "after the next touches", want)
 		})
 	}
 }
