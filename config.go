@@ -209,7 +209,8 @@ type SessionConfig struct {
 type PresenceConfig struct {
 	// OnlineWindow is the longest window Online answers for. Each minute
 	// with a touch keeps one HyperLogLog per shard (at most 12 KB) that
-	// long. Default 1h, at least Throttle (off on a DATE column); negative
+	// long, written by the flush (with Redis, Online counts the touches up
+	// to the last flush). Default 1h, at least Throttle (off on a DATE column); negative
 	// turns Online off.
 	OnlineWindow time.Duration
 	// ActiveUsersRetention is how long the daily HyperLogLogs ActiveUsers

@@ -10,18 +10,25 @@ import (
 	"github.com/lastseen/lastseen/internal/keys"
 )
 
-// Presence counts: when a touch opens a throttle window, the Redis buffer's
-// touch script also adds the user to two Redis HyperLogLogs of the user's
-// shard, in the same EVALSHA: the online bucket of the touch's minute and
-// the active users of its UTC day. A HyperLogLog (Redis PFADD, PFCOUNT) is
+// Presence counts: a user whose touch opened a throttle window joins two
+// Redis HyperLogLogs of the user's shard, the online bucket of the touch's
+// minute and the active users of its UTC day, when a flush drains the
+// user's pending entry: each page of the flush sends one PFADD per set
+// (and its EXPIRE) for all its users, so the touch's script writes none
+// and the counts hold the touches up to the last flush. Between two flushes
+// a user's entry holds the newest recorded touch only, so a user recorded
+// in two minutes (or on both sides of midnight UTC) between two flushes
+// joins the later minute's (day's) set. A HyperLogLog (Redis PFADD, PFCOUNT) is
 // at most 12 KB (dense) and a few hundred bytes while sparse; its count has
 // a standard error of 0.81%, and is exact in practice for small sets (the
 // tests assert exact counts up to 100 users per shard). Shards hold disjoint
 // users, so the per-shard counts add up; every key of a count carries the
 // shard's hash tag, so a multi-key PFCOUNT stays in one Redis Cluster slot.
 //
-// Touches that reached only the in-process backlog (Redis down) and users
-// written by a flush from elsewhere are not counted.
+// Touches kept in the in-process backlog while Redis was down are counted
+// once a flush has replayed and drained them; entries a flush writes from
+// the backlog directly (Redis still down) are not. Without Redis the
+// in-process buffer counts at the touch, exactly.
 
 const dayLayout = keys.DayLayout
 
@@ -30,9 +37,9 @@ func keepDays(c *settings) time.Duration {
 	return c.ActiveUsersRetention / (24 * time.Hour) * 24 * time.Hour
 }
 
-// A touch that opens a window adds the user to the HyperLogLogs the buffer
-// is opened with (buffer.Presence, from OnlineWindow and
-// ActiveUsersRetention, openBuffer):
+// A flush adds the users of the entries it drains to the HyperLogLogs the
+// buffer is opened with (buffer.Presence, from OnlineWindow and
+// ActiveUsersRetention, openBuffer), by each entry's timestamp at:
 //
 //	<prefix>:{N}:online:<Unix minute of at>  kept OnlineWindow after its minute
 //	<prefix>:{N}:active:<UTC day of at>      kept ActiveUsersRetention after its day
@@ -40,8 +47,9 @@ func keepDays(c *settings) time.Duration {
 // Both are left out when turned off (negative).
 
 // Online returns how many users opened a throttle window (at TouchAt's at)
-// from the start of the minute of now - d to now: every user seen in the
-// last d - Throttle, none last seen more than d + 1m ago. It is Redis
+// from the start of the minute of now - d to now, as of the last flush
+// (with Redis; at once without): every user seen in the last d - Throttle
+// up to that flush, none last seen more than d + 1m ago. It is Redis
 // PFCOUNT over minute HyperLogLogs, one pipelined round trip and no SQL,
 // with 0.81% standard error per shard (exact for a few hundred users per
 // shard). Errors: ErrInvalidTime (d below Throttle or above
@@ -70,7 +78,8 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 
 // ActiveUsers returns how many distinct users opened a throttle window on
 // the UTC days from from's day to to's, both included (daily, weekly,
-// monthly active users), by the day of TouchAt's at. It is Redis PFCOUNT
+// monthly active users), by the day of TouchAt's at, as of the last flush
+// with Redis (as Online). It is Redis PFCOUNT
 // over daily HyperLogLogs, as Online. Errors: ErrInvalidTime (to before
 // from, or from older than Presence.ActiveUsersRetention), ErrCountsDisabled,
 // ErrNotInitialized, or Redis's error wrapped.

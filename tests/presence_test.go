@@ -24,6 +24,14 @@ func touchRange(t testing.TB, p *lastseen.Plugin, from, to int, at time.Time) {
 	}
 }
 
+// flushed runs a flush and fails t on its error: with Redis the presence
+// counts hold the touches up to the last flush.
+func flushed(t testing.TB, p *lastseen.Plugin) {
+	t.Helper()
+	_, err := p.Flush(context.Background())
+	must(t, err)
+}
+
 // counted returns a function that fails t on a count's error and returns
 // the count: counted(t)(p.Online(ctx, d)).
 func counted(t testing.TB) func(int64, error) int64 {
@@ -35,19 +43,23 @@ func counted(t testing.TB) func(int64, error) int64 {
 }
 
 // TestOnlineCountsWindowsOpened: Online(d) counts the users whose touch
-// opened a window from the start of the minute of now-d to now, exactly for
-// these small sets: 100 users at 09:30, 50 more at 09:33, the first 100
-// again inside their window (not counted twice); at 09:35:59 Online(5m)
-// still covers the 09:30 minute (150), at 09:36:00 no longer (50).
-// Online(10m) covers both. The count is one pipeline of one PFCOUNT per
-// shard.
+// opened a window from the start of the minute of now-d to now, as of the
+// last flush (the flush adds the entries it drains; before it the count is
+// 0), exactly for these small sets: 100 users at 09:30, 50 more at 09:33,
+// the first 100 again inside their window (not counted twice); at 09:35:59
+// Online(5m) still covers the 09:30 minute (150), at 09:36:00 no longer
+// (50). Online(10m) covers both. The count is one pipeline of one PFCOUNT
+// per shard.
 func TestOnlineCountsWindowsOpened(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx, count := context.Background(), counted(t)
+		must(t, h.db.AutoMigrate(&lastseen.User{})) // for the flush
 		cfg := h.config()
 		cfg.Buffer.LocalCacheSize = -1 // every touch reaches the script
 		p, _ := h.plugin(cfg)          // Throttle 5m, OnlineWindow 1h
 		touchRange(t, p, 1, 100, h.clock.Now())
+		equal(t, "online 5m at 09:30 before a flush", count(p.Online(ctx, 5*time.Minute)), int64(0))
+		flushed(t, p)
 		equal(t, "online 5m at 09:30", count(p.Online(ctx, 5*time.Minute)), int64(100))
 		h.clock.Add(3 * time.Minute) // 09:33
 		for id := 1; id <= 100; id++ {
@@ -56,6 +68,7 @@ func TestOnlineCountsWindowsOpened(t *testing.T) {
 			equal(t, fmt.Sprint("user ", id, " again recorded"), ok, false)
 		}
 		touchRange(t, p, 101, 150, h.clock.Now())
+		flushed(t, p)
 		equal(t, "online 5m at 09:33", count(p.Online(ctx, 5*time.Minute)), int64(150))
 
 		h.clock.Set(mustTime("2026-03-01T09:35:59Z"))
@@ -78,22 +91,26 @@ func TestOnlineCountsWindowsOpened(t *testing.T) {
 	})
 }
 
-// TestActiveUsersByUTCDay: users count on the UTC day of their touch; a
-// range counts each user once: day 1 users 1..100, day 2 users 51..150
-// (after their windows ended) give 100, 100 and 150 for both days (on a
+// TestActiveUsersByUTCDay: users count on the UTC day of their touch, as
+// of the last flush; a range counts each user once: day 1 users 1..100,
+// flushed, day 2 users 51..150 (after their windows ended), flushed, give
+// 100, 100 and 150 for both days (on a
 // real Redis and Cluster; miniredis sums a multi-key PFCOUNT). Ranges
 // that end before they start or start before the days kept are refused; a
 // range in the future counts 0.
 func TestActiveUsersByUTCDay(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx, count := context.Background(), counted(t)
+		must(t, h.db.AutoMigrate(&lastseen.User{})) // for the flush
 		cfg := h.config()
 		cfg.Presence.ActiveUsersRetention = 2*24*time.Hour + 5*time.Hour // whole days: 2
 		p, _ := h.plugin(cfg)
 		h.clock.Set(mustTime("2026-03-01T23:58:00Z"))
 		touchRange(t, p, 1, 100, h.clock.Now())
+		flushed(t, p)
 		h.expireThrottle(5 * time.Minute) // 2026-03-02T00:03:00Z
 		touchRange(t, p, 51, 150, h.clock.Now())
+		flushed(t, p)
 
 		day1, day2 := mustTime("2026-03-01T12:00:00Z"), mustTime("2026-03-02T00:00:00Z")
 		equal(t, "active on day 1", count(p.ActiveUsers(ctx, day1, day1)), int64(100))
@@ -118,24 +135,27 @@ func TestActiveUsersByUTCDay(t *testing.T) {
 	})
 }
 
-// TestPresenceKeysExpire: the minute bucket lives OnlineWindow after its
-// minute ends, the day key ActiveUsersRetention (whole days) after its day
-// ends, both computed on the plugin's clock; a backdated touch whose minute
-// is past OnlineWindow adds to its day only.
+// TestPresenceKeysExpire: the flush writes the presence keys: the minute
+// bucket lives OnlineWindow after its minute ends, the day key
+// ActiveUsersRetention (whole days) after its day ends, both computed on
+// the plugin's clock at the flush; a backdated touch whose minute is past
+// OnlineWindow adds to its day only.
 func TestPresenceKeysExpire(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx, count := context.Background(), counted(t)
+	must(t, h.db.AutoMigrate(&lastseen.User{})) // for the flush
 	cfg := h.config()
 	cfg.Buffer.Shards = 1
 	p, _ := h.plugin(cfg) // now 09:30:00, OnlineWindow 1h, retention 35 days
 	touchRange(t, p, 1, 1, mustTime("2026-03-01T09:29:30Z"))
+	touchRange(t, p, 2, 2, mustTime("2026-03-01T08:29:00Z")) // minute ended 1h ago: no bucket
+	equal(t, "keys before the flush", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:1 :{0}:seen:2")
+	flushed(t, p)
 	online, active := h.prefix+":{0}:online:29539289", h.prefix+":{0}:active:2026-03-01"
 	equal(t, "online bucket TTL", h.r.Mini.TTL(online), time.Hour) // its minute ends at 09:30:00 = now
 	equal(t, "day TTL", h.r.Mini.TTL(active), 14*time.Hour+30*time.Minute+35*24*time.Hour)
-
-	touchRange(t, p, 2, 2, mustTime("2026-03-01T08:29:00Z")) // minute ended 1h ago: no bucket
 	equal(t, "keys", strings.Join(h.keys(), " "),
-		":manifest :{0}:active:2026-03-01 :{0}:online:29539289 :{0}:pending :{0}:seen:1 :{0}:seen:2")
+		":manifest :{0}:active:2026-03-01 :{0}:online:29539289 :{0}:seen:1 :{0}:seen:2")
 	equal(t, "active users", count(p.ActiveUsers(ctx, h.clock.Now(), h.clock.Now())), int64(2))
 	equal(t, "online 1h", count(p.Online(ctx, time.Hour)), int64(1))
 	h.r.Mini.FastForward(time.Hour - time.Second)
@@ -144,15 +164,16 @@ func TestPresenceKeysExpire(t *testing.T) {
 	equal(t, "online bucket at its TTL", h.r.Mini.Exists(online), false)
 }
 
-// TestPresenceCountsOff: with OnlineWindow and ActiveUsersRetention
-// negative the touch script gets 4 keys (the user's marker hashes of
-// generations g, g-1 and g+1, its pending hash) and 6 arguments, as without
-// the counts, no HyperLogLog is written, and both reads return
-// ErrCountsDisabled; with them on, 6 keys and 8 arguments in the same one
-// EVALSHA.
+// TestPresenceCountsOff: the touch script gets 4 keys (the user's marker
+// hashes of generations g, g-1 and g+1, its pending hash) and 6 arguments
+// whether the counts are on or off: the flush writes the HyperLogLogs. With
+// OnlineWindow and ActiveUsersRetention negative the flush writes none and
+// both reads return ErrCountsDisabled; with them on, the flush writes the
+// minute's and the day's.
 func TestPresenceCountsOff(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
+		must(t, h.db.AutoMigrate(&lastseen.User{})) // for the flush
 		cfg := h.config()
 		cfg.Buffer.Shards = 1
 		cfg.Presence.OnlineWindow, cfg.Presence.ActiveUsersRetention = -1, -1
@@ -171,6 +192,8 @@ func TestPresenceCountsOff(t *testing.T) {
 		// the generation, generation length ms
 		equal(t, "touch arguments, off", fmt.Sprint(args[7:]), "[1 1772357400000000 300000 1772361000000000 0 300000]")
 		equal(t, "redis keys, off", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:1")
+		flushed(t, p)
+		equal(t, "redis keys after a flush, off", strings.Join(h.keys(), " "), ":manifest :{0}:seen:1")
 		if _, err := p.Online(ctx, 5*time.Minute); !errors.Is(err, lastseen.ErrCountsDisabled) {
 			t.Errorf("Online with the counts off: %v, want ErrCountsDisabled", err)
 		}
@@ -185,8 +208,11 @@ func TestPresenceCountsOff(t *testing.T) {
 		touchRange(t, q, 2, 2, h.clock.Now())
 		equal(t, "commands, on", rec.names(), "evalsha")
 		args = rec.all("evalsha")[0]
-		equal(t, "keys, on", fmt.Sprint(args[2]), "6")
-		equal(t, "arguments, on", len(args)-3-6, 8)
+		equal(t, "keys, on", fmt.Sprint(args[2]), "4")
+		equal(t, "arguments, on", len(args)-3-4, 6)
+		flushed(t, q)
+		equal(t, "redis keys after a flush, on", strings.Join(h.keys(), " "),
+			":manifest :{0}:active:2026-03-01 :{0}:online:29539290 :{0}:seen:1 :{0}:seen:2")
 	})
 }
 

@@ -7,10 +7,12 @@ import (
 	"github.com/lastseen/lastseen/internal/keys"
 )
 
-// Presence says which presence sets a touch that opens a throttle window
-// adds its user to, and how long each set is kept: the set of the users
-// online in the touch's minute and the set of the users active on its UTC
-// day. The zero value keeps both sets until the end of their period.
+// Presence says which presence sets a recorded touch adds its user to, and
+// how long each set is kept: the set of the users online in the touch's
+// minute and the set of the users active on its UTC day. The memory buffer
+// adds the user when the touch opens its window; the Redis buffer when a
+// flush drains the user's entry (Joins), the touch's script left alone.
+// The zero value keeps both sets until the end of their period.
 type Presence struct {
 	// OnlineWindow is how long a minute's online set is kept after the
 	// minute ends; negative: no online sets.
@@ -39,6 +41,61 @@ func (p Presence) Sets(k keys.Shard, at, now time.Time) (names []string, ttls []
 		ttls = append(ttls, ttlSeconds(day.Add(24*time.Hour+keep), now))
 	}
 	return names, ttls
+}
+
+// On reports whether any presence set is kept.
+func (p Presence) On() bool { return p.OnlineWindow >= 0 || p.ActiveRetention >= 0 }
+
+// Join is one presence set and the users to add to it.
+type Join struct {
+	// Name is the set's key (Sets).
+	Name string
+	// TTL is its time to live in whole seconds from now (Sets).
+	TTL int64
+	// Users are the users to add, in the order of the entries.
+	Users []string
+}
+
+// Joins groups the entries kv (field, value, field, value, ...: user ids
+// and their stored timestamps, as a flush reads them from shard k) by the
+// presence sets their timestamps join (Sets, at the plugin's clock now):
+// one Join per set, in the order each set first comes. Values ParseMicros
+// refuses, and sets whose period ended longer ago than they are kept (TTL
+// 0), are left out.
+func (p Presence) Joins(k keys.Shard, kv []string, now time.Time) []Join {
+	if !p.On() {
+		return nil
+	}
+	var joins []Join
+	index := map[string]int{}
+	var minute, day int64 = -1, -1 // the last entry's, whose sets are most often the next one's too
+	var last []int
+	for i := 0; i+1 < len(kv); i += 2 {
+		at, ok := ParseMicros(kv[i+1], now)
+		if !ok {
+			continue
+		}
+		if m, d := at.Unix()/60, at.Unix()/86400; m != minute || d != day || last == nil {
+			minute, day, last = m, d, last[:0]
+			names, ttls := p.Sets(k, at, now)
+			for j, name := range names {
+				if ttls[j] <= 0 {
+					continue
+				}
+				x, seen := index[name]
+				if !seen {
+					x = len(joins)
+					index[name] = x
+					joins = append(joins, Join{Name: name, TTL: ttls[j]})
+				}
+				last = append(last, x)
+			}
+		}
+		for _, x := range last {
+			joins[x].Users = append(joins[x].Users, kv[i])
+		}
+	}
+	return joins
 }
 
 // ttlSeconds is the EXPIRE argument for a key kept until end: whole seconds

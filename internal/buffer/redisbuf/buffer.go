@@ -21,8 +21,8 @@
 //	                             ms from s, its generation's start in Unix ms
 //	<prefix>:{N}:lock            redislock lock of the shard's flusher
 //	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
-//	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a
-//	                             window in Unix minute m
+//	<prefix>:{N}:online:<m>      HyperLogLog of the users whose entry a flush
+//	                             drained with a timestamp in Unix minute m
 //	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day
 //	<prefix>:purge:lock          redislock lock of the session purge
 //	<prefix>:rule:<name>:lock    redislock lock of the inactivity rule <name>
@@ -94,7 +94,8 @@ type Options struct {
 	// RequireNoEviction makes the eviction watch warn about a policy it
 	// cannot read.
 	RequireNoEviction bool
-	// Presence is which presence sets a recorded touch joins.
+	// Presence is which presence sets the entries a flush drains join
+	// (Scan adds them).
 	Presence buffer.Presence
 	// Now is the plugin's clock. Default time.Now.
 	Now func() time.Time
@@ -281,7 +282,8 @@ func (b *Buffer) locate(uid string) (shardKeys, int) {
 func (b *Buffer) touchTimeout() time.Duration { return time.Duration(b.timeout.Load()) }
 
 // Touch runs the touch script (one EVALSHA) through the breaker within
-// TouchTimeout; on failure it keeps the timestamp in the backlog (or drops
+// TouchTimeout. It writes no presence set: the flush adds the entries it
+// drains (Scan). On failure it keeps the timestamp in the backlog (or drops
 // it when the backlog is full or closed), counts it (Counters.RedisErrors,
 // or Canceled when the caller's ctx ended first) and returns a
 // *buffer.TouchError wrapping the cause.
@@ -289,15 +291,10 @@ func (b *Buffer) Touch(ctx context.Context, uid string, at, now time.Time, windo
 	k, bucket := b.locate(uid)
 	ts := buffer.Micros(at)
 	g := b.generation(now)
-	hk, ttls := b.presence.Sets(k.Shard, at, now) // the presence HyperLogLogs, same EVALSHA
 	reply, err := b.call(ctx, func(ctx context.Context, rdb *client) ([]any, error) {
-		args := []any{uid, ts, window.Milliseconds(), buffer.Ceiling(now), g.into, g.length}
-		for _, ttl := range ttls {
-			args = append(args, ttl)
-		}
 		return touchScript.Run(ctx, rdb,
-			append([]string{k.Markers(bucket, g.start), k.Markers(bucket, g.start-g.length), k.Markers(bucket, g.start+g.length), k.pending[bucket]}, hk...),
-			args...).Slice()
+			[]string{k.Markers(bucket, g.start), k.Markers(bucket, g.start-g.length), k.Markers(bucket, g.start+g.length), k.pending[bucket]},
+			uid, ts, window.Milliseconds(), buffer.Ceiling(now), g.into, g.length).Slice()
 	})
 	if err != nil {
 		kept := b.keep(uid, ts)

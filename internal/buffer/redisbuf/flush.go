@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/bsm/redislock"
 	"github.com/lastseen/lastseen/internal/buffer"
@@ -204,7 +206,8 @@ const cursorBucketShift = 48
 // hash comes whole in one HSCAN reply. A bucket whose HSCAN returns a
 // cursor (a hash too large for listpack) ends the page: the next scan
 // resumes it, and the buckets after it in the pipeline are read again then.
-// of holds each field's bucket.
+// of holds each field's bucket. When presence sets are on, the page's
+// users join the sets of their timestamps (presence) before it returns.
 func (s *redisShard) Scan(ctx context.Context, cursor uint64, n int) (kv []string, of []int, next uint64, err error) {
 	if s.total < 0 || s.held == nil {
 		if err = s.inflightLen(ctx); err != nil {
@@ -251,13 +254,46 @@ func (s *redisShard) Scan(ctx context.Context, cursor uint64, n int) (kv []strin
 			of = append(of, s.held[first+i])
 		}
 		if c != 0 {
-			return kv, of, uint64(first+i)<<cursorBucketShift | c, nil
+			next = uint64(first+i)<<cursorBucketShift | c
+			break
 		}
 	}
-	if first+count == buckets {
-		return kv, of, 0, nil
+	if next == 0 && first+count < buckets {
+		next = uint64(first+count) << cursorBucketShift
 	}
-	return kv, of, uint64(first+count) << cursorBucketShift, nil
+	s.presence(ctx, kv)
+	return kv, of, next, nil
+}
+
+// presence adds the users of kv, a page of in-flight entries, to the
+// presence sets of their timestamps (buffer.Presence.Joins): one pipeline
+// of a PFADD of every user of a set and its EXPIRE, the sets of a page
+// being the few minutes and days its timestamps fall in. The counts are
+// best effort, as the touch path is: a failure is logged (rate-limited)
+// and the flush goes on; a page read again (an entry may come twice, a
+// flush that stopped is drained again) adds nothing new.
+func (s *redisShard) presence(ctx context.Context, kv []string) {
+	joins := s.b.presence.Joins(s.keys.Shard, kv, s.b.now())
+	if len(joins) == 0 {
+		return
+	}
+	err := s.b.redis(ctx, func(ctx context.Context, rdb *client) error {
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, j := range joins {
+				users := make([]any, len(j.Users))
+				for i, u := range j.Users {
+					users[i] = u
+				}
+				pipe.PFAdd(ctx, j.Name, users...)
+				pipe.Expire(ctx, j.Name, time.Duration(j.TTL)*time.Second)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		s.b.drops.log(slog.LevelWarn, "lastseen: presence counts not updated for a page of the flush", "set", joins[0].Name, "users", len(kv)/2, "err", err)
+	}
 }
 
 // inflightLen finds the shard's in-flight hashes left by an earlier flush

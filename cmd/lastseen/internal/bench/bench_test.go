@@ -319,7 +319,7 @@ func TestMemoryRun(t *testing.T) {
 			testenv.Must(t, err)
 			var rep memoryReport
 			testenv.Must(t, json.Unmarshal(b, &rep))
-			testenv.Equal(t, "rows", len(rep.Memory.Rows), 2)
+			testenv.Equal(t, "rows", len(rep.Memory.Rows), 3)
 			testenv.Equal(t, "warning", rep.Memory.Warning != "", existing)
 			for _, r := range rep.Memory.Rows {
 				testenv.Equal(t, r.Name+" pending", r.Pending, int64(2000))
@@ -341,12 +341,19 @@ func TestMemoryRun(t *testing.T) {
 			testenv.Equal(t, "format 1 hashes", f1.Hashes, int64(16))
 			testenv.Equal(t, "format 1 encodings", fmt.Sprint(f1.Encodings), "map[listpack:16]") // 125 fields each
 			testenv.Equal(t, "library name", rep.Memory.Rows[1].Name, memLibrary)
+			testenv.Equal(t, "library presence keys", rep.Memory.Rows[1].PresenceKeys, int64(0))
+			def := rep.Memory.Rows[2]
+			testenv.Equal(t, "default config name", def.Name, memDefault)
+			testenv.Equal(t, "default config presence keys", def.PresenceKeys, int64(32)) // one minute and one day per shard
+			// Redis's HyperLogLog estimate of ids 1..2,000, 125 per shard (its hash is
+			// fixed: the same estimate every run).
+			testenv.Equal(t, "default config active users", def.ActiveUsers, int64(1993))
 			if existing {
 				n, err := own.DBSize(ctx).Result()
 				testenv.Must(t, err)
 				testenv.Equal(t, "keys left", n, int64(0))
 			}
-			for _, want := range []string{"# lastseen bench memory", "| pending entries | 2,000 | 2,000 |", "| keys (DBSIZE delta) | 2,016 |"} {
+			for _, want := range []string{"# lastseen bench memory", "| pending entries | 2,000 | 2,000 | 2,000 |", "| keys (DBSIZE delta) | 2,016 |"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("report lacks %q:\n%s", want, out.String())
 				}

@@ -121,11 +121,13 @@ func (c *Cmd) checkFormat1(ctx context.Context, m *memRedis, row *memoryRow) err
 
 // loadLibrary measures the library: a lastseen.Plugin on the measured
 // Redis, users 1..N touched once each through Plugin.TouchAt from
-// MemoryWorkers goroutines. The presence counters (Online, ActiveUsers)
-// and the local cache are off; the database is an in-memory SQLite that
-// the run never writes.
-func (c *Cmd) loadLibrary(ctx context.Context, m *memRedis, row *memoryRow) (err error) {
-	p, rdb, closeAll, err := c.openMemoryPlugin(row)
+// MemoryWorkers goroutines, the local cache off, the presence counters
+// (Online, ActiveUsers) off or, with presence, in their default
+// configuration; the database is an in-memory SQLite. With presence, after
+// the figures and the checks, a Flush drains the entries into the presence
+// HyperLogLogs (measurePresence).
+func (c *Cmd) loadLibrary(ctx context.Context, m *memRedis, row *memoryRow, presence bool) (err error) {
+	p, rdb, closeAll, err := c.openMemoryPlugin(row, presence)
 	if err != nil {
 		return err
 	}
@@ -167,14 +169,67 @@ func (c *Cmd) loadLibrary(ctx context.Context, m *memRedis, row *memoryRow) (err
 		return err
 	}
 	row.Recorded = recorded.Load()
-	return c.checkLibrary(ctx, p, row, at)
+	if err := c.checkLibrary(ctx, p, row, at); err != nil || !presence {
+		return err
+	}
+	return c.measurePresence(ctx, m, p, row, at)
+}
+
+// measurePresence flushes the row's entries, which writes the presence
+// HyperLogLogs, and adds the MEMORY USAGE of every online and active key
+// under the row's prefix to the row's figures; it checks that the day's
+// ActiveUsers count is within 2% of the users (HyperLogLog: 0.81% standard
+// error per shard).
+func (c *Cmd) measurePresence(ctx context.Context, m *memRedis, p *lastseen.Plugin, row *memoryRow, at time.Time) error {
+	c.progress("memory: %s: flushing %s users (the flush writes the presence HyperLogLogs)", row.Name, fmtInt(int64(c.MemoryUsers)))
+	t0 := time.Now()
+	if _, err := p.Flush(ctx); err != nil {
+		return fmt.Errorf("lastseen: bench: memory: flush: %w", err)
+	}
+	row.FlushWall = time.Since(t0)
+	for _, pattern := range []string{row.Prefix + ":*:online:*", row.Prefix + ":*:active:*"} {
+		seen := map[string]bool{}
+		iter := m.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			n, err := m.rdb.MemoryUsage(ctx, k, 0).Result()
+			if err != nil {
+				return fmt.Errorf("lastseen: bench: memory: MEMORY USAGE %s: %w", k, err)
+			}
+			row.PresenceKeys++
+			row.PresenceBytes += n
+		}
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("lastseen: bench: memory: SCAN %s: %w", pattern, err)
+		}
+	}
+	row.BytesPerUser = float64(row.UsedDelta+row.PresenceBytes) / float64(c.MemoryUsers)
+	n, err := p.ActiveUsers(ctx, at, at)
+	if err != nil {
+		return fmt.Errorf("lastseen: bench: memory: ActiveUsers: %w", err)
+	}
+	row.ActiveUsers = n
+	if want := int64(c.MemoryUsers); row.PresenceKeys == 0 || n < want*98/100 || n > want*102/100 {
+		problem := fmt.Sprintf("after the flush: %d presence keys, ActiveUsers %d, want within 2%% of %d", row.PresenceKeys, n, want)
+		if row.Check == "ok" {
+			row.Check = fmt.Sprint([]string{problem})
+		} else {
+			row.Check += " " + problem
+		}
+	}
+	return nil
 }
 
 // openMemoryPlugin opens the library's row: a client of MemoryWorkers
 // connections on the measured Redis, an in-memory SQLite users table and a
-// plugin on them with the presence counters, the local cache, the
-// scheduler and the purge off. closeAll closes the three.
-func (c *Cmd) openMemoryPlugin(row *memoryRow) (p *lastseen.Plugin, rdb *redis.Client, closeAll func(context.Context) error, err error) {
+// plugin on them with the local cache, the scheduler and the purge off,
+// and the presence counters off or (presence) at their defaults. closeAll
+// closes the three.
+func (c *Cmd) openMemoryPlugin(row *memoryRow, presence bool) (p *lastseen.Plugin, rdb *redis.Client, closeAll func(context.Context) error, err error) {
 	opt, err := runenv.RedisOptions(row.Addr)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("lastseen: bench: %w", errors.Unwrap(err))
@@ -197,15 +252,18 @@ func (c *Cmd) openMemoryPlugin(row *memoryRow) (p *lastseen.Plugin, rdb *redis.C
 		closeDB()
 		return nil, nil, nil, fmt.Errorf("lastseen: bench: memory: create users: %w", err)
 	}
-	p = lastseen.New(lastseen.Config{
+	cfg := lastseen.Config{
 		Redis:    rdb,
 		Throttle: c.Throttle,
 		Logger:   c.warnLogger(),
 		Buffer:   lastseen.BufferConfig{Prefix: row.Prefix, LocalCacheSize: -1, TouchTimeout: 10 * time.Second},
 		Flush:    lastseen.FlushConfig{Schedule: "off"},
 		Sessions: lastseen.SessionConfig{Disabled: true},
-		Presence: lastseen.PresenceConfig{OnlineWindow: -1, ActiveUsersRetention: -1},
-	})
+	}
+	if !presence {
+		cfg.Presence = lastseen.PresenceConfig{OnlineWindow: -1, ActiveUsersRetention: -1}
+	}
+	p = lastseen.New(cfg)
 	if err := db.Use(p); err != nil {
 		closeDB()
 		return nil, nil, nil, fmt.Errorf("lastseen: bench: memory: db.Use: %w", err)

@@ -2,9 +2,8 @@
 -- window, it opens one (the user's marker field in the marker hash of the
 -- current generation) and, only then, raises the user's pending timestamp
 -- (never lowers it; a stored value that a flush would refuse, not a number
--- or beyond ARGV[4], is replaced rather than kept as "newer") and adds the
--- user to the presence HyperLogLogs given as KEYS[5..] (none when they are
--- turned off).
+-- or beyond ARGV[4], is replaced rather than kept as "newer"). The presence
+-- HyperLogLogs are the flush's: it adds the entries it drains (Scan).
 --
 -- Markers (see the Go package's doc): the clock is cut into generations of
 -- one throttle window; a marker is the end of the user's window in ms from
@@ -14,13 +13,11 @@
 -- an instance whose clock is a little behind or ahead still throttle.
 --
 -- KEYS[1] marker hash of the current generation, KEYS[2] of the previous,
--- KEYS[3] of the next, KEYS[4] pending hash, KEYS[5..n] HyperLogLogs (the
--- minute's online bucket, the day's active users; same shard tag)
+-- KEYS[3] of the next, KEYS[4] pending hash
 -- ARGV[1] user id, ARGV[2] Unix microseconds, ARGV[3] throttle window in ms,
 -- ARGV[4] the latest acceptable value (buffer.Ceiling),
 -- ARGV[5] ms since the current generation started, ARGV[6] generation
--- length in ms, ARGV[7..n+2] each HyperLogLog's time to live in seconds
--- (EXPIRE); 0 skips it (its period ended longer ago than it is kept)
+-- length in ms
 --
 -- Returns {1, window ms} when the touch was recorded and {0, ms left in the
 -- open window} when the user was throttled.
@@ -44,12 +41,5 @@ redis.call('PEXPIRE', KEYS[1], 2 * gen - now)
 local cur = tonumber(redis.call('HGET', KEYS[4], uid))
 if not cur or cur < tonumber(ARGV[2]) or cur > tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[4], uid, ARGV[2])
-end
-for i = 5, #KEYS do
-  local ttl = tonumber(ARGV[i + 2])
-  if ttl and ttl > 0 then
-    redis.call('PFADD', KEYS[i], uid)
-    redis.call('EXPIRE', KEYS[i], ttl)
-  end
 end
 return {1, tonumber(ARGV[3])}

@@ -1,0 +1,55 @@
+package buffer
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lastseen/lastseen/internal/keys"
+)
+
+// TestJoinsGroupsByMinuteAndDay: a page of entries joins one online set per
+// minute and one active set per UTC day, each set once, in the order it
+// first comes, with its time to live from now; values ParseMicros refuses
+// and minutes past OnlineWindow are left out; with both sets off nothing.
+func TestJoinsGroupsByMinuteAndDay(t *testing.T) {
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	k := keys.ForShard("p", 3, 16)
+	us := func(s string) string {
+		return strconv.FormatInt(Micros(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).Add(mustDur(s))), 10)
+	}
+	kv := []string{
+		"a", us("9h29m10s"),
+		"b", us("9h29m50s"), // the same minute as a
+		"c", us("9h30m00s"), // the next minute
+		"d", "garbage",
+		"e", us("8h29m00s"), // its minute ended more than OnlineWindow ago: its day only
+		"f", us("9h29m59s"), // back to a's minute
+		"g", strconv.FormatInt(Micros(now.Add(2*time.Hour)), 10), // beyond now + MaxClockSkew
+	}
+	p := Presence{OnlineWindow: time.Hour, ActiveRetention: 35 * 24 * time.Hour}
+	got := fmt.Sprint(p.Joins(k, kv, now))
+	want := "[{p:{3}:online:29539289 3600 [a b f]} {p:{3}:active:2026-03-01 3076200 [a b c e f]} {p:{3}:online:29539290 3660 [c]}]"
+	if got != want {
+		t.Errorf("Joins = %s, want %s", got, want)
+	}
+	if got := p.Joins(k, nil, now); got != nil {
+		t.Errorf("Joins of no entries = %v, want nil", got)
+	}
+	if got := (Presence{OnlineWindow: -1, ActiveRetention: -1}).Joins(k, kv, now); got != nil {
+		t.Errorf("Joins with both sets off = %v, want nil", got)
+	}
+	got = fmt.Sprint(Presence{OnlineWindow: -1, ActiveRetention: 0}.Joins(k, kv[:4], now))
+	if want := "[{p:{3}:active:2026-03-01 52200 [a b]}]"; got != want {
+		t.Errorf("Joins, active only = %s, want %s", got, want)
+	}
+}
+
+func mustDur(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
