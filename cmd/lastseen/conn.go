@@ -125,6 +125,13 @@ func (c *connFlags) openDB(ctx context.Context, namer schema.Namer) (*gorm.DB, e
 	return db, nil
 }
 
+// operatorReplyTimeout is how long an operator command waits for one Redis
+// reply (go-redis's default is 3s): a status or a purge on a busy Redis
+// should report, not fail, and a Redis that does not answer at all is
+// caught first by the ping's 5s. A redis:// URL's read_timeout and
+// write_timeout override it.
+const operatorReplyTimeout = 10 * time.Second
+
 // openRedis connects to the Redis given by the flags and checks that it
 // answers: an operator command against a Redis it cannot reach would only
 // report an empty buffer. The client has ContextTimeoutEnabled, so the
@@ -134,13 +141,20 @@ func (c *connFlags) openRedis(ctx context.Context) (redis.UniversalClient, error
 	var rdb redis.UniversalClient
 	switch {
 	case len(c.RedisCluster) > 0:
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisCluster, ContextTimeoutEnabled: true})
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisCluster, ContextTimeoutEnabled: true,
+			ReadTimeout: operatorReplyTimeout, WriteTimeout: operatorReplyTimeout})
 	case c.Redis != "":
 		opt, err := runenv.RedisOptions(c.Redis)
 		if err != nil {
 			return nil, err
 		}
 		opt.ContextTimeoutEnabled = true
+		if opt.ReadTimeout == 0 { // not set by the URL (read_timeout)
+			opt.ReadTimeout = operatorReplyTimeout
+		}
+		if opt.WriteTimeout == 0 {
+			opt.WriteTimeout = operatorReplyTimeout
+		}
 		rdb = redis.NewClient(opt)
 	default:
 		return nil, errNoRedis

@@ -69,3 +69,25 @@ func runCLI(t testing.TB, now func() time.Time, args ...string) (string, error) 
 
 // lines splits output into lines without the final newline.
 func lines(s string) []string { return strings.Split(strings.TrimSuffix(s, "\n"), "\n") }
+
+// TestOperatorReplyTimeout: an operator command waits 10s for a Redis
+// reply (go-redis's default, 3s, failed statuses on a busy Redis), unless
+// the redis:// URL sets its own read_timeout and write_timeout.
+func TestOperatorReplyTimeout(t *testing.T) {
+	mr := miniredis.RunT(t)
+	for _, c := range []struct {
+		flag        string
+		read, write time.Duration
+	}{
+		{mr.Addr(), 10 * time.Second, 10 * time.Second},
+		{"redis://" + mr.Addr() + "/0", 10 * time.Second, 10 * time.Second},
+		{"redis://" + mr.Addr() + "/0?read_timeout=2s&write_timeout=1s", 2 * time.Second, time.Second},
+	} {
+		rdb, err := (&connFlags{Redis: c.flag}).openRedis(t.Context())
+		must(t, err)
+		opt := rdb.(*redis.Client).Options()
+		equal(t, c.flag+": read timeout", opt.ReadTimeout, c.read)
+		equal(t, c.flag+": write timeout", opt.WriteTimeout, c.write)
+		must(t, rdb.Close())
+	}
+}
