@@ -228,22 +228,7 @@ func writeReplica(w io.Writer, q *replicaResult) {
 		fmtInt(int64(q.Requests)), fmtInt(int64(q.Distinct)), fmtInt(int64(q.Users)), q.Zipf, q.Seed, q.Workers, q.Throttle)
 	fmt.Fprintf(w, "On %s. Replay lag: pg_stat_replication.replay_lag on the primary, sampled every %s from the first request "+
 		"to the end of the flush, and once more when the standby has replayed the flush (NULL, the standby caught up, counts as 0).\n\n", q.Server, q.Interval)
-	fmt.Fprint(w, "| |")
-	for _, v := range q.Variants {
-		fmt.Fprintf(w, " %s |", v.Name)
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range q.Variants {
-		fmt.Fprint(w, "--:|")
-	}
-	fmt.Fprintln(w)
-	for _, r := range replicaRows {
-		fmt.Fprintf(w, "| %s |", r.label)
-		for _, v := range q.Variants {
-			fmt.Fprintf(w, " %s |", r.cell(v))
-		}
-		fmt.Fprintln(w)
-	}
+	writeVariantTable(w, q.Variants, replicaRows)
 	for _, v := range q.Variants {
 		if v.FirstError != "" {
 			fmt.Fprintf(w, "\n%s: first tracking-call error: %s\n", v.Name, v.FirstError)
@@ -262,10 +247,7 @@ func lagCell(f func(s lagSummary) string) func(v variant) string {
 }
 
 // replicaRows are the rows of the replica table, one cell per variant.
-var replicaRows = []struct {
-	label string
-	cell  func(v variant) string
-}{
+var replicaRows = []variantRow{
 	{"requests/s", func(v variant) string { return fmtRate(v.RequestsPerSec) }},
 	{"tracking call p50", func(v variant) string { return fmtDur(v.P50) }},
 	{"rows written (pg_stat_user_tables)", func(v variant) string { return fmtInt(v.RowsWritten) }},

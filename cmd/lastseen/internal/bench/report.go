@@ -177,22 +177,7 @@ func (r *report) writeMarkdown(w io.Writer, c *Cmd) {
 func writeRequests(w io.Writer, q *requestsResult) {
 	fmt.Fprintf(w, "\n## Requests: %s requests from %s of %s users (Zipf s=%v, seed %d), %d workers, throttle window %s, touch timeout %s\n\n",
 		fmtInt(int64(q.Requests)), fmtInt(int64(q.Distinct)), fmtInt(int64(q.Users)), q.Zipf, q.Seed, q.Workers, q.Throttle, q.Timeout)
-	fmt.Fprint(w, "| |")
-	for _, v := range q.Variants {
-		fmt.Fprintf(w, " %s |", v.Name)
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range q.Variants {
-		fmt.Fprint(w, "--:|")
-	}
-	fmt.Fprintln(w)
-	for _, r := range requestRows {
-		fmt.Fprintf(w, "| %s |", r.label)
-		for _, v := range q.Variants {
-			fmt.Fprintf(w, " %s |", r.cell(v))
-		}
-		fmt.Fprintln(w)
-	}
+	writeVariantTable(w, q.Variants, requestRows)
 	for _, v := range q.Variants {
 		if v.FirstError != "" {
 			fmt.Fprintf(w, "\n%s: first tracking-call error: %s\n", v.Name, v.FirstError)
@@ -204,10 +189,35 @@ func writeRequests(w io.Writer, q *requestsResult) {
 }
 
 // requestRows are the rows of the requests table, one cell per variant.
-var requestRows = []struct {
+// variantRow is one row of a table with a column per variant: its label
+// and how to print a variant's cell.
+type variantRow struct {
 	label string
 	cell  func(v variant) string
-}{
+}
+
+// writeVariantTable prints a markdown table with a column per variant and
+// a line per row.
+func writeVariantTable(w io.Writer, variants []variant, rows []variantRow) {
+	fmt.Fprint(w, "| |")
+	for _, v := range variants {
+		fmt.Fprintf(w, " %s |", v.Name)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range variants {
+		fmt.Fprint(w, "--:|")
+	}
+	fmt.Fprintln(w)
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s |", r.label)
+		for _, v := range variants {
+			fmt.Fprintf(w, " %s |", r.cell(v))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+var requestRows = []variantRow{
 	{"requests/s", func(v variant) string { return fmtRate(v.RequestsPerSec) }},
 	{"tracking call p50", func(v variant) string { return fmtDur(v.P50) }},
 	{"tracking call p99", func(v variant) string { return fmtDur(v.P99) }},
