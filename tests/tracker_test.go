@@ -225,22 +225,23 @@ func TestTouchPendingNeverMovesBackwards(t *testing.T) {
 
 // TestTouchStoredForm: the pending hash holds Unix microseconds in UTC as a
 // decimal integer (sub-microsecond digits cut off, the location ignored);
-// marker, pending hash and the presence HyperLogLogs (the touch's Unix
-// minute, its UTC day) share the shard's hash tag.
+// marker and pending hash share the shard's hash tag, and so do the
+// presence HyperLogLogs (the touch's Unix minute, its UTC day), which the
+// flush writes, not the touch.
 func TestTouchStoredForm(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Buffer.Shards = 1
 		cfg.Throttle = 90 * time.Second
-		p, _ := h.plugin(cfg)
+		p, db := h.plugin(cfg)
 		tokyo := time.FixedZone("JST", 9*3600)
 		at := time.Date(2026, 3, 1, 18, 30, 0, 123456789, tokyo) // 09:30:00.123456789Z
 		ok, err := p.TouchAt(ctx, uint16(42), at)
 		must(t, err)
 		equal(t, "recorded", ok, true)
 
-		equal(t, "keys", strings.Join(h.keys(), " "), ":manifest :{0}:active:2026-03-01 :{0}:online:29539290 :{0}:pending :{0}:seen:42")
+		equal(t, "keys", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:42")
 		equal(t, "stored value", h.pendingValue(t, p, "42"), "1772357400123456")
 		equal(t, "pending entries", h.pendingLen(t, p, 0), int64(1))
 		// The marker is a field of the hash of the clock's generation
@@ -264,12 +265,20 @@ func TestTouchStoredForm(t *testing.T) {
 		pend, _, err := p.Pending(ctx, "42")
 		must(t, err)
 		equal(t, "pending", pend.Format(time.RFC3339Nano), "2026-03-01T09:30:00.123456Z")
+
+		// The flush drains the entry (no such user: unknown) and adds it to
+		// the presence sets of its minute and day.
+		must(t, db.AutoMigrate(&lastseen.User{}))
+		res, err := p.Flush(ctx)
+		must(t, err)
+		equal(t, "drained, unknown", [2]int{res.Drained, res.Unknown}, [2]int{1, 1})
+		equal(t, "keys after the flush", strings.Join(h.keys(), " "), ":manifest :{0}:active:2026-03-01 :{0}:online:29539290 :{0}:seen:42")
 	})
 }
 
-// TestTouchKeysShareHashTag: with the default 16 shards, a user's marker, its
-// pending hash and its presence HyperLogLogs carry the same hash tag {N}, N
-// in 0..15.
+// TestTouchKeysShareHashTag: with the default 16 shards, the keys a user's
+// touch writes (its marker and its pending hash) carry the same hash tag
+// {N}, N in 0..15.
 func TestTouchKeysShareHashTag(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
