@@ -129,11 +129,17 @@ func logUpdates(t *testing.T, db *gorm.DB) *updateLog {
 
 // statementEntries is the number of entries of a flush's UPDATE from its
 // bound values: one id and one time per entry, or on PostgreSQL an array
-// of the ids ("{1,2,3}") and one of the times.
+// of the ids and one of the times, each a Go slice (pgx) or array text
+// ("{1,2,3}").
 func statementEntries(vars []any) int {
 	if len(vars) == 2 {
-		if ids, ok := vars[0].(string); ok && strings.HasPrefix(ids, "{") {
-			return strings.Count(ids, ",") + 1
+		switch ids := vars[0].(type) {
+		case *[]int64:
+			return len(*ids)
+		case string:
+			if strings.HasPrefix(ids, "{") {
+				return strings.Count(ids, ",") + 1
+			}
 		}
 	}
 	return len(vars) / 2

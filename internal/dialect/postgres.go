@@ -111,13 +111,68 @@ func postgresUpdateReturning(t *Target, ids []any, ts []time.Time) clause.Expr {
 // values then instants:
 //
 //	unnest(CAST($1 AS text[])::bigint[], CAST($2 AS timestamptz[])) AS v(id, ts)[, (SELECT CAST($3 AS text) AS name) AS z]
+//
+// Each array is the array text of pgIDs and pgTimes, or, where the driver
+// takes Go slices (Target.SliceArgs), integer keys as a []int64 and
+// instants as a []time.Time (pgIDArray, pgInstantArray).
 func postgresBatch(t *Target, ids []any, ts []time.Time) clause.Expr {
+	idSQL, idArg := pgIDArray(t, ids)
 	if t.Zone != "" {
-		return clause.Expr{SQL: "unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS timestamptz[])) AS v(id, ts), (SELECT CAST(? AS text) AS name) AS z",
-			Vars: []any{pgIDs(ids), pgInstants(ts), t.Zone}}
+		tsSQL, tsArg := pgInstantArray(t, ts, true)
+		return clause.Expr{SQL: "unnest(" + idSQL + ", " + tsSQL + ") AS v(id, ts), (SELECT CAST(? AS text) AS name) AS z",
+			Vars: []any{idArg, tsArg, t.Zone}}
 	}
-	return clause.Expr{SQL: "unnest(CAST(? AS text[])::" + t.PKType + "[], CAST(? AS " + t.ColType + "[])) AS v(id, ts)",
-		Vars: []any{pgIDs(ids), pgTimes(t.Codec, ts)}}
+	tsSQL, tsArg := pgInstantArray(t, ts, t.ColType == "timestamp with time zone")
+	return clause.Expr{SQL: "unnest(" + idSQL + ", " + tsSQL + ") AS v(id, ts)", Vars: []any{idArg, tsArg}}
+}
+
+// pgIDArray is the batch's keys as one array parameter of the key's type:
+// "CAST(? AS bigint[])" bound to a *[]int64 when the driver takes Go slices
+// (Target.SliceArgs) and every id is an integer within int64, otherwise
+// "CAST(? AS text[])::<key type>[]" bound to their array text (pgIDs). The
+// slice goes by pointer: GORM expands a slice into a list of parameters.
+func pgIDArray(t *Target, ids []any) (string, any) {
+	if t.SliceArgs && t.IntKey {
+		if ints, ok := pgInts(ids); ok {
+			return "CAST(? AS bigint[])", &ints
+		}
+	}
+	return "CAST(? AS text[])::" + t.PKType + "[]", pgIDs(ids)
+}
+
+// pgInstantArray is the batch's times as one array parameter: as instants,
+// "CAST(? AS timestamptz[])" bound to a *[]time.Time, when instant is set
+// and the driver takes Go slices (Target.SliceArgs); otherwise their array
+// text cast to timestamptz[] (pgInstants) for instants, or to the column's
+// type (pgTimes).
+func pgInstantArray(t *Target, ts []time.Time, instant bool) (string, any) {
+	switch {
+	case instant && t.SliceArgs:
+		return "CAST(? AS timestamptz[])", &ts
+	case instant:
+		return "CAST(? AS timestamptz[])", pgInstants(ts)
+	}
+	return "CAST(? AS " + t.ColType + "[])", pgTimes(t.Codec, ts)
+}
+
+// pgInts returns ids as int64s, or false when one is not an integer
+// within int64.
+func pgInts(ids []any) ([]int64, bool) {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		switch v := id.(type) {
+		case int64:
+			out[i] = v
+		case uint64:
+			if v > math.MaxInt64 {
+				return nil, false
+			}
+			out[i] = int64(v)
+		default:
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 // postgresNewValue is what the column is set to: v.ts, or its wall time in
@@ -214,8 +269,23 @@ func pgInstants(ts []time.Time) string {
 //
 //	SELECT count(*) FROM "users" AS t WHERE t."id" = ANY(CAST($1 AS text[])::bigint[])
 func postgresCount(t *Target, ids []any) clause.Expr {
-	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(CAST(? AS text[])::" + t.PKType + "[])",
-		Vars: []any{clause.Table{Name: t.Table}, clause.Column{Name: t.PK}, pgIDs(ids)}}
+	idSQL, idArg := pgIDArray(t, ids)
+	return clause.Expr{SQL: "SELECT count(*) FROM ? AS t WHERE t.? = ANY(" + idSQL + ")",
+		Vars: []any{clause.Table{Name: t.Table}, clause.Column{Name: t.PK}, idArg}}
+}
+
+// postgresSliceArgs reports whether db's driver takes a pointer to a Go
+// slice as one array parameter and the server reads back what was sent:
+// a bigint[] and a timestamptz[] (microseconds, a year before 1970
+// included) compared with the same arrays sent as text. Any error, from
+// the driver or the server, is a no.
+func postgresSliceArgs(db *gorm.DB) bool {
+	ids := []int64{-1, 0, math.MaxInt64}
+	at := []time.Time{time.Date(1969, 7, 20, 20, 17, 40, 123456000, time.UTC), time.Date(2026, 12, 2, 16, 0, 0, 999999000, time.FixedZone("", 3600))}
+	var ok bool
+	err := db.Raw("SELECT CAST(? AS bigint[]) = CAST(? AS text[])::bigint[] AND CAST(? AS timestamptz[]) = CAST(? AS timestamptz[])",
+		&ids, pgIDs([]any{int64(-1), int64(0), int64(math.MaxInt64)}), &at, pgInstants(at)).Scan(&ok).Error
+	return err == nil && ok
 }
 
 // pgIDs and pgTimes build one bound parameter holding a one-dimensional
@@ -317,6 +387,7 @@ FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AN
 	if t.IntKey {
 		t.PKType = "bigint"
 	}
+	t.SliceArgs = postgresSliceArgs(db)
 	if t.Zone != "" && t.ColType == "timestamp without time zone" {
 		var probe string // a name the server does not know fails: 22023
 		if db.Raw("SELECT CAST(now() AT TIME ZONE ? AS text)", t.Zone).Scan(&probe).Error != nil {

@@ -51,4 +51,12 @@ type Target struct {
 	// statement on the server (a cancel request), MySQL's closes the
 	// connection while the server may still finish the statement.
 	ServerBound bool
+	// SliceArgs is set by ColumnTypes on PostgreSQL when the driver takes a
+	// pointer to a Go slice as one array parameter and the server reads it
+	// back exactly (a probe compares a bigint[] and a timestamptz[] with
+	// their array text): pgx does, in its binary format. The statements
+	// then send integer keys and instants that way, not as array text for
+	// the server to parse. A driver that refuses the probe (lib/pq, a
+	// wrapper without a NamedValueChecker) keeps the array text.
+	SliceArgs bool
 }

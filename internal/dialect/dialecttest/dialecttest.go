@@ -101,11 +101,47 @@ func Exercise(t *testing.T, db *gorm.DB) {
 	t.Run("column classes", s.classes)
 	t.Run("health", s.health)
 	t.Run("identity", s.identity)
+	if tg := s.target(t, &intRow{}, "LastSeenAt"); tg.SliceArgs {
+		// The driver takes Go slices (PostgreSQL with pgx): the statements
+		// again, their arrays sent as array text, as for any other driver.
+		t.Run("array text", (&suite{d: d, db: db, arrayText: true}).statements)
+	}
+}
+
+// ExerciseArrayText runs the statements' part of the contract on db, a
+// PostgreSQL database reached through a driver that does not take a Go
+// slice as one parameter: ColumnTypes must say so (Target.SliceArgs false)
+// and every statement must still write exactly, with array text. It
+// creates and drops the tables Exercise does.
+func ExerciseArrayText(t *testing.T, db *gorm.DB) {
+	d := dialect.Lookup(db.Dialector.Name())
+	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}, &dateRow{}}
+	must(t, db.Migrator().DropTable(models...))
+	must(t, db.AutoMigrate(models...))
+	t.Cleanup(func() { _ = db.Migrator().DropTable(models...) })
+	s := &suite{d: d, db: db}
+	if tg := s.target(t, &intRow{}, "LastSeenAt"); tg.SliceArgs {
+		t.Fatalf("ColumnTypes set SliceArgs through a driver that takes no slices")
+	}
+	s.statements(t)
+}
+
+// statements runs the subtests of the bulk statements.
+func (s *suite) statements(t *testing.T) {
+	t.Run("update", s.update)
+	t.Run("update unix millis", s.updateMillis)
+	t.Run("update date", s.updateDate)
+	t.Run("update reading previous values", s.updatePrior)
+	t.Run("upsert", s.upsert)
+	t.Run("count", s.count)
+	t.Run("exact string key", s.exact)
 }
 
 type suite struct {
 	d  *dialect.Dialect
 	db *gorm.DB
+	// arrayText clears Target.SliceArgs after ColumnTypes.
+	arrayText bool
 }
 
 // target describes model's table and its time column field for the
@@ -121,6 +157,9 @@ func (s *suite) target(t *testing.T, model any, field string) *dialect.Target {
 	tg := &dialect.Target{Table: stmt.Schema.Table, PK: pk.DBName, Column: f.DBName, Codec: codec,
 		IntKey: pk.FieldType.Kind() == reflect.Int64, ExactKey: pk.FieldType.Kind() == reflect.String}
 	must(t, s.d.ColumnTypes(s.db, tg))
+	if s.arrayText {
+		tg.SliceArgs = false
+	}
 	return tg
 }
 
