@@ -255,6 +255,11 @@ func TestTinyRun(t *testing.T) {
 		testenv.Equal(t, f.Schema+" flush written", f.Lib.Rows, int64(2500))
 		testenv.Equal(t, f.Schema+" flush raw statements", f.RawUnnest.SQL.Writes, int64(len(flushBatches(2500, 16, 1000, 1))))
 		testenv.Equal(t, f.Schema+" flush check", f.Check, "ok")
+		// The raw write uses no Redis; every other part is read on this
+		// machine, where CI runs PostgreSQL and Redis (-1: unreadable).
+		testenv.Equal(t, f.Schema+" raw Redis CPU", f.RawUnnest.CPU.Redis, 0.0)
+		testenv.Equal(t, f.Schema+" CPU parts read (raw database, lastseen database, client, Redis)",
+			[4]bool{f.RawUnnest.CPU.Database >= 0, f.Lib.CPU.Database >= 0, f.Lib.CPU.Client >= 0, f.Lib.CPU.Redis >= 0}, [4]bool{true, true, true, true})
 	}
 	// An index on last_seen_at makes every update non-HOT.
 	testenv.Equal(t, "indexed HOT updates", rep.Flush.Runs[1].Lib.HotUpdates, int64(0))
@@ -263,7 +268,7 @@ func TestTinyRun(t *testing.T) {
 	testenv.Equal(t, "purge live left", rep.Purge.LiveLeft, int64(150))
 	testenv.Equal(t, "purge transactions", rep.Purge.SQL.Txs, int64(rep.Purge.Result.Batches))
 	testenv.Equal(t, "purge check", rep.Purge.Check, "ok")
-	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "## Tracking call: seed against lastseen without its local cache, interleaved (20 rounds, 4 workers)", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "## Targets (judged on this run"} {
+	for _, want := range []string{"## Requests: 400 requests", "## Requests at scale", "## Tracking call: seed against lastseen without its local cache, interleaved (20 rounds, 4 workers)", "| rows written (pg_stat_user_tables) | 400 |", "| 2,500 | plain |", "## Purge: 1,500 expired + 150 live sessions", "CPU per 1,000 rows written", "## Targets (judged on this run"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -51,6 +51,7 @@ type flushRun struct {
 // flushSide is one way of writing the timestamps into a table of its own.
 type flushSide struct {
 	Table      string        `json:"table"`
+	CPU        cpuUse        `json:"cpu"`
 	Wall       time.Duration `json:"wall_ns"`
 	Rows       int64         `json:"rows"`
 	RowsPerSec float64       `json:"rows_per_sec"`
@@ -239,6 +240,12 @@ func (e *env) libFlush(ctx context.Context, p *lastseen.Plugin, pool *sql.DB, re
 	if err != nil {
 		return err
 	}
+	pids, err := poolBackends(ctx, pool, e.cmd.FlushConcurrency+1)
+	if err != nil {
+		return err
+	}
+	cpu := &cpuMeter{redis: e.rdb, backends: pids}
+	cpu.start(ctx)
 	heap := startHeap(time.Millisecond)
 	e.tracer.start()
 	e.timer.start()
@@ -248,6 +255,7 @@ func (e *env) libFlush(ctx context.Context, p *lastseen.Plugin, pool *sql.DB, re
 	res.Redis = e.timer.stop()
 	res.Lib.SQL = e.tracer.stop()
 	res.Heap = heap.Stop()
+	res.Lib.CPU = cpu.stop(ctx)
 	stopProfile()
 	if err != nil {
 		return fmt.Errorf("lastseen: bench: flush: %w", err)

@@ -35,10 +35,13 @@ func (e *env) rawFlush(ctx context.Context, method string, side *flushSide, shar
 	if err != nil {
 		return err
 	}
+	cpu := &cpuMeter{backends: w.pids()}
+	cpu.start(ctx)
 	e.tracer.start()
 	t0 := time.Now()
 	side.Rows, err = w.run(ctx, work)
 	side.Wall = time.Since(t0)
+	side.CPU = cpu.stop(ctx)
 	side.SQL = e.tracer.stop()
 	if err != nil {
 		return fmt.Errorf("lastseen: bench: raw %s: %w", method, err)
@@ -115,6 +118,15 @@ func (w *rawWriter) connect(ctx context.Context, cfg *pgx.ConnConfig, n int) err
 		}
 	}
 	return nil
+}
+
+// pids are the process ids of the connections' backends.
+func (w *rawWriter) pids() []int {
+	out := make([]int, len(w.conns))
+	for i, c := range w.conns {
+		out[i] = int(c.PgConn().PID())
+	}
+	return out
 }
 
 func (w *rawWriter) close(ctx context.Context) {

@@ -25,6 +25,7 @@ func writeFlush(w io.Writer, f *flushResult) {
 			fmtDur(r.Lib.SQL.WriteTime), 100*r.Lib.SQL.WriteTime.Seconds()/r.Lib.Wall.Seconds(),
 			fmtBytes(r.Heap.PeakHeapGrowth), r.BytesPerUser, float64(r.Heap.Allocated)/float64(r.Users), r.Check)
 	}
+	writeFlushCPU(w, f)
 	for _, n := range f.sizes() {
 		plain, ok := f.run(n, "plain")
 		if !ok {
@@ -93,4 +94,38 @@ func (f *flushResult) targets() []target {
 		}
 	}
 	return t
+}
+
+// writeFlushCPU writes what each run's writes cost in CPU per 1,000 rows:
+// the raw limit's database backends (the faster method, before the
+// library's run), and the library's database backends, its client
+// process and the Redis server. On one machine the parts share its cores,
+// so the library's ratio to the raw limit cannot exceed the raw write's
+// CPU over the library's whole CPU while the cores are all busy.
+func writeFlushCPU(w io.Writer, f *flushResult) {
+	fmt.Fprint(w, "\nCPU per 1,000 rows written (ms; /proc and INFO cpu; - where not readable here):\n\n")
+	fmt.Fprint(w, "| users | schema | raw: database | lastseen: database | lastseen: client | lastseen: Redis | lastseen: all | all vs raw |\n")
+	fmt.Fprint(w, "|--:|---|--:|--:|--:|--:|--:|--:|\n")
+	ms := func(v float64) string {
+		if v < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
+	for _, r := range f.Runs {
+		best := r.RawUnnest
+		if r.RawMethod == "copy" {
+			best = r.RawCopy
+		}
+		raw := perThousand(best.CPU.Database, best.Rows)
+		db, client, rd := perThousand(r.Lib.CPU.Database, r.Lib.Rows), perThousand(r.Lib.CPU.Client, r.Lib.Rows), perThousand(r.Lib.CPU.Redis, r.Lib.Rows)
+		all, vs := -1.0, "-"
+		if db >= 0 && client >= 0 && rd >= 0 {
+			all = db + client + rd
+			if raw > 0 {
+				vs = fmt.Sprintf("%.2f×", all/raw)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", fmtInt(int64(r.Users)), r.Schema, ms(raw), ms(db), ms(client), ms(rd), ms(all), vs)
+	}
 }
