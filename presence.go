@@ -3,7 +3,6 @@ package lastseen
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/dialect"
@@ -11,7 +10,7 @@ import (
 )
 
 // Presence counts: a user whose touch opened a throttle window joins two
-// Redis HyperLogLogs of the user's shard, the online bucket of the touch's
+// Redis HyperLogLogs of the whole buffer, the online bucket of the touch's
 // minute and the active users of its UTC day, when a flush drains the
 // user's pending entry: each page of the flush sends one PFADD per set
 // (and its EXPIRE) for all its users, so the touch's script writes none
@@ -20,10 +19,12 @@ import (
 // in two minutes (or on both sides of midnight UTC) between two flushes
 // joins the later minute's (day's) set. A HyperLogLog (Redis PFADD, PFCOUNT) is
 // at most 12 KB (dense) and a few hundred bytes while sparse; its count has
-// a standard error of 0.81%, and is exact in practice for small sets (the
-// tests assert exact counts up to 100 users per shard). Shards hold disjoint
-// users, so the per-shard counts add up; every key of a count carries the
-// shard's hash tag, so a multi-key PFCOUNT stays in one Redis Cluster slot.
+// a standard error of 0.81%, and is exact in practice for small sets (Redis
+// counts up to about 120 users exactly; the tests assert exact counts up to
+// 120). The sets hold the users of every shard, one set per minute and per
+// day for the whole buffer, and every presence key carries one hash tag of
+// its own (keys.Presence), so a count over several minutes or days is one
+// PFCOUNT in one Redis Cluster slot.
 //
 // Touches kept in the in-process backlog while Redis was down are counted
 // once a flush has replayed and drained them; entries a flush writes from
@@ -41,20 +42,19 @@ func keepDays(c *settings) time.Duration {
 // buffer is opened with (buffer.Presence, from OnlineWindow and
 // ActiveUsersRetention, openBuffer), by each entry's timestamp at:
 //
-//	<prefix>:{N}:online:<Unix minute of at>  kept OnlineWindow after its minute
-//	<prefix>:{N}:active:<UTC day of at>      kept ActiveUsersRetention after its day
+//	<prefix>:{presence}:online:<Unix minute of at>  kept OnlineWindow after its minute
+//	<prefix>:{presence}:active:<UTC day of at>      kept ActiveUsersRetention after its day
 //
 // Both are left out when turned off (negative).
 
 // Online returns how many users opened a throttle window (at TouchAt's at)
 // from the start of the minute of now - d to now, as of the last flush
 // (with Redis; at once without): every user seen in the last d - Throttle
-// up to that flush, none last seen more than d + 1m ago. It is Redis
-// PFCOUNT over minute HyperLogLogs, one pipelined round trip and no SQL,
-// with 0.81% standard error per shard (exact for a few hundred users per
-// shard). Errors: ErrInvalidTime (d below Throttle or above
-// Presence.OnlineWindow), ErrCountsDisabled, ErrNotInitialized, or Redis's
-// error wrapped.
+// up to that flush, none last seen more than d + 1m ago. It is one Redis
+// PFCOUNT over the minutes' HyperLogLogs, one round trip and no SQL, with
+// 0.81% standard error (exact in practice up to about a hundred users).
+// Errors: ErrInvalidTime (d below Throttle or above Presence.OnlineWindow),
+// ErrCountsDisabled, ErrNotInitialized, or Redis's error wrapped.
 func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 	c := &p.cfg
 	switch {
@@ -67,20 +67,19 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 	}
 	now := p.now()
 	first, last := now.Add(-d).Unix()/60, now.Unix()/60
-	return p.countHLL(ctx, "online users", func(k keys.Shard) []string {
-		keys := make([]string, 0, last-first+1)
-		for m := first; m <= last; m++ {
-			keys = append(keys, k.Online+strconv.FormatInt(m, 10))
-		}
-		return keys
-	})
+	k := keys.ForPresence(c.Prefix)
+	names := make([]string, 0, last-first+1)
+	for m := first; m <= last; m++ {
+		names = append(names, k.Online(m))
+	}
+	return p.countHLL(ctx, "online users", names)
 }
 
 // ActiveUsers returns how many distinct users opened a throttle window on
 // the UTC days from from's day to to's, both included (daily, weekly,
 // monthly active users), by the day of TouchAt's at, as of the last flush
-// with Redis (as Online). It is Redis PFCOUNT
-// over daily HyperLogLogs, as Online. Errors: ErrInvalidTime (to before
+// with Redis (as Online). It is one Redis PFCOUNT over the days'
+// HyperLogLogs, as Online. Errors: ErrInvalidTime (to before
 // from, or from older than Presence.ActiveUsersRetention), ErrCountsDisabled,
 // ErrNotInitialized, or Redis's error wrapped.
 func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, error) {
@@ -106,20 +105,18 @@ func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, er
 	if last.Before(first) {
 		return 0, nil
 	}
-	return p.countHLL(ctx, "active users", func(k keys.Shard) []string {
-		var keys []string
-		for day := first; !day.After(last); day = day.Add(24 * time.Hour) {
-			keys = append(keys, k.Active+day.Format(dayLayout))
-		}
-		return keys
-	})
+	k := keys.ForPresence(c.Prefix)
+	var names []string
+	for day := first; !day.After(last); day = day.Add(24 * time.Hour) {
+		names = append(names, k.Active(day))
+	}
+	return p.countHLL(ctx, "active users", names)
 }
 
-// countHLL counts the distinct users of the presence sets keysOf names for
-// each shard, summed over the shards (Buffer.Count: with Redis one
-// pipeline of one PFCOUNT per shard; in memory exact).
-func (p *Plugin) countHLL(ctx context.Context, what string, keysOf func(keys.Shard) []string) (int64, error) {
-	n, err := p.tracker.buf.Count(ctx, keysOf)
+// countHLL counts the distinct users of the presence sets named
+// (Buffer.Count: with Redis one PFCOUNT; in memory exact).
+func (p *Plugin) countHLL(ctx context.Context, what string, names []string) (int64, error) {
+	n, err := p.tracker.buf.Count(ctx, names)
 	if err != nil {
 		return 0, fmt.Errorf("lastseen: %s: %w", what, err)
 	}

@@ -76,9 +76,8 @@ func benchTouchScript(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys := []string{prefix + ":{0}:seen:1:100", prefix + ":{0}:seen:1:99", prefix + ":{0}:seen:1:101", prefix + ":{0}:pending:1",
-		prefix + ":{0}:online:1", prefix + ":{0}:active:1"}
-	args := []any{"42", 1772357400000000, 300000, 1872357400000000, 1000, 300000, 3600, 86400}
+	keys := []string{prefix + ":{0}:seen:1:100", prefix + ":{0}:seen:1:99", prefix + ":{0}:seen:1:101", prefix + ":{0}:pending:1"}
+	args := []any{"42", 1772357400000000, 300000, 1872357400000000, 1000, 300000}
 	if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil {
 		b.Fatal(err)
 	}

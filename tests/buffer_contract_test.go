@@ -30,11 +30,12 @@ func TestRedisBufferContract(t *testing.T) {
 			if kind.Name == "miniredis" {
 				quirks = append(quirks, buffertest.CountSumsKeys)
 			}
-			buffertest.Exercise(t, func(t *testing.T, s buffertest.Setup) buffer.Buffer {
+			buffertest.Exercise(t, func(t *testing.T, s buffertest.Setup) (buffer.Buffer, string) {
 				r := kind.Open(t)
+				prefix := testenv.KeyPrefix(t, r.Client)
 				b := redisbuf.New(redisbuf.Options{
 					Client:       r.Client,
-					Prefix:       testenv.KeyPrefix(t, r.Client),
+					Prefix:       prefix,
 					Shards:       s.Shards,
 					Throttle:     s.Throttle,
 					TouchTimeout: 5 * time.Second, // a slow machine must not send a touch to the backlog
@@ -43,7 +44,7 @@ func TestRedisBufferContract(t *testing.T) {
 					Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 				})
 				t.Cleanup(func() { _ = b.Close() })
-				return b
+				return b, prefix
 			}, quirks...)
 		})
 	}

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/tests/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
 // touchRange touches users from..to at at and fails unless each was recorded.
@@ -45,11 +47,12 @@ func counted(t testing.TB) func(int64, error) int64 {
 // TestOnlineCountsWindowsOpened: Online(d) counts the users whose touch
 // opened a window from the start of the minute of now-d to now, as of the
 // last flush (the flush adds the entries it drains; before it the count is
-// 0), exactly for these small sets: 100 users at 09:30, 50 more at 09:33,
-// the first 100 again inside their window (not counted twice); at 09:35:59
-// Online(5m) still covers the 09:30 minute (150), at 09:36:00 no longer
-// (50). Online(10m) covers both. The count is one pipeline of one PFCOUNT
-// per shard.
+// 0), exactly for these small sets (one HyperLogLog per minute for all the
+// shards: Redis counts ids 1..n exactly up to n = 127, 129 for 128): 80
+// users at 09:30, 40 more at 09:33, the first 80 again inside their window
+// (not counted twice); at 09:35:59 Online(5m) still covers the 09:30
+// minute (120), at 09:36:00 no longer (40). Online(10m) covers both. The
+// count is one PFCOUNT, one round trip.
 func TestOnlineCountsWindowsOpened(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx, count := context.Background(), counted(t)
@@ -57,31 +60,31 @@ func TestOnlineCountsWindowsOpened(t *testing.T) {
 		cfg := h.config()
 		cfg.Buffer.LocalCacheSize = -1 // every touch reaches the script
 		p, _ := h.plugin(cfg)          // Throttle 5m, OnlineWindow 1h
-		touchRange(t, p, 1, 100, h.clock.Now())
+		touchRange(t, p, 1, 80, h.clock.Now())
 		equal(t, "online 5m at 09:30 before a flush", count(p.Online(ctx, 5*time.Minute)), int64(0))
 		flushed(t, p)
-		equal(t, "online 5m at 09:30", count(p.Online(ctx, 5*time.Minute)), int64(100))
+		equal(t, "online 5m at 09:30", count(p.Online(ctx, 5*time.Minute)), int64(80))
 		h.clock.Add(3 * time.Minute) // 09:33
-		for id := 1; id <= 100; id++ {
+		for id := 1; id <= 80; id++ {
 			ok, err := p.TouchAt(ctx, id, h.clock.Now())
 			must(t, err)
 			equal(t, fmt.Sprint("user ", id, " again recorded"), ok, false)
 		}
-		touchRange(t, p, 101, 150, h.clock.Now())
+		touchRange(t, p, 81, 120, h.clock.Now())
 		flushed(t, p)
-		equal(t, "online 5m at 09:33", count(p.Online(ctx, 5*time.Minute)), int64(150))
+		equal(t, "online 5m at 09:33", count(p.Online(ctx, 5*time.Minute)), int64(120))
 
 		h.clock.Set(mustTime("2026-03-01T09:35:59Z"))
-		equal(t, "online 5m at 09:35:59", count(p.Online(ctx, 5*time.Minute)), int64(150))
+		equal(t, "online 5m at 09:35:59", count(p.Online(ctx, 5*time.Minute)), int64(120))
 		h.clock.Set(mustTime("2026-03-01T09:36:00Z"))
-		equal(t, "online 5m at 09:36:00", count(p.Online(ctx, 5*time.Minute)), int64(50))
-		equal(t, "online 10m at 09:36:00", count(p.Online(ctx, 10*time.Minute)), int64(150))
-		equal(t, "online 1h at 09:36:00", count(p.Online(ctx, time.Hour)), int64(150))
+		equal(t, "online 5m at 09:36:00", count(p.Online(ctx, 5*time.Minute)), int64(40))
+		equal(t, "online 10m at 09:36:00", count(p.Online(ctx, 10*time.Minute)), int64(120))
+		equal(t, "online 1h at 09:36:00", count(p.Online(ctx, time.Hour)), int64(120))
 
 		rt := countRoundTrips(h.r.Client)
 		_, err := p.Online(ctx, time.Hour)
 		must(t, err)
-		equal(t, "online round trips", rt.String(), "1 pipelines of 16 commands, 0 single commands")
+		equal(t, "online round trips", rt.String(), "0 pipelines of 0 commands, 1 single commands")
 
 		for _, d := range []time.Duration{time.Minute, 5*time.Minute - time.Millisecond, time.Hour + time.Second} {
 			if _, err := p.Online(ctx, d); !errors.Is(err, lastseen.ErrInvalidTime) {
@@ -92,10 +95,11 @@ func TestOnlineCountsWindowsOpened(t *testing.T) {
 }
 
 // TestActiveUsersByUTCDay: users count on the UTC day of their touch, as
-// of the last flush; a range counts each user once: day 1 users 1..100,
-// flushed, day 2 users 51..150 (after their windows ended), flushed, give
-// 100, 100 and 150 for both days (on a
-// real Redis and Cluster; miniredis sums a multi-key PFCOUNT). Ranges
+// of the last flush; a range counts each user once: day 1 users 1..80,
+// flushed, day 2 users 41..120 (after their windows ended), flushed, give
+// 80, 80 and 120 for both days (on a real Redis and Cluster; miniredis sums
+// a multi-key PFCOUNT; sets small enough for exact counts, as in
+// TestOnlineCountsWindowsOpened). Ranges
 // that end before they start or start before the days kept are refused; a
 // range in the future counts 0.
 func TestActiveUsersByUTCDay(t *testing.T) {
@@ -106,21 +110,21 @@ func TestActiveUsersByUTCDay(t *testing.T) {
 		cfg.Presence.ActiveUsersRetention = 2*24*time.Hour + 5*time.Hour // whole days: 2
 		p, _ := h.plugin(cfg)
 		h.clock.Set(mustTime("2026-03-01T23:58:00Z"))
-		touchRange(t, p, 1, 100, h.clock.Now())
+		touchRange(t, p, 1, 80, h.clock.Now())
 		flushed(t, p)
 		h.expireThrottle(5 * time.Minute) // 2026-03-02T00:03:00Z
-		touchRange(t, p, 51, 150, h.clock.Now())
+		touchRange(t, p, 41, 120, h.clock.Now())
 		flushed(t, p)
 
 		day1, day2 := mustTime("2026-03-01T12:00:00Z"), mustTime("2026-03-02T00:00:00Z")
-		equal(t, "active on day 1", count(p.ActiveUsers(ctx, day1, day1)), int64(100))
-		equal(t, "active on day 2", count(p.ActiveUsers(ctx, day2, day2)), int64(100))
+		equal(t, "active on day 1", count(p.ActiveUsers(ctx, day1, day1)), int64(80))
+		equal(t, "active on day 2", count(p.ActiveUsers(ctx, day2, day2)), int64(80))
 		if h.r.Mini == nil {
 			// miniredis v2.40.0 answers a PFCOUNT of several keys with the sum
 			// of their counts (db.go hllCount), not the union's cardinality
 			// that Redis gives: only a real server can check the union.
-			equal(t, "active on both days", count(p.ActiveUsers(ctx, day1, day2)), int64(150))
-			equal(t, "active in the 3 days kept and tomorrow", count(p.ActiveUsers(ctx, mustTime("2026-02-28T00:00:00Z"), mustTime("2026-03-03T00:00:00Z"))), int64(150))
+			equal(t, "active on both days", count(p.ActiveUsers(ctx, day1, day2)), int64(120))
+			equal(t, "active in the 3 days kept and tomorrow", count(p.ActiveUsers(ctx, mustTime("2026-02-28T00:00:00Z"), mustTime("2026-03-03T00:00:00Z"))), int64(120))
 		}
 		equal(t, "active next week", count(p.ActiveUsers(ctx, mustTime("2026-03-09T00:00:00Z"), mustTime("2026-03-10T00:00:00Z"))), int64(0))
 
@@ -151,11 +155,11 @@ func TestPresenceKeysExpire(t *testing.T) {
 	touchRange(t, p, 2, 2, mustTime("2026-03-01T08:29:00Z")) // minute ended 1h ago: no bucket
 	equal(t, "keys before the flush", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:1 :{0}:seen:2")
 	flushed(t, p)
-	online, active := h.prefix+":{0}:online:29539289", h.prefix+":{0}:active:2026-03-01"
+	online, active := h.prefix+":{presence}:online:29539289", h.prefix+":{presence}:active:2026-03-01"
 	equal(t, "online bucket TTL", h.r.Mini.TTL(online), time.Hour) // its minute ends at 09:30:00 = now
 	equal(t, "day TTL", h.r.Mini.TTL(active), 14*time.Hour+30*time.Minute+35*24*time.Hour)
 	equal(t, "keys", strings.Join(h.keys(), " "),
-		":manifest :{0}:active:2026-03-01 :{0}:online:29539289 :{0}:seen:1 :{0}:seen:2")
+		":manifest :{0}:seen:1 :{0}:seen:2 :{presence}:active:2026-03-01 :{presence}:online:29539289")
 	equal(t, "active users", count(p.ActiveUsers(ctx, h.clock.Now(), h.clock.Now())), int64(2))
 	equal(t, "online 1h", count(p.Online(ctx, time.Hour)), int64(1))
 	h.r.Mini.FastForward(time.Hour - time.Second)
@@ -212,7 +216,7 @@ func TestPresenceCountsOff(t *testing.T) {
 		equal(t, "arguments, on", len(args)-3-4, 6)
 		flushed(t, q)
 		equal(t, "redis keys after a flush, on", strings.Join(h.keys(), " "),
-			":manifest :{0}:active:2026-03-01 :{0}:online:29539290 :{0}:seen:1 :{0}:seen:2")
+			":manifest :{0}:seen:1 :{0}:seen:2 :{presence}:active:2026-03-01 :{presence}:online:29539290")
 	})
 }
 
@@ -230,4 +234,71 @@ func TestOnlineWindowConfig(t *testing.T) {
 	long.Throttle = 2 * time.Hour
 	equal(t, "default with Throttle 2h", lastseen.New(long).Config().Presence.OnlineWindow, 2*time.Hour)
 	equal(t, "default retention", lastseen.New(h.config()).Config().Presence.ActiveUsersRetention, 35*24*time.Hour)
+}
+
+// TestPresenceCountsOnCluster: on the Redis Cluster, with the default 16
+// shards and users in every one of them, the flushes of all the shards add
+// to one HyperLogLog per minute and one per day, all in the one slot of the
+// hash tag {presence}; Online over a 5-minute window and ActiveUsers are
+// each one PFCOUNT, exact (120 users at most: see
+// TestOnlineCountsWindowsOpened), and no command fails (no CROSSSLOT).
+// Users 1..60 at 09:30:00, 61..90 at 09:31:30, 91..120 at 09:34:10; at
+// 09:36:00, their windows ended, users 1..30 again.
+func TestPresenceCountsOnCluster(t *testing.T) {
+	h := newHarness(t, testenv.SQLite(), testenv.RedisCluster())
+	ctx, count := context.Background(), counted(t)
+	cc := h.r.Client.(*redis.ClusterClient)
+	rec := &errorRecorder{}
+	h.r.Client.AddHook(rec)
+	must(t, h.db.AutoMigrate(&lastseen.User{})) // for the flush
+	cfg := h.config()
+	cfg.Buffer.LocalCacheSize = -1
+	p, _ := h.plugin(cfg) // 16 shards, Throttle 5m, OnlineWindow 1h
+	shards := map[int]bool{}
+	for id := 1; id <= 30; id++ {
+		shards[keys.ShardOf(fmt.Sprint(id), lastseen.DefaultShards)] = true
+	}
+	equal(t, "shards of users 1..30", len(shards), lastseen.DefaultShards)
+
+	touchRange(t, p, 1, 60, h.clock.Now())
+	h.clock.Set(mustTime("2026-03-01T09:31:30Z"))
+	touchRange(t, p, 61, 90, h.clock.Now())
+	flushed(t, p)
+	h.clock.Set(mustTime("2026-03-01T09:34:10Z"))
+	touchRange(t, p, 91, 120, h.clock.Now())
+	flushed(t, p)
+	equal(t, "online 5m at 09:34:10", count(p.Online(ctx, 5*time.Minute)), int64(120))
+	h.clock.Set(mustTime("2026-03-01T09:35:59Z"))
+	equal(t, "online 5m at 09:35:59", count(p.Online(ctx, 5*time.Minute)), int64(120))
+	h.expireThrottle(time.Second) // 09:36:00: the 09:30 minute has left the window
+	equal(t, "online 5m at 09:36:00", count(p.Online(ctx, 5*time.Minute)), int64(60))
+	touchRange(t, p, 1, 30, h.clock.Now())
+	flushed(t, p)
+	equal(t, "online 5m at 09:36:00, users 1..30 again", count(p.Online(ctx, 5*time.Minute)), int64(90))
+	equal(t, "online 10m at 09:36:00", count(p.Online(ctx, 10*time.Minute)), int64(120))
+	today, yesterday := h.clock.Now(), h.clock.Now().Add(-24*time.Hour)
+	equal(t, "active today", count(p.ActiveUsers(ctx, today, today)), int64(120))
+	equal(t, "active yesterday and today", count(p.ActiveUsers(ctx, yesterday, today)), int64(120))
+
+	rt := countRoundTrips(h.r.Client)
+	_, err := p.Online(ctx, 5*time.Minute)
+	must(t, err)
+	_, err = p.ActiveUsers(ctx, yesterday, today)
+	must(t, err)
+	equal(t, "count round trips", rt.String(), "0 pipelines of 0 commands, 2 single commands")
+
+	var presence []string
+	slots := map[int64]bool{}
+	for _, k := range h.keys() {
+		if strings.HasPrefix(k, ":{presence}:") {
+			presence = append(presence, k)
+			slots[cc.ClusterKeySlot(ctx, h.prefix+k).Val()] = true
+		} else if strings.Contains(k, "online") || strings.Contains(k, "active") {
+			t.Errorf("key %s: presence outside {presence}", k)
+		}
+	}
+	equal(t, "presence keys", strings.Join(presence, " "), ":{presence}:active:2026-03-01 :{presence}:online:29539290 "+
+		":{presence}:online:29539291 :{presence}:online:29539294 :{presence}:online:29539296")
+	equal(t, "presence slots", len(slots), 1)
+	equal(t, "command errors", strings.Join(rec.errs, "; "), "")
 }

@@ -1,7 +1,6 @@
 package buffer
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/lastseen/lastseen/internal/keys"
@@ -9,10 +8,11 @@ import (
 
 // Presence says which presence sets a recorded touch adds its user to, and
 // how long each set is kept: the set of the users online in the touch's
-// minute and the set of the users active on its UTC day. The memory buffer
-// adds the user when the touch opens its window; the Redis buffer when a
-// flush drains the user's entry (Joins), the touch's script left alone.
-// The zero value keeps both sets until the end of their period.
+// minute and the set of the users active on its UTC day, each the whole
+// buffer's (keys.Presence: every shard's users in one set). The memory
+// buffer adds the user when the touch opens its window; the Redis buffer
+// when a flush drains the user's entry (Joins), the touch's script left
+// alone. The zero value keeps both sets until the end of their period.
 type Presence struct {
 	// OnlineWindow is how long a minute's online set is kept after the
 	// minute ends; negative: no online sets.
@@ -23,21 +23,20 @@ type Presence struct {
 }
 
 // Sets returns the presence sets a touch at at joins, from the plugin's
-// clock now: their names (shard k's keys, Online + the Unix minute of at and
-// Active + the UTC day of at in keys.DayLayout, in that order, each left out
-// when turned off) and each one's time to live in whole seconds from now,
-// rounded up; 0 when its period ended longer ago than it is kept (the touch
-// skips that set).
-func (p Presence) Sets(k keys.Shard, at, now time.Time) (names []string, ttls []int64) {
+// clock now: their names (k.Online of the Unix minute of at and k.Active of
+// its UTC day, in that order, each left out when turned off) and each one's
+// time to live in whole seconds from now, rounded up; 0 when its period
+// ended longer ago than it is kept (the touch skips that set).
+func (p Presence) Sets(k keys.Presence, at, now time.Time) (names []string, ttls []int64) {
 	if p.OnlineWindow >= 0 {
 		m := at.Unix() / 60
-		names = append(names, k.Online+strconv.FormatInt(m, 10))
+		names = append(names, k.Online(m))
 		ttls = append(ttls, ttlSeconds(time.Unix((m+1)*60, 0).Add(p.OnlineWindow), now))
 	}
 	if p.ActiveRetention >= 0 {
 		day := at.UTC().Truncate(24 * time.Hour)
 		keep := p.ActiveRetention / (24 * time.Hour) * 24 * time.Hour
-		names = append(names, k.Active+day.Format(keys.DayLayout))
+		names = append(names, k.Active(day))
 		ttls = append(ttls, ttlSeconds(day.Add(24*time.Hour+keep), now))
 	}
 	return names, ttls
@@ -57,12 +56,12 @@ type Join struct {
 }
 
 // Joins groups the entries kv (field, value, field, value, ...: user ids
-// and their stored timestamps, as a flush reads them from shard k) by the
+// and their stored timestamps, as a flush reads them) by the
 // presence sets their timestamps join (Sets, at the plugin's clock now):
 // one Join per set, in the order each set first comes. Values ParseMicros
 // refuses, and sets whose period ended longer ago than they are kept (TTL
 // 0), are left out.
-func (p Presence) Joins(k keys.Shard, kv []string, now time.Time) []Join {
+func (p Presence) Joins(k keys.Presence, kv []string, now time.Time) []Join {
 	if !p.On() {
 		return nil
 	}

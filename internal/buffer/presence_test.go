@@ -15,7 +15,7 @@ import (
 // and minutes past OnlineWindow are left out; with both sets off nothing.
 func TestJoinsGroupsByMinuteAndDay(t *testing.T) {
 	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
-	k := keys.ForShard("p", 3, 16)
+	k := keys.ForPresence("p")
 	us := func(s string) string {
 		return strconv.FormatInt(Micros(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).Add(mustDur(s))), 10)
 	}
@@ -30,7 +30,7 @@ func TestJoinsGroupsByMinuteAndDay(t *testing.T) {
 	}
 	p := Presence{OnlineWindow: time.Hour, ActiveRetention: 35 * 24 * time.Hour}
 	got := fmt.Sprint(p.Joins(k, kv, now))
-	want := "[{p:{3}:online:29539289 3600 [a b f]} {p:{3}:active:2026-03-01 3076200 [a b c e f]} {p:{3}:online:29539290 3660 [c]}]"
+	want := "[{p:{presence}:online:29539289 3600 [a b f]} {p:{presence}:active:2026-03-01 3076200 [a b c e f]} {p:{presence}:online:29539290 3660 [c]}]"
 	if got != want {
 		t.Errorf("Joins = %s, want %s", got, want)
 	}
@@ -41,7 +41,7 @@ func TestJoinsGroupsByMinuteAndDay(t *testing.T) {
 		t.Errorf("Joins with both sets off = %v, want nil", got)
 	}
 	got = fmt.Sprint(Presence{OnlineWindow: -1, ActiveRetention: 0}.Joins(k, kv[:4], now))
-	if want := "[{p:{3}:active:2026-03-01 52200 [a b]}]"; got != want {
+	if want := "[{p:{presence}:active:2026-03-01 52200 [a b]}]"; got != want {
 		t.Errorf("Joins, active only = %s, want %s", got, want)
 	}
 }

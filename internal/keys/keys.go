@@ -1,40 +1,50 @@
 // Package keys is the Redis key layout of the lastseen buffer: the one place
 // that names the keys, for the library (its buffers, its presence counts)
 // and for its tools in cmd/lastseen, which fill, inspect and clean the
-// buffer directly. The in-process buffer names its shards' presence sets by
-// the same keys.
+// buffer directly. The in-process buffer names its presence sets by the
+// same keys.
 //
 // Every key of shard N carries the Redis Cluster hash tag "{N}", so one Lua
 // script or RENAME can touch keys of one cluster slot only. Inside a
 // shard, users are spread over Buckets(shards) buckets (Locate), so that
 // each hash stays small enough for Redis's compact listpack encoding (at
-// most hash-max-listpack-entries fields, 512 by default):
+// most hash-max-listpack-entries fields, 512 by default). The presence
+// counts are the whole buffer's, not a shard's: one HyperLogLog per minute
+// and one per day, all under the hash tag "{presence}" (never a shard's,
+// whose tags are numbers), so that a count over several minutes or days is
+// one PFCOUNT in one cluster slot:
 //
-//	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
-//	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
-//	<prefix>:{N}:seen:<b>:<s>    hash: user id -> end of the user's throttle
-//	                             window, in ms from s, the start (Unix ms) of
-//	                             a generation of one throttle window; kept
-//	                             until the end of the next generation
-//	<prefix>:{N}:lock            redislock lock of the shard's flusher
-//	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
-//	<prefix>:{N}:online:<m>      HyperLogLog of users whose touch opened a
-//	                             window in Unix minute m (Plugin.Online)
-//	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day,
-//	                             day as DayLayout (Plugin.ActiveUsers)
-//	<prefix>:purge:lock          redislock lock of the session purge
-//	<prefix>:rule:<name>:lock    redislock lock of the inactivity rule <name>
-//	<prefix>:manifest            hash: what the buffer is (shards, dialect,
-//	                             database, table, column, key type, format)
+//	<prefix>:{N}:pending:<b>        hash: user id -> Unix microseconds (UTC)
+//	<prefix>:{N}:inflight:<b>       hash: the pending hash a flush is writing
+//	<prefix>:{N}:seen:<b>:<s>       hash: user id -> end of the user's throttle
+//	                                window, in ms from s, the start (Unix ms) of
+//	                                a generation of one throttle window; kept
+//	                                until the end of the next generation
+//	<prefix>:{N}:lock               redislock lock of the shard's flusher
+//	<prefix>:{N}:refusals           hash: user id -> times the database refused its entry
+//	<prefix>:{presence}:online:<m>  HyperLogLog of the users of every shard whose
+//	                                touch opened a window in Unix minute m
+//	                                (Plugin.Online)
+//	<prefix>:{presence}:active:<d>  HyperLogLog of the same per UTC day d,
+//	                                as DayLayout (Plugin.ActiveUsers)
+//	<prefix>:purge:lock             redislock lock of the session purge
+//	<prefix>:rule:<name>:lock       redislock lock of the inactivity rule <name>
+//	<prefix>:manifest               hash: what the buffer is (shards, dialect,
+//	                                database, table, column, key type, format)
+//
+// A prefix holds no '{' or '}' (the plugin refuses them), so the hash tag
+// of a shard's key or a presence key ends its prefix: such a key under one
+// prefix is never a key under another.
 package keys
 
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
-// DayLayout is the time layout of the day in an active-users key (Shard.Active
-// + the UTC day).
+// DayLayout is the time layout of the day in an active-users key
+// (Presence.Active).
 const DayLayout = "2006-01-02"
 
 // MaxShards is the largest shard count a Config accepts.
@@ -50,11 +60,9 @@ const TotalBuckets = 4096
 // shards, at least 1.
 func Buckets(shards int) int { return max(1, TotalBuckets/shards) }
 
-// Shard holds the keys of one shard. Online and Active are key prefixes:
-// the Unix minute or the UTC day is appended.
+// Shard holds the keys of one shard.
 type Shard struct {
 	Lock, Refusals string
-	Online, Active string
 	// Buckets is the shard's number of buckets (Buckets(shards)).
 	Buckets int
 	tag     string
@@ -63,9 +71,36 @@ type Shard struct {
 // ForShard returns the keys of shard n (0 <= n < shards) under prefix.
 func ForShard(prefix string, n, shards int) Shard {
 	tag := prefix + ":{" + strconv.Itoa(n) + "}:"
-	return Shard{Lock: tag + "lock", Refusals: tag + "refusals", Online: tag + "online:", Active: tag + "active:",
-		Buckets: Buckets(shards), tag: tag}
+	return Shard{Lock: tag + "lock", Refusals: tag + "refusals", Buckets: Buckets(shards), tag: tag}
 }
+
+// presenceTag is the hash tag of the presence keys: not a number, so never
+// a shard's.
+const presenceTag = "{presence}"
+
+// Presence names the presence HyperLogLogs of the buffer under a prefix:
+// one per Unix minute (users online) and one per UTC day (users active),
+// for all the shards' users, every one in the same cluster slot.
+type Presence struct {
+	online, active string
+}
+
+// ForPresence returns the presence keys under prefix.
+func ForPresence(prefix string) Presence {
+	tag := prefix + ":" + presenceTag + ":"
+	return Presence{online: tag + "online:", active: tag + "active:"}
+}
+
+// Online returns the key of the users online in Unix minute m (Unix
+// seconds / 60).
+func (p Presence) Online(m int64) string { return p.online + strconv.FormatInt(m, 10) }
+
+// Active returns the key of the users active on the UTC day of t.
+func (p Presence) Active(t time.Time) string { return p.active + t.UTC().Format(DayLayout) }
+
+// PresenceKeys returns a Redis SCAN/KEYS pattern matching every presence
+// key under prefix, and no other buffer's.
+func PresenceKeys(prefix string) string { return escape(prefix) + ":" + presenceTag + ":*" }
 
 // Pending returns the key of bucket b's pending hash.
 func (s Shard) Pending(b int) string { return s.tag + "pending:" + strconv.Itoa(b) }
@@ -198,10 +233,12 @@ func escape(s string) string {
 }
 
 // Owned returns Redis SCAN/KEYS patterns matching the keys of the buffer
-// under prefix: the keys of its shards, its purge lock, its manifest and
-// its rules' locks. The first and the last pattern also match keys of a
-// buffer whose prefix starts with prefix+":": keep of the first only the
-// keys ShardOfKey reads, of the last those RuleOfKey reads.
+// under prefix: the keys of its shards, its presence counts, its purge
+// lock, its manifest and its rules' locks. The first pattern also matches
+// the presence keys, and the last keys of a buffer whose prefix starts with
+// prefix+":": keep of the first only the keys ShardOfKey reads, of the last
+// those RuleOfKey reads.
 func Owned(prefix string) []string {
-	return []string{escape(prefix) + ":{*}:*", escape(PurgeLock(prefix)), escape(Manifest(prefix)), escape(prefix) + ":rule:*:lock"}
+	return []string{escape(prefix) + ":{*}:*", PresenceKeys(prefix), escape(PurgeLock(prefix)), escape(Manifest(prefix)),
+		escape(prefix) + ":rule:*:lock"}
 }

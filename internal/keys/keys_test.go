@@ -2,7 +2,9 @@ package keys
 
 import (
 	"hash/fnv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestFNV32aMatchesHashFNV: the allocation-free hash is hash/fnv's FNV-1a
@@ -55,5 +57,29 @@ func TestRuleOfKey(t *testing.T) {
 		if name != c.name || ok != c.ok {
 			t.Errorf("RuleOfKey(app, %q) = %q, %v; want %q, %v", c.key, name, ok, c.name, c.ok)
 		}
+	}
+}
+
+// TestPresenceKeys pins the presence keys: the whole buffer's, under the
+// hash tag {presence}, which no shard's key carries (ShardOfKey refuses
+// them) and which the SCAN pattern of the prefix's presence keys matches,
+// glob characters in the prefix escaped.
+func TestPresenceKeys(t *testing.T) {
+	p := ForPresence("app")
+	for _, c := range [][2]string{
+		{p.Online(29539290), "app:{presence}:online:29539290"},
+		{p.Active(time.Date(2026, 3, 1, 23, 30, 0, 0, time.FixedZone("UTC-2", -2*3600))), "app:{presence}:active:2026-03-02"},
+		{PresenceKeys("app"), "app:{presence}:*"},
+		{PresenceKeys("a*b"), `a\*b:{presence}:*`},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("key %q, want %q", c[0], c[1])
+		}
+	}
+	if n, ok := ShardOfKey("app", p.Online(1)); ok {
+		t.Errorf("ShardOfKey(app, %q) = %d, true; want false", p.Online(1), n)
+	}
+	if got, want := strings.Join(Owned("app"), " "), `app:{*}:* app:{presence}:* app:purge:lock app:manifest app:rule:*:lock`; got != want {
+		t.Errorf("Owned(app) = %s, want %s", got, want)
 	}
 }

@@ -50,11 +50,13 @@ type Quirk string
 const CountSumsKeys Quirk = "count sums keys"
 
 // Exercise runs the contract suite as subtests of t, each on a fresh, empty
-// buffer that open returns for s. open must register with t.Cleanup
-// whatever closes the buffer and removes its state (for Redis: Close, then
-// the keys under its own prefix). quirks leave out what the store under
-// the buffer cannot do.
-func Exercise(t *testing.T, open func(t *testing.T, s Setup) buffer.Buffer, quirks ...Quirk) {
+// buffer that open returns for s, with the key prefix it opened the buffer
+// under (one of its own per buffer; the in-process buffer names its
+// presence sets by it too). open must register with t.Cleanup whatever
+// closes the buffer and removes its state (for Redis: Close, then the keys
+// under its prefix). quirks leave out what the store under the buffer
+// cannot do.
+func Exercise(t *testing.T, open func(t *testing.T, s Setup) (b buffer.Buffer, prefix string), quirks ...Quirk) {
 	checks := []struct {
 		name string
 		run  func(c *check)
@@ -80,7 +82,8 @@ func Exercise(t *testing.T, open func(t *testing.T, s Setup) buffer.Buffer, quir
 			clock := &clock{now: at(0)}
 			s := Setup{Shards: 4, Throttle: time.Minute,
 				Presence: buffer.Presence{OnlineWindow: time.Hour, ActiveRetention: 35 * 24 * time.Hour}, Now: clock.Now}
-			ck.run(&check{t: t, b: open(t, s), s: s, clock: clock, ctx: context.Background(), quirks: quirks})
+			b, prefix := open(t, s)
+			ck.run(&check{t: t, b: b, prefix: prefix, s: s, clock: clock, ctx: context.Background(), quirks: quirks})
 		})
 	}
 }
@@ -107,6 +110,7 @@ func (c *clock) set(t time.Time) {
 type check struct {
 	t      *testing.T
 	b      buffer.Buffer
+	prefix string
 	s      Setup
 	clock  *clock
 	ctx    context.Context
@@ -724,37 +728,46 @@ func (c *check) drain() {
 	}
 }
 
-// presenceCount: Count gives the distinct users of the presence sets named,
-// per shard, summed: only touches that opened a window join them, in their
-// minute and their day, at the latest when a flush drained their entries;
-// turned-off sets are not written.
+// presenceCount: Count gives the distinct users of the union of the
+// presence sets named, each set the whole buffer's (users of every shard),
+// named <prefix>:{presence}:online:<Unix minute> and
+// <prefix>:{presence}:active:<UTC day>: only touches that opened a window
+// join them, in their minute and their day, at the latest when a flush
+// drained their entries; turned-off sets are not written.
 func presenceCount(c *check) {
-	x, y := c.users(0, 2), c.users(3, 1)[0]
+	x, y, z := c.users(0, 2), c.users(3, 1)[0], c.users(2, 1)[0]
 	c.record(x[0], 0)
 	c.record(x[1], 10*time.Second)
 	c.touch(x[0], 20*time.Second, 20*time.Second, time.Minute, false, 40*time.Second)
+	c.record(z, 30*time.Second)
 	c.record(y, time.Minute+5*time.Second) // the next minute
 	c.drain()
-	minute := func(d time.Duration) string { return strconv.FormatInt(at(d).Unix()/60, 10) }
-	count := func(keysOf func(keys.Shard) []string, want int64) {
+	// 2026-03-01T09:30:00Z is Unix minute 29539290.
+	online := func(m int) string { return c.prefix + ":{presence}:online:" + strconv.Itoa(29539290+m) }
+	day := c.prefix + ":{presence}:active:2026-03-01"
+	count := func(want int64, names ...string) {
 		c.t.Helper()
-		n, err := c.b.Count(c.ctx, keysOf)
+		n, err := c.b.Count(c.ctx, names)
 		c.must(err)
-		equal(c.t, "count", n, want)
+		equal(c.t, fmt.Sprint("count of ", names), n, want)
 	}
-	count(func(k keys.Shard) []string { return []string{k.Online + minute(0)} }, 2)
-	count(func(k keys.Shard) []string { return []string{k.Online + minute(time.Minute)} }, 1)
-	count(func(k keys.Shard) []string { return []string{k.Online + minute(0), k.Online + minute(time.Minute)} }, 3)
-	count(func(k keys.Shard) []string { return []string{k.Online + minute(2*time.Minute)} }, 0)
-	day := at(0).Format(keys.DayLayout)
-	count(func(k keys.Shard) []string { return []string{k.Active + day} }, 3)
-	c.record(x[0], 2*time.Minute) // one user in two minutes counts once over both
+	count(0)
+	count(3, online(0)) // shards 0 and 2
+	count(1, online(1)) // shard 3
+	count(4, online(0), online(1))
+	count(0, online(2))
+	count(0, online(-1), online(2))
+	count(4, day)
+	count(0, c.prefix+":{presence}:active:2026-03-02")
+	count(0, c.prefix+":{0}:online:29539290", c.prefix+":{0}:active:2026-03-01") // the per-shard sets are gone
+	c.record(x[0], 2*time.Minute)                                                // one user in two minutes counts once over both
 	c.drain()
 	if !slices.Contains(c.quirks, CountSumsKeys) {
-		count(func(k keys.Shard) []string { return []string{k.Online + minute(0), k.Online + minute(2*time.Minute)} }, 2)
+		count(3, online(0), online(2))
+		count(4, online(0), online(1), online(2), day)
 	}
-	count(func(k keys.Shard) []string { return []string{k.Online + minute(2*time.Minute)} }, 1)
-	count(func(k keys.Shard) []string { return []string{k.Active + day} }, 3)
+	count(1, online(2))
+	count(4, day)
 }
 
 // idle: a fresh buffer holds nothing, kept nothing aside, has nothing to

@@ -22,8 +22,8 @@ import (
 
 // Options configure a Buffer.
 type Options struct {
-	// Prefix names the shards' presence sets as the Redis buffer's keys do
-	// (keys.ForShard); it is not shared with anything.
+	// Prefix names the presence sets as the Redis buffer's keys do
+	// (keys.ForPresence); it is not shared with anything.
 	Prefix string
 	// Shards is the number of shards, 1 to keys.MaxShards. Default 16.
 	Shards int
@@ -38,6 +38,7 @@ type Options struct {
 // Buffer is the in-process buffer. Create it with New.
 type Buffer struct {
 	presence buffer.Presence
+	names    keys.Presence // the presence sets' names (the Redis buffer's keys)
 	now      func() time.Time
 	shards   []*shard
 	purge    sync.Mutex // the purge lock (TryLock)
@@ -50,19 +51,21 @@ type Buffer struct {
 // (keys.ShardOf), so a shard holds the same users in both.
 type shard struct {
 	mu       sync.Mutex
-	pending  set                  // user id -> Unix µs; empty: no pending set
-	inflight set                  // the pending set a flush is writing; empty: none
-	clears   atomic.Uint64        // the seqlock of clearing the sets' filters (set.go)
-	markers  map[string]time.Time // user id -> end of the throttle window (plugin's clock)
-	refusals map[string]int       // user id -> flushes in a row the database refused its entry
-	swept    int                  // len(markers) after the last sweep
-	flush    sync.Mutex           // the shard's flush lock (TryLock)
-	keys     keys.Shard           // the Redis names of the shard's keys: presence sets are kept by them
-	presence map[string]*presenceSet
+	pending  set                     // user id -> Unix µs; empty: no pending set
+	inflight set                     // the pending set a flush is writing; empty: none
+	clears   atomic.Uint64           // the seqlock of clearing the sets' filters (set.go)
+	markers  map[string]time.Time    // user id -> end of the throttle window (plugin's clock)
+	refusals map[string]int          // user id -> flushes in a row the database refused its entry
+	swept    int                     // len(markers) after the last sweep
+	flush    sync.Mutex              // the shard's flush lock (TryLock)
+	presence map[string]*presenceSet // the shard's users of each presence set, by its name
 }
 
-// presenceSet is the in-process counterpart of one presence HyperLogLog:
-// the exact set of users, kept until end.
+// presenceSet is the shard's part of the in-process counterpart of one
+// presence HyperLogLog: the exact set of the shard's users in it, kept
+// until end. The whole set is the union of the shards' parts, which hold
+// disjoint users; keeping each part under its shard's mutex keeps the
+// touches of different shards apart.
 type presenceSet struct {
 	users map[string]struct{}
 	end   time.Time
@@ -82,10 +85,10 @@ func New(o Options) *Buffer {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	b := &Buffer{presence: o.Presence, now: o.Now}
-	for n := range o.Shards {
+	b := &Buffer{presence: o.Presence, names: keys.ForPresence(o.Prefix), now: o.Now}
+	for range o.Shards {
 		b.shards = append(b.shards, &shard{markers: map[string]time.Time{}, refusals: map[string]int{},
-			keys: keys.ForShard(o.Prefix, n, o.Shards), presence: map[string]*presenceSet{}})
+			presence: map[string]*presenceSet{}})
 	}
 	return b
 }
@@ -109,7 +112,7 @@ func (b *Buffer) Touch(_ context.Context, uid string, at, now time.Time, window 
 	if ts := buffer.Micros(at); ts > s.pending.m[uid] {
 		s.pending.put(uid, ts)
 	}
-	names, ttls := b.presence.Sets(s.keys, at, now)
+	names, ttls := b.presence.Sets(b.names, at, now)
 	for i, k := range names {
 		if ttl := ttls[i]; ttl > 0 { // 0: its period ended longer ago than it is kept
 			ps := s.presence[k]
@@ -144,9 +147,10 @@ func (s *shard) sweep(now time.Time) {
 	}
 }
 
-// Count is exact: the size of the union, per shard, of the sets keysOf
-// names that have not ended on the clock.
-func (b *Buffer) Count(_ context.Context, keysOf func(keys.Shard) []string) (int64, error) {
+// Count is exact: the size of the union of the sets named that have not
+// ended on the clock, summed over the shards' parts of them (disjoint
+// users).
+func (b *Buffer) Count(_ context.Context, names []string) (int64, error) {
 	now := b.now()
 	var sum int64
 	for _, s := range b.shards {
@@ -154,7 +158,7 @@ func (b *Buffer) Count(_ context.Context, keysOf func(keys.Shard) []string) (int
 		var union map[string]struct{}
 		var only *presenceSet // the one live set, counted without a union
 		live := 0
-		for _, k := range keysOf(s.keys) {
+		for _, k := range names {
 			ps := s.presence[k]
 			if ps == nil || !now.Before(ps.end) {
 				continue

@@ -13,20 +13,23 @@
 // one Lua script or RENAME only ever touches keys of one slot (on a single
 // server a read of buffered values takes several shards at once); inside a
 // shard a user's entries live in one of keys.Buckets(shards) buckets, so
-// that each hash stays listpack-encoded (small and compact):
+// that each hash stays listpack-encoded (small and compact). The presence
+// HyperLogLogs are the whole buffer's, under a hash tag of their own, so
+// that a count over several of them is one PFCOUNT:
 //
-//	<prefix>:{N}:pending:<b>     hash: user id -> Unix microseconds (UTC)
-//	<prefix>:{N}:inflight:<b>    hash: the pending hash a flush is writing
-//	<prefix>:{N}:seen:<b>:<s>    hash: user id -> end of its throttle window,
-//	                             ms from s, its generation's start in Unix ms
-//	<prefix>:{N}:lock            redislock lock of the shard's flusher
-//	<prefix>:{N}:refusals        hash: user id -> times the database refused its entry
-//	<prefix>:{N}:online:<m>      HyperLogLog of the users whose entry a flush
-//	                             drained with a timestamp in Unix minute m
-//	<prefix>:{N}:active:<day>    HyperLogLog of the same per UTC day
-//	<prefix>:purge:lock          redislock lock of the session purge
-//	<prefix>:rule:<name>:lock    redislock lock of the inactivity rule <name>
-//	<prefix>:manifest            hash: what the buffer is
+//	<prefix>:{N}:pending:<b>        hash: user id -> Unix microseconds (UTC)
+//	<prefix>:{N}:inflight:<b>       hash: the pending hash a flush is writing
+//	<prefix>:{N}:seen:<b>:<s>       hash: user id -> end of its throttle window,
+//	                                ms from s, its generation's start in Unix ms
+//	<prefix>:{N}:lock               redislock lock of the shard's flusher
+//	<prefix>:{N}:refusals           hash: user id -> times the database refused its entry
+//	<prefix>:{presence}:online:<m>  HyperLogLog of the users whose entry a flush
+//	                                of any shard drained with a timestamp in
+//	                                Unix minute m
+//	<prefix>:{presence}:active:<d>  HyperLogLog of the same per UTC day
+//	<prefix>:purge:lock             redislock lock of the session purge
+//	<prefix>:rule:<name>:lock       redislock lock of the inactivity rule <name>
+//	<prefix>:manifest               hash: what the buffer is
 //
 // Throttle markers. A marker per user as a key of its own costs about 117
 // bytes of Redis memory; as a field of a small hash, which Redis keeps in
@@ -143,6 +146,7 @@ type Hooks struct {
 // Buffer is the Redis buffer. Create it with New.
 type Buffer struct {
 	presence     buffer.Presence
+	presenceKeys keys.Presence
 	app          redis.UniversalClient
 	rdb          atomic.Pointer[client] // the buffer's client; after Close the app's
 	prefix       string
@@ -188,19 +192,20 @@ func New(o Options) *Buffer {
 	o = withDefaults(o)
 	rdb := newClient(o.Client)
 	b := &Buffer{
-		presence: o.Presence,
-		app:      o.Client,
-		prefix:   o.Prefix,
-		throttle: o.Throttle,
-		lockTTL:  o.LockTTL,
-		now:      o.Now,
-		locker:   redislock.New(rdb.UniversalClient),
-		backlog:  backlog{max: o.BacklogSize, m: map[string]int64{}},
-		stats:    o.Counters,
-		log:      o.Logger,
-		warn:     rate.Sometimes{Interval: 10 * time.Second},
-		drops:    dropLog{log: o.LogLimited, dropped: o.Counters.BacklogDropped},
-		hooks:    o.Hooks,
+		presence:     o.Presence,
+		presenceKeys: keys.ForPresence(o.Prefix),
+		app:          o.Client,
+		prefix:       o.Prefix,
+		throttle:     o.Throttle,
+		lockTTL:      o.LockTTL,
+		now:          o.Now,
+		locker:       redislock.New(rdb.UniversalClient),
+		backlog:      backlog{max: o.BacklogSize, m: map[string]int64{}},
+		stats:        o.Counters,
+		log:          o.Logger,
+		warn:         rate.Sometimes{Interval: 10 * time.Second},
+		drops:        dropLog{log: o.LogLimited, dropped: o.Counters.BacklogDropped},
+		hooks:        o.Hooks,
 	}
 	b.timeout.Store(int64(o.TouchTimeout))
 	b.rdb.Store(rdb)
@@ -357,27 +362,18 @@ func (b *Buffer) call(ctx context.Context, fn func(context.Context, *client) ([]
 	})
 }
 
-// Count sends one PFCOUNT per shard, of the keys keysOf names, in one
-// pipeline and returns their sum.
-func (b *Buffer) Count(ctx context.Context, keysOf func(keys.Shard) []string) (int64, error) {
-	cmds := make([]*redis.IntCmd, len(b.shards))
-	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, k := range b.shards {
-				cmds[i] = pipe.PFCount(ctx, keysOf(k.Shard)...)
-			}
-			return nil
-		})
+// Count sends one PFCOUNT of names (keys.Presence's, all in one cluster
+// slot).
+func (b *Buffer) Count(ctx context.Context, names []string) (int64, error) {
+	if len(names) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
+		n, err = rdb.PFCount(ctx, names...).Result()
 		return err
 	})
-	if err != nil {
-		return 0, err
-	}
-	var sum int64
-	for _, cmd := range cmds {
-		sum += cmd.Val()
-	}
-	return sum, nil
+	return n, err
 }
 
 // Replay writes the backlog into the pending hashes, one merge script call

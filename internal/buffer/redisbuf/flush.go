@@ -268,12 +268,14 @@ func (s *redisShard) Scan(ctx context.Context, cursor uint64, n int) (kv []strin
 // presence adds the users of kv, a page of in-flight entries, to the
 // presence sets of their timestamps (buffer.Presence.Joins): one pipeline
 // of a PFADD of every user of a set and its EXPIRE, the sets of a page
-// being the few minutes and days its timestamps fall in. The counts are
+// being the few minutes and days its timestamps fall in. The sets are the
+// whole buffer's (keys.Presence), which every shard's flush adds to, in a
+// cluster slot of their own, not the shard's. The counts are
 // best effort, as the touch path is: a failure is logged (rate-limited)
 // and the flush goes on; a page read again (an entry may come twice, a
 // flush that stopped is drained again) adds nothing new.
 func (s *redisShard) presence(ctx context.Context, kv []string) {
-	joins := s.b.presence.Joins(s.keys.Shard, kv, s.b.now())
+	joins := s.b.presence.Joins(s.b.presenceKeys, kv, s.b.now())
 	if len(joins) == 0 {
 		return
 	}

@@ -349,10 +349,10 @@ func TestMemoryRun(t *testing.T) {
 			testenv.Equal(t, "library presence keys", rep.Memory.Rows[1].PresenceKeys, int64(0))
 			def := rep.Memory.Rows[2]
 			testenv.Equal(t, "default config name", def.Name, memDefault)
-			testenv.Equal(t, "default config presence keys", def.PresenceKeys, int64(32)) // one minute and one day per shard
-			// Redis's HyperLogLog estimate of ids 1..2,000, 125 per shard (its hash is
+			testenv.Equal(t, "default config presence keys", def.PresenceKeys, int64(2)) // one minute and one day for all the shards
+			// Redis's HyperLogLog estimate of ids 1..2,000 in one set (its hash is
 			// fixed: the same estimate every run).
-			testenv.Equal(t, "default config active users", def.ActiveUsers, int64(1993))
+			testenv.Equal(t, "default config active users", def.ActiveUsers, int64(2006))
 			if existing {
 				n, err := own.DBSize(ctx).Result()
 				testenv.Must(t, err)

@@ -315,8 +315,8 @@ func (r *memoryReport) writeMarkdown(w io.Writer) {
 		"and `HSET <prefix>:{N}:pending <id> <Unix µs>`, N = FNV-1a 32 of the decimal id mod 16. The library rows touch the same users through "+
 		"Plugin.TouchAt (%d goroutines) with the local cache off: the first with the presence counters off (OnlineWindow and ActiveUsersRetention negative), "+
 		"the second in the default configuration (presence on); after its figures a Flush (into an in-memory SQLite users table) drains the entries into "+
-		"the presence HyperLogLogs, whose MEMORY USAGE is added (all touches share one minute and one day: one online and one active set per shard; "+
-		"each further minute kept costs at most 12 KB per shard, a fixed cost, not one per user). Key prefixes are %d bytes (the default lastseen:users:<8 hex> is 23).\n",
+		"the presence HyperLogLogs, whose MEMORY USAGE is added (all touches share one minute and one day: one online and one active set for all the shards; "+
+		"each further minute kept costs at most 12 KB, a fixed cost, not one per user). Key prefixes are %d bytes (the default lastseen:users:<8 hex> is 23).\n",
 		m.Workers, len(firstPrefix(m.Rows)))
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(w, "\n## Memory target (judged on this run; reported, never asserted)\n\n| target | this run | met |\n|---|---|---|\n")

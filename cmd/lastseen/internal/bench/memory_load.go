@@ -16,6 +16,7 @@ import (
 	"github.com/glebarez/sqlite"
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/cmd/lastseen/internal/runenv"
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -176,10 +177,10 @@ func (c *Cmd) loadLibrary(ctx context.Context, m *memRedis, row *memoryRow, pres
 }
 
 // measurePresence flushes the row's entries, which writes the presence
-// HyperLogLogs, and adds the MEMORY USAGE of every online and active key
-// under the row's prefix to the row's figures; it checks that the day's
-// ActiveUsers count is within 2% of the users (HyperLogLog: 0.81% standard
-// error per shard).
+// HyperLogLogs, and adds the MEMORY USAGE of every presence key under the
+// row's prefix (keys.PresenceKeys) to the row's figures; it checks that the
+// day's ActiveUsers count is within 2% of the users (HyperLogLog: 0.81%
+// standard error).
 func (c *Cmd) measurePresence(ctx context.Context, m *memRedis, p *lastseen.Plugin, row *memoryRow, at time.Time) error {
 	c.progress("memory: %s: flushing %s users (the flush writes the presence HyperLogLogs)", row.Name, fmtInt(int64(c.MemoryUsers)))
 	t0 := time.Now()
@@ -187,25 +188,24 @@ func (c *Cmd) measurePresence(ctx context.Context, m *memRedis, p *lastseen.Plug
 		return fmt.Errorf("lastseen: bench: memory: flush: %w", err)
 	}
 	row.FlushWall = time.Since(t0)
-	for _, pattern := range []string{row.Prefix + ":*:online:*", row.Prefix + ":*:active:*"} {
-		seen := map[string]bool{}
-		iter := m.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val()
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			n, err := m.rdb.MemoryUsage(ctx, k, 0).Result()
-			if err != nil {
-				return fmt.Errorf("lastseen: bench: memory: MEMORY USAGE %s: %w", k, err)
-			}
-			row.PresenceKeys++
-			row.PresenceBytes += n
+	pattern := keys.PresenceKeys(row.Prefix)
+	seen := map[string]bool{}
+	iter := m.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if seen[k] {
+			continue
 		}
-		if err := iter.Err(); err != nil {
-			return fmt.Errorf("lastseen: bench: memory: SCAN %s: %w", pattern, err)
+		seen[k] = true
+		n, err := m.rdb.MemoryUsage(ctx, k, 0).Result()
+		if err != nil {
+			return fmt.Errorf("lastseen: bench: memory: MEMORY USAGE %s: %w", k, err)
 		}
+		row.PresenceKeys++
+		row.PresenceBytes += n
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("lastseen: bench: memory: SCAN %s: %w", pattern, err)
 	}
 	row.BytesPerUser = float64(row.UsedDelta+row.PresenceBytes) / float64(c.MemoryUsers)
 	n, err := p.ActiveUsers(ctx, at, at)
