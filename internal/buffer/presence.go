@@ -66,31 +66,38 @@ func (p Presence) Joins(k keys.Presence, kv []string, now time.Time) []Join {
 		return nil
 	}
 	var joins []Join
-	index := map[string]int{}
-	var minute, day int64 = -1, -1 // the last entry's, whose sets are most often the next one's too
-	var last []int
+	index := map[string]int{}    // set name -> its Join
+	sets := map[[2]int64][]int{} // (Unix minute, Unix day) -> the Joins of its sets
+	var last [2]int64            // the last entry's, whose sets are most often the next one's too
+	var lastSets []int
 	for i := 0; i+1 < len(kv); i += 2 {
 		at, ok := ParseMicros(kv[i+1], now)
 		if !ok {
 			continue
 		}
-		if m, d := at.Unix()/60, at.Unix()/86400; m != minute || d != day || last == nil {
-			minute, day, last = m, d, last[:0]
-			names, ttls := p.Sets(k, at, now)
-			for j, name := range names {
-				if ttls[j] <= 0 {
-					continue
+		period := [2]int64{at.Unix() / 60, at.Unix() / 86400}
+		if lastSets == nil || period != last {
+			xs, known := sets[period]
+			if !known {
+				names, ttls := p.Sets(k, at, now)
+				xs = make([]int, 0, len(names))
+				for j, name := range names {
+					if ttls[j] <= 0 {
+						continue
+					}
+					x, seen := index[name]
+					if !seen {
+						x = len(joins)
+						index[name] = x
+						joins = append(joins, Join{Name: name, TTL: ttls[j]})
+					}
+					xs = append(xs, x)
 				}
-				x, seen := index[name]
-				if !seen {
-					x = len(joins)
-					index[name] = x
-					joins = append(joins, Join{Name: name, TTL: ttls[j]})
-				}
-				last = append(last, x)
+				sets[period] = xs
 			}
+			last, lastSets = period, xs
 		}
-		for _, x := range last {
+		for _, x := range lastSets {
 			joins[x].Users = append(joins[x].Users, kv[i])
 		}
 	}
