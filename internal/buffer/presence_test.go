@@ -53,3 +53,25 @@ func mustDur(s string) time.Duration {
 	}
 	return d
 }
+
+// BenchmarkJoins groups a flush page of 1,000 entries whose timestamps
+// fall at random within 5 minutes (as a page of a busy buffer does) by
+// their presence sets.
+func BenchmarkJoins(b *testing.B) {
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	k := keys.ForPresence("p")
+	kv := make([]string, 0, 2000)
+	x := uint64(1)
+	for i := range 1000 {
+		x = x*6364136223846793005 + 1442695040888963407
+		at := now.Add(-time.Duration(x>>33%300_000_000) * time.Microsecond)
+		kv = append(kv, strconv.Itoa(i), strconv.FormatInt(Micros(at), 10))
+	}
+	p := Presence{OnlineWindow: time.Hour, ActiveRetention: 35 * 24 * time.Hour}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := p.Joins(k, kv, now); len(got) != 6 {
+			b.Fatalf("%d sets, want 6 (5 minutes and a day)", len(got))
+		}
+	}
+}
