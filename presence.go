@@ -53,6 +53,8 @@ func keepDays(c *settings) time.Duration {
 // up to that flush, none last seen more than d + 1m ago. It is one Redis
 // PFCOUNT over the minutes' HyperLogLogs, one round trip and no SQL, with
 // 0.81% standard error (exact in practice up to about a hundred users).
+// Every id touched counts, whether or not its row exists (a flush counts
+// such an id Unknown).
 // Errors: ErrInvalidTime (d below Throttle or above Presence.OnlineWindow),
 // ErrCountsDisabled, ErrNotInitialized, or Redis's error wrapped.
 func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
@@ -79,7 +81,8 @@ func (p *Plugin) Online(ctx context.Context, d time.Duration) (int64, error) {
 // the UTC days from from's day to to's, both included (daily, weekly,
 // monthly active users), by the day of TouchAt's at, as of the last flush
 // with Redis (as Online). It is one Redis PFCOUNT over the days'
-// HyperLogLogs, as Online. Errors: ErrInvalidTime (to before
+// HyperLogLogs, as Online, and counts every id touched, as Online. Errors:
+// ErrInvalidTime (to before
 // from, or from older than Presence.ActiveUsersRetention), ErrCountsDisabled,
 // ErrNotInitialized, or Redis's error wrapped.
 func (p *Plugin) ActiveUsers(ctx context.Context, from, to time.Time) (int64, error) {
