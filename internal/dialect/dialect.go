@@ -251,7 +251,9 @@ func (d *Dialect) ExactIn(col any, vals []any) (filter clause.Expr, ok bool) {
 // ColumnTypes reads from the catalog what the statements need to know of
 // t's columns: on PostgreSQL the key's and the time column's types
 // (Target.PKType, Target.ColType; a missing table or column wraps
-// ErrNoTable) and whether the server knows Target.Zone, on MySQL a string
+// ErrNoTable), whether the server knows Target.Zone and whether the
+// driver takes Go slices (Target.SliceArgs; an error of the connection
+// while asking is returned), on MySQL a string
 // key's character set and collation (left empty when not found) and
 // whether the server takes Target.Bound (Target.ServerBound); nothing on
 // SQLite. Target.Zone is cleared where the statements do not use it. Run

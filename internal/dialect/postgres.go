@@ -277,15 +277,25 @@ func postgresCount(t *Target, ids []any) clause.Expr {
 // postgresSliceArgs reports whether db's driver takes a pointer to a Go
 // slice as one array parameter and the server reads back what was sent:
 // a bigint[] and a timestamptz[] (microseconds, a year before 1970
-// included) compared with the same arrays sent as text. Any error, from
-// the driver or the server, is a no.
-func postgresSliceArgs(db *gorm.DB) bool {
+// included) compared with the same arrays sent as text. An error of the
+// connection or the server's state (postgresTransient, transientError) or
+// of db's context is returned, for the caller to ask again: the answer is
+// kept for the life of the Target. Any other error, from the driver or
+// the server, is a no.
+func postgresSliceArgs(db *gorm.DB) (bool, error) {
 	ids := []int64{-1, 0, math.MaxInt64}
 	at := []time.Time{time.Date(1969, 7, 20, 20, 17, 40, 123456000, time.UTC), time.Date(2026, 12, 2, 16, 0, 0, 999999000, time.FixedZone("", 3600))}
 	var ok bool
 	err := db.Raw("SELECT CAST(? AS bigint[]) = CAST(? AS text[])::bigint[] AND CAST(? AS timestamptz[]) = CAST(? AS timestamptz[])",
 		&ids, pgIDs([]any{int64(-1), int64(0), int64(math.MaxInt64)}), &at, pgInstants(at)).Scan(&ok).Error
-	return err == nil && ok
+	switch {
+	case err == nil:
+		return ok, nil
+	case transientError(err), postgresTransient(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		db.Statement.Context != nil && db.Statement.Context.Err() != nil:
+		return false, fmt.Errorf("does the driver take Go slices: %w", err)
+	}
+	return false, nil
 }
 
 // pgIDs and pgTimes build one bound parameter holding a one-dimensional
@@ -387,7 +397,9 @@ FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attname IN (?, ?) AN
 	if t.IntKey {
 		t.PKType = "bigint"
 	}
-	t.SliceArgs = postgresSliceArgs(db)
+	if t.SliceArgs, err = postgresSliceArgs(db); err != nil {
+		return err
+	}
 	if t.Zone != "" && t.ColType == "timestamp without time zone" {
 		var probe string // a name the server does not know fails: 22023
 		if db.Raw("SELECT CAST(now() AT TIME ZONE ? AS text)", t.Zone).Scan(&probe).Error != nil {

@@ -56,7 +56,9 @@ type Target struct {
 	// back exactly (a probe compares a bigint[] and a timestamptz[] with
 	// their array text): pgx does, in its binary format. The statements
 	// then send integer keys and instants that way, not as array text for
-	// the server to parse. A driver that refuses the probe (lib/pq, a
-	// wrapper without a NamedValueChecker) keeps the array text.
+	// the server to parse. A driver that refuses the probe (lib/pq 1.10, a
+	// wrapper without a NamedValueChecker) keeps the array text; an error
+	// of the connection at the probe fails ColumnTypes instead, to be
+	// asked again.
 	SliceArgs bool
 }
