@@ -3,14 +3,15 @@ package lastseen
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
-	"strings"
 )
 
 // schemaTimeout bounds the catalog queries of one schema check.
@@ -137,12 +138,12 @@ func (p *Plugin) inspectSchema(db *gorm.DB) error {
 	if !p.schema.usersOK.Load() {
 		return nil
 	}
-	cols, err := db.Migrator().ColumnTypes(p.users.model.table)
+	cols, err := p.dialect.Columns(db, p.users.model.table)
 	if err != nil {
 		return nil // the catalog is not readable here: the flush reports what it finds
 	}
 	for _, c := range cols {
-		if c.Name() == p.users.model.pk.DBName {
+		if c.Name == p.users.model.pk.DBName {
 			return p.checkKeyLength(c)
 		}
 	}
@@ -157,29 +158,28 @@ type optCodec struct {
 }
 
 // checkColumnTypes reads the declared types of c's time columns from the
-// catalog (GORM's Migrator: PostgreSQL information_schema.columns, MySQL
+// catalog (Dialect.Columns: PostgreSQL information_schema.columns, MySQL
 // information_schema.COLUMNS, SQLite's table definition) and checks each
 // against its codec. It records whether each is naive and returns the
 // first mismatch as a message naming the Config field, the Go type and the
 // column type, or "" when all fit. A catalog it cannot read is not a
 // mismatch: the flush's guard reports values it cannot compare.
 func (p *Plugin) checkColumnTypes(db *gorm.DB, c tableCheck) string {
-	cols, err := db.Migrator().ColumnTypes(c.model.table)
+	cols, err := p.dialect.Columns(db, c.model.table)
 	if err != nil {
 		return ""
 	}
 	for _, oc := range c.codecs {
 		f := oc.c.Field()
 		for _, col := range cols {
-			if col.Name() != f.DBName {
+			if col.Name != f.DBName {
 				continue
 			}
-			typ := strings.ToLower(col.DatabaseTypeName())
-			k := p.dialect.Classify(typ)
+			k := p.dialect.Classify(col.Type)
 			if !oc.c.Fits(k) {
 				return fmt.Sprintf("Config.%s %q: %s.%s is %s, but column %s.%s is %s, which holds %s",
 					oc.opt, oc.name, c.model.schema.Name, f.Name, oc.c.Describe(),
-					c.model.table, col.Name(), strings.ToUpper(typ), k)
+					c.model.table, col.Name, strings.ToUpper(col.Type), k)
 			}
 			oc.c.SetClass(k)
 		}
@@ -239,19 +239,19 @@ const maxKeyChars = maxIDLengthLimit / 4
 // by the test seam above it, it is an error, as longer ids would be
 // refused by the flush, or truncated into another id by MySQL outside
 // strict mode.
-func (p *Plugin) checkKeyLength(col gorm.ColumnType) error {
+func (p *Plugin) checkKeyLength(col dialect.Column) error {
 	ids := &p.users.ids
 	if ids.Kind != idcodec.String {
 		return nil
 	}
-	n, ok := col.Length()
-	bytes := countsBytes(col.DatabaseTypeName())
+	n := col.Length
+	bytes := countsBytes(col.Type)
 	unit := map[bool]string{false: "characters", true: "bytes"}[bytes]
 	switch {
-	case !ok || n <= 0:
+	case n <= 0:
 		return nil
 	case p.idLenSet && n < int64(ids.MaxLen):
-		return invalid("MaxIDLength %d: key column %s.%s holds at most %d %s", ids.MaxLen, p.users.model.table, col.Name(), n, unit)
+		return invalid("MaxIDLength %d: key column %s.%s holds at most %d %s", ids.MaxLen, p.users.model.table, col.Name, n, unit)
 	case p.idLenSet:
 		return nil
 	}

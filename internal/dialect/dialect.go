@@ -81,6 +81,9 @@ type Dialect struct {
 	// columnTypes looks up what the statements need of the catalog (nil:
 	// nothing).
 	columnTypes func(db *gorm.DB, t *Target) error
+	// columns reads a table's columns from the catalog (nil: through
+	// GORM's Migrator).
+	columns func(db *gorm.DB, table string) ([]Column, error)
 	// health reads the table's indexes on the column and, where the
 	// database has them, its HOT counters and fillfactor.
 	health func(db *gorm.DB, table, column string) (Health, error)
@@ -160,8 +163,8 @@ func (d *Dialect) MaxUnsigned() uint64 { return d.maxUnsigned }
 // dates as text.
 func (d *Dialect) Naive() timecol.Naive { return d.naive }
 
-// Classify tells what a column's declared type holds, from GORM's
-// ColumnType.DatabaseTypeName in lower case: PostgreSQL's udt_name
+// Classify tells what a column's declared type holds, from Column.Type
+// (GORM's ColumnType.DatabaseTypeName in lower case): PostgreSQL's udt_name
 // ("timestamptz", "int8"), MySQL's DATA_TYPE ("datetime", "bigint"),
 // SQLite's declared type by its affinity rules ("" holds any value).
 func (d *Dialect) Classify(typ string) timecol.Class { return d.classify(typ) }

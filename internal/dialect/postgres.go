@@ -30,6 +30,7 @@ var postgres = &Dialect{
 	errorKind:   sqlState,
 	badText:     postgresBadText,
 	columnTypes: postgresColumnTypes,
+	columns:     postgresColumns,
 	count:       postgresCount,
 	maxUnsigned: math.MaxInt64,
 	health:      postgresHealth,

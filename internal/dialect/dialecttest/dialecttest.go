@@ -111,8 +111,9 @@ func Exercise(t *testing.T, db *gorm.DB) {
 // ExerciseArrayText runs the statements' part of the contract on db, a
 // PostgreSQL database reached through a driver that does not take a Go
 // slice as one parameter: ColumnTypes must say so (Target.SliceArgs false)
-// and every statement must still write exactly, with array text. It
-// creates and drops the tables Exercise does.
+// and every statement must still write exactly, with array text; Columns
+// must read the column types as through pgx. It creates and drops the
+// tables Exercise does.
 func ExerciseArrayText(t *testing.T, db *gorm.DB) {
 	d := dialect.Lookup(db.Dialector.Name())
 	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}, &dateRow{}}
@@ -123,6 +124,7 @@ func ExerciseArrayText(t *testing.T, db *gorm.DB) {
 	if tg := s.target(t, &intRow{}, "LastSeenAt"); tg.SliceArgs {
 		t.Fatalf("ColumnTypes set SliceArgs through a driver that takes no slices")
 	}
+	t.Run("column classes", s.classes)
 	s.statements(t)
 }
 
@@ -630,23 +632,32 @@ func (s *suite) version(t *testing.T) string {
 }
 
 // classes: the class of each column type GORM creates, by the catalog's
-// type name as GORM's migrator reports it, and which encodings fit.
+// type name as Columns reports it, and which encodings fit; a string key's
+// declared length.
 func (s *suite) classes(t *testing.T) {
 	want := map[string]map[string]timecol.Class{
 		"postgres": {"id": timecol.ClassInteger, "at": timecol.ClassZoned, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther, "day": timecol.ClassDate},
 		"mysql":    {"id": timecol.ClassInteger, "at": timecol.ClassNaive, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassOther, "day": timecol.ClassDate},
 		"sqlite":   {"id": timecol.ClassInteger, "at": timecol.ClassText, "seconds": timecol.ClassInteger, "ratio": timecol.ClassOther, "name": timecol.ClassText, "day": timecol.ClassDate},
 	}[s.d.Name()]
-	cols, err := s.db.Migrator().ColumnTypes(&typesRow{})
+	cols, err := s.d.Columns(s.db, "dialecttest_types")
 	must(t, err)
 	got := map[string]timecol.Class{}
 	for _, c := range cols {
-		got[c.Name()] = s.d.Classify(strings.ToLower(c.DatabaseTypeName()))
+		got[c.Name] = s.d.Classify(c.Type)
 	}
 	for name, class := range want {
 		equal(t, "class of "+name, got[name], class)
 	}
 	equal(t, "columns", len(got), len(want))
+	keys, err := s.d.Columns(s.db, "dialecttest_string")
+	must(t, err)
+	lengths := make([]string, len(keys))
+	for i, c := range keys {
+		lengths[i] = fmt.Sprintf("%s %d", c.Name, c.Length)
+	}
+	// GORM creates a SQLite string key as text, without a length.
+	equal(t, "declared lengths", strings.Join(lengths, ", "), map[bool]string{true: "id 0, last_seen_at 0", false: "id 64, last_seen_at 0"}[s.d.Name() == "sqlite"])
 	// A codec takes a column for naive until the catalog was read exactly
 	// where GORM creates a naive column for a time.Time.
 	equal(t, "naive by default", s.d.Naive().Default, got["at"] == timecol.ClassNaive)
