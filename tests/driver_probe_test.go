@@ -14,6 +14,7 @@ import (
 	"github.com/lastseen/lastseen/tests/testenv"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
 
 // TestSliceArgsProbeRetriedAfterConnectionError: the PostgreSQL flush asks
@@ -128,4 +129,52 @@ func TestKeyLengthThroughAnyDriver(t *testing.T) {
 	equal(t, "65 characters", fmt.Sprint(err), "lastseen: invalid user id: string of 65 characters (at most 64)")
 	_, err = p.Touch(ctx, strings.Repeat("ü", 64))
 	equal(t, "64 characters", err, nil)
+}
+
+// errorLog is a GORM logger that records the statements that failed.
+type errorLog struct {
+	logger.Interface
+	mu     sync.Mutex
+	failed []string
+}
+
+func (l *errorLog) Trace(_ context.Context, _ time.Time, fc func() (string, int64), err error) {
+	if err == nil {
+		return
+	}
+	sql, _ := fc()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failed = append(l.failed, fmt.Sprintf("%s: %v", sql, err))
+}
+
+// TestSliceArgsProbeLogsNothing: through a driver that takes no Go slice
+// as a parameter (pgx wrapped without its NamedValueChecker), the flush
+// finds out and writes with array text, and the app's GORM logger sees no
+// failed statement: the driver's refusal of the probe is an answer, not
+// an error of the app's.
+func TestSliceArgsProbeLogsNothing(t *testing.T) {
+	ctx := context.Background()
+	pg := servers.Postgres().New(t)
+	admin := pg.Open(t)
+	must(t, admin.AutoMigrate(&lastseen.User{}))
+	must(t, admin.Exec("INSERT INTO users (id) VALUES (1)").Error)
+	sqlDB := sql.OpenDB(noSlicesConnector{dsn: pg.DSN})
+	t.Cleanup(func() { sqlDB.Close() })
+	log := &errorLog{Interface: logger.Discard}
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{Logger: log})
+	must(t, err)
+	p := testenv.Use(t, db, lastseen.Config{Logger: testenv.Discard,
+		Buffer:   lastseen.BufferConfig{Prefix: randomName("ls")},
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Disabled: true}})
+	_, err = p.TouchAt(ctx, uint64(1), mustTime("2026-03-01T09:20:00.000001Z"))
+	must(t, err)
+	res, err := p.Flush(ctx)
+	must(t, err)
+	equal(t, "written", res.Written, 1)
+	var got string
+	must(t, admin.Raw("SELECT to_char(last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') FROM users").Scan(&got).Error)
+	equal(t, "column", got, "2026-03-01 09:20:00.000001")
+	equal(t, "failed statements logged", strings.Join(log.failed, "; "), "")
 }

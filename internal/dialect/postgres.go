@@ -13,6 +13,7 @@ import (
 	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+	"gorm.io/gorm/logger"
 )
 
 // postgres is PostgreSQL's Dialect.
@@ -282,12 +283,13 @@ func postgresCount(t *Target, ids []any) clause.Expr {
 // connection or the server's state (postgresTransient, transientError) or
 // of db's context is returned, for the caller to ask again: the answer is
 // kept for the life of the Target. Any other error, from the driver or
-// the server, is a no.
+// the server, is a no. The probe goes to no logger: a driver's refusal is
+// an answer, not an error for the app's log.
 func postgresSliceArgs(db *gorm.DB) (bool, error) {
 	ids := []int64{-1, 0, math.MaxInt64}
 	at := []time.Time{time.Date(1969, 7, 20, 20, 17, 40, 123456000, time.UTC), time.Date(2026, 12, 2, 16, 0, 0, 999999000, time.FixedZone("", 3600))}
 	var ok bool
-	err := db.Raw("SELECT CAST(? AS bigint[]) = CAST(? AS text[])::bigint[] AND CAST(? AS timestamptz[]) = CAST(? AS timestamptz[])",
+	err := db.Session(&gorm.Session{Logger: logger.Discard}).Raw("SELECT CAST(? AS bigint[]) = CAST(? AS text[])::bigint[] AND CAST(? AS timestamptz[]) = CAST(? AS timestamptz[])",
 		&ids, pgIDs([]any{int64(-1), int64(0), int64(math.MaxInt64)}), &at, pgInstants(at)).Scan(&ok).Error
 	switch {
 	case err == nil:
