@@ -16,6 +16,7 @@ type instruments struct {
 	purgeRuns, purgeDeleted, redisErrors, backlogDrops metric.Int64ObservableCounter
 	evictions                                          metric.Int64ObservableCounter
 	ruleRuns, ruleActed, ruleBatches, ruleKept         metric.Int64ObservableCounter
+	flushDropped, purgeRefused, ruleRefused            metric.Int64ObservableCounter
 	bufferReadErrors                                   metric.Int64ObservableCounter
 	pending, inflight, backlog, breaker                metric.Int64ObservableGauge
 	oldestAge, lastFlush, lastRule                     metric.Float64ObservableGauge
@@ -56,6 +57,9 @@ func (i *Instrumentation) createInstruments(meter metric.Meter) error {
 	g.bufferReadErrors = counter("lastseen.buffer.read_errors", "{error}", "Collections whose Redis read of the buffer failed; the buffer gauges are left out of those.")
 	g.flushRuns = counter("lastseen.flush.runs", "{run}", "Flush runs by lastseen.result: ok or error.")
 	g.flushEntries = counter("lastseen.flush.entries", "{entry}", "Buffered entries a flush took, by lastseen.outcome: written, unknown, stale, rejected, failed, uncomparable, ambiguous.")
+	g.flushDropped = counter("lastseen.flush.dropped", "{entry}", "Buffered timestamps dropped for good: refused by the database Flush.MaxRefusals times (each refusal also counted failed), or left in the in-process buffer at Close.")
+	g.purgeRefused = counter("lastseen.purge.refused", "{session}", "Expired session rows the database refused to delete, skipped, counted at each purge that met them.")
+	g.ruleRefused = counter("lastseen.rule.refused", "{row}", "Inactive rows the database refused to act on, skipped, by lastseen.rule.")
 	g.flushSkipped = counter("lastseen.flush.skipped_shards", "{shard}", "Shards a flush skipped because another instance held their lock.")
 	g.lastFlush = fgauge("lastseen.flush.last_success", "s", "Unix time at which the last flush run without error ended; absent before the first.")
 	g.purgeRuns = counter("lastseen.purge.runs", "{run}", "Purge runs by lastseen.result: ok, error or locked.")
@@ -78,7 +82,8 @@ func (i *Instrumentation) createInstruments(meter metric.Meter) error {
 	}
 	reg, err := meter.RegisterCallback(i.observe, g.touches, g.pending, g.inflight, g.oldestAge, g.bufferReadErrors,
 		g.flushRuns, g.flushEntries, g.flushSkipped, g.lastFlush, g.purgeRuns, g.purgeDeleted, g.redisErrors,
-		g.backlog, g.backlogDrops, g.breaker, g.evictions, g.ruleRuns, g.ruleActed, g.ruleBatches, g.ruleKept, g.lastRule)
+		g.backlog, g.backlogDrops, g.breaker, g.evictions, g.ruleRuns, g.ruleActed, g.ruleBatches, g.ruleKept, g.lastRule,
+		g.flushDropped, g.purgeRefused, g.ruleRefused)
 	if err != nil {
 		return err
 	}
@@ -105,6 +110,7 @@ func (i *Instrumentation) observe(ctx context.Context, o metric.Observer) error 
 		{"uncomparable", s.Uncomparable}, {"ambiguous", s.Ambiguous}} {
 		o.ObserveInt64(g.flushEntries, e.n, i.with(attribute.String("lastseen.outcome", e.outcome)))
 	}
+	o.ObserveInt64(g.flushDropped, s.Dropped, i.with())
 	o.ObserveInt64(g.flushSkipped, s.FlushSkipped, i.with())
 	if !s.LastFlush.IsZero() {
 		o.ObserveFloat64(g.lastFlush, float64(s.LastFlush.UnixNano())/1e9, i.with())
@@ -113,6 +119,7 @@ func (i *Instrumentation) observe(ctx context.Context, o metric.Observer) error 
 	o.ObserveInt64(g.purgeRuns, s.PurgeErrors, i.with(res("error")))
 	o.ObserveInt64(g.purgeRuns, s.PurgeSkipped, i.with(res("locked")))
 	o.ObserveInt64(g.purgeDeleted, s.SessionsDeleted, i.with())
+	o.ObserveInt64(g.purgeRefused, s.PurgeRefused, i.with())
 	for _, r := range i.p.RuleStats() {
 		rule := attribute.String("lastseen.rule", r.Name)
 		o.ObserveInt64(g.ruleRuns, r.Runs-r.Errors, i.with(rule, res("ok")))
@@ -121,6 +128,7 @@ func (i *Instrumentation) observe(ctx context.Context, o metric.Observer) error 
 		o.ObserveInt64(g.ruleActed, r.Rows, i.with(rule))
 		o.ObserveInt64(g.ruleBatches, r.Batches, i.with(rule))
 		o.ObserveInt64(g.ruleKept, r.Kept, i.with(rule))
+		o.ObserveInt64(g.ruleRefused, r.Refused, i.with(rule))
 		if !r.LastRun.IsZero() {
 			o.ObserveFloat64(g.lastRule, float64(r.LastRun.UnixNano())/1e9, i.with(rule))
 		}

@@ -191,6 +191,7 @@ lastseen.buffer.inflight {user} {} 0
 lastseen.buffer.oldest_age s {} 90
 lastseen.buffer.pending {user} {} 3
 lastseen.buffer.read_errors {error} {} 0
+lastseen.flush.dropped {entry} {} 0
 lastseen.flush.entries {entry} {lastseen.outcome=ambiguous} 0
 lastseen.flush.entries {entry} {lastseen.outcome=failed} 0
 lastseen.flush.entries {entry} {lastseen.outcome=rejected} 0
@@ -202,6 +203,7 @@ lastseen.flush.runs {run} {lastseen.result=error} 0
 lastseen.flush.runs {run} {lastseen.result=ok} 0
 lastseen.flush.skipped_shards {shard} {} 0
 lastseen.purge.deleted {session} {} 0
+lastseen.purge.refused {session} {} 0
 lastseen.purge.runs {run} {lastseen.result=error} 0
 lastseen.purge.runs {run} {lastseen.result=locked} 0
 lastseen.purge.runs {run} {lastseen.result=ok} 0
@@ -243,6 +245,7 @@ lastseen.buffer.inflight {user} {} 0
 lastseen.buffer.oldest_age s {} 0
 lastseen.buffer.pending {user} {} 0
 lastseen.buffer.read_errors {error} {} 0
+lastseen.flush.dropped {entry} {} 0
 lastseen.flush.duration s {lastseen.result=ok} count=1 sum=0.25 le0.25:1
 lastseen.flush.entries {entry} {lastseen.outcome=ambiguous} 0
 lastseen.flush.entries {entry} {lastseen.outcome=failed} 0
@@ -258,6 +261,7 @@ lastseen.flush.skipped_shards {shard} {} 0
 lastseen.purge.deleted {session} {} 3
 lastseen.purge.duration s {lastseen.result=error} count=1 sum=0.25 le0.5:1
 lastseen.purge.duration s {lastseen.result=ok} count=1 sum=0.25 le0.5:1
+lastseen.purge.refused {session} {} 0
 lastseen.purge.runs {run} {lastseen.result=error} 1
 lastseen.purge.runs {run} {lastseen.result=locked} 1
 lastseen.purge.runs {run} {lastseen.result=ok} 1
@@ -366,6 +370,7 @@ lastseen.rule.duration s {lastseen.result=error,lastseen.rule=idle} count=1 sum=
 lastseen.rule.duration s {lastseen.result=ok,lastseen.rule=idle} count=1 sum=0.25 le0.5:1
 lastseen.rule.kept {row} {lastseen.rule=idle} 1
 lastseen.rule.last_success s {lastseen.rule=idle} 1.7723574e+09
+lastseen.rule.refused {row} {lastseen.rule=idle} 0
 lastseen.rule.runs {run} {lastseen.result=error,lastseen.rule=idle} 1
 lastseen.rule.runs {run} {lastseen.result=locked,lastseen.rule=idle} 1
 lastseen.rule.runs {run} {lastseen.result=ok,lastseen.rule=idle} 1`)

@@ -50,6 +50,7 @@ var requiredAlerts = []string{
 	"LastseenOldestPendingTooOld",
 	"LastseenFlushFailing",
 	"LastseenBacklogDropping",
+	"LastseenTimestampsDropped",
 	"LastseenRedisEvictions",
 	"LastseenRedisBreakerOpen",
 	"LastseenPurgeFailing",

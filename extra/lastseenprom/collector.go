@@ -90,14 +90,14 @@ type Collector struct {
 	timeout time.Duration
 	now     func() time.Time // measures run durations; tests replace it
 
-	touches, flushRuns, flushRows, flushSkipped     *prometheus.Desc
-	lastFlush, purgeRuns, purgeDeleted, redisErrors *prometheus.Desc
-	backlog, backlogDropped, breaker, evictions     *prometheus.Desc
-	pending, inflight, oldestAge, bufferErrors      *prometheus.Desc
-	ruleRuns, ruleRows, ruleBatches, ruleKept       *prometheus.Desc
-	lastRule                                        *prometheus.Desc
-	flushDuration, purgeDuration, ruleDuration      *prometheus.HistogramVec
-	bufferReadErrors                                atomic.Int64
+	touches, flushRuns, flushRows, flushSkipped       *prometheus.Desc
+	lastFlush, purgeRuns, purgeDeleted, redisErrors   *prometheus.Desc
+	backlog, backlogDropped, breaker, evictions       *prometheus.Desc
+	pending, inflight, oldestAge, bufferErrors        *prometheus.Desc
+	ruleRuns, ruleRows, ruleBatches, ruleKept         *prometheus.Desc
+	lastRule, flushDropped, purgeRefused, ruleRefused *prometheus.Desc
+	flushDuration, purgeDuration, ruleDuration        *prometheus.HistogramVec
+	bufferReadErrors                                  atomic.Int64
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -156,6 +156,10 @@ func newCollector(p *lastseen.Plugin, o options) *Collector {
 			"unknown (no such row, Update mode), stale (the column was as new), rejected (unreadable, dropped), "+
 			"failed (refused by the database, back in pending), uncomparable (the column could not be compared with), "+
 			"ambiguous (in an hour a DST fall-back repeats, on a naive MySQL column: left unwritten).", "outcome"),
+		flushDropped: desc("flush_dropped_total", "Buffered timestamps dropped for good: refused by the database Flush.MaxRefusals times (each refusal also counted failed), "+
+			"or left in the in-process buffer at Close."),
+		purgeRefused:   desc("purge_refused_sessions_total", "Expired session rows the database refused to delete, skipped, counted at each purge that met them."),
+		ruleRefused:    desc("rule_refused_rows_total", "Inactive rows the database refused to act on, skipped, by rule.", "rule"),
 		flushSkipped:   desc("flush_shards_skipped_total", "Shards a flush skipped because another instance held their lock."),
 		lastFlush:      desc("last_successful_flush_timestamp_seconds", "Unix time at which the last flush run without error ended, on the plugin's clock; absent before the first."),
 		purgeRuns:      desc("purge_runs_total", "Purge runs by result: ok, error, or locked (another instance held the purge lock).", "result"),
@@ -190,7 +194,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.touches, c.pending, c.inflight, c.oldestAge, c.bufferErrors,
 		c.flushRuns, c.flushRows, c.flushSkipped, c.lastFlush, c.purgeRuns, c.purgeDeleted,
 		c.redisErrors, c.backlog, c.backlogDropped, c.breaker, c.evictions,
-		c.ruleRuns, c.ruleRows, c.ruleBatches, c.ruleKept, c.lastRule} {
+		c.ruleRuns, c.ruleRows, c.ruleBatches, c.ruleKept, c.lastRule, c.flushDropped, c.purgeRefused, c.ruleRefused} {
 		ch <- d
 	}
 	c.flushDuration.Describe(ch)
@@ -222,6 +226,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.flushRows, s.Failed, "failed")
 	counter(c.flushRows, s.Uncomparable, "uncomparable")
 	counter(c.flushRows, s.Ambiguous, "ambiguous")
+	counter(c.flushDropped, s.Dropped)
 	counter(c.flushSkipped, s.FlushSkipped)
 	if !s.LastFlush.IsZero() {
 		gauge(c.lastFlush, float64(s.LastFlush.UnixNano())/1e9)
@@ -230,6 +235,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.purgeRuns, s.PurgeErrors, "error")
 	counter(c.purgeRuns, s.PurgeSkipped, "locked")
 	counter(c.purgeDeleted, s.SessionsDeleted)
+	counter(c.purgeRefused, s.PurgeRefused)
 	for _, r := range c.p.RuleStats() {
 		counter(c.ruleRuns, r.Runs-r.Errors, r.Name, "ok")
 		counter(c.ruleRuns, r.Errors, r.Name, "error")
@@ -237,6 +243,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.ruleRows, r.Rows, r.Name)
 		counter(c.ruleBatches, r.Batches, r.Name)
 		counter(c.ruleKept, r.Kept, r.Name)
+		counter(c.ruleRefused, r.Refused, r.Name)
 		if !r.LastRun.IsZero() {
 			gauge(c.lastRule, float64(r.LastRun.UnixNano())/1e9, r.Name)
 		}

@@ -297,6 +297,9 @@ lastseen_flush_rows_total{outcome="stale",table="tokens"} 0
 lastseen_flush_rows_total{outcome="uncomparable",table="tokens"} 0
 lastseen_flush_rows_total{outcome="unknown",table="tokens"} 0
 lastseen_flush_rows_total{outcome="written",table="tokens"} 0
+# HELP lastseen_rule_refused_rows_total Inactive rows the database refused to act on, skipped, by rule.
+# TYPE lastseen_rule_refused_rows_total counter
+lastseen_rule_refused_rows_total{rule="revoke",table="tokens"} 0
 # HELP lastseen_last_successful_rule_run_timestamp_seconds Unix time at which the last run of the rule without error ended, on the plugin's clock, by rule; absent before the first.
 # TYPE lastseen_last_successful_rule_run_timestamp_seconds gauge
 lastseen_last_successful_rule_run_timestamp_seconds{rule="revoke",table="tokens"} 1.7723574e+09
@@ -345,5 +348,38 @@ lastseen_rule_runs_total{result="error",rule="revoke",table="tokens"} 1
 lastseen_rule_runs_total{result="locked",rule="revoke",table="tokens"} 1
 lastseen_rule_runs_total{result="ok",rule="revoke",table="tokens"} 1
 `), "lastseen_flush_rows_total", "lastseen_last_successful_rule_run_timestamp_seconds", "lastseen_rule_acted_rows_total",
-		"lastseen_rule_batches_total", "lastseen_rule_duration_seconds", "lastseen_rule_kept_rows_total", "lastseen_rule_runs_total"))
+		"lastseen_rule_batches_total", "lastseen_rule_duration_seconds", "lastseen_rule_kept_rows_total", "lastseen_rule_refused_rows_total", "lastseen_rule_runs_total"))
+}
+
+// TestCollectorDropped: without Redis, and a database that refuses every
+// write (SQLite PRAGMA query_only on its one connection), the timestamps
+// in the in-process buffer are lost at Close; the collector reports them.
+func TestCollectorDropped(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.SQLite().New(t).Open(t)
+	must(t, db.AutoMigrate(&lastseen.User{}))
+	p := lastseen.New(lastseen.Config{
+		Logger:   testenv.Discard,
+		Flush:    lastseen.FlushConfig{Schedule: "off"},
+		Sessions: lastseen.SessionConfig{Disabled: true},
+	})
+	must(t, db.Use(p))
+	reg := prometheus.NewPedanticRegistry()
+	register(t, reg, &env{p: p, db: db})
+	for id := 1; id <= 3; id++ {
+		_, err := p.Touch(ctx, id)
+		must(t, err)
+	}
+	sqlDB, err := db.DB()
+	must(t, err)
+	sqlDB.SetMaxOpenConns(1)
+	must(t, db.Exec("PRAGMA query_only = ON").Error)
+	if err := p.Close(ctx); err == nil || !strings.Contains(err.Error(), "3 timestamps lost") {
+		t.Fatalf("Close: %v, want 3 timestamps lost", err)
+	}
+	must(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP lastseen_flush_dropped_total Buffered timestamps dropped for good: refused by the database Flush.MaxRefusals times (each refusal also counted failed), or left in the in-process buffer at Close.
+# TYPE lastseen_flush_dropped_total counter
+lastseen_flush_dropped_total{table="users"} 3
+`), "lastseen_flush_dropped_total"))
 }
