@@ -286,11 +286,12 @@ func postgresCount(t *Target, ids []any) clause.Expr {
 // the server, is a no. The probe goes to no logger: a driver's refusal is
 // an answer, not an error for the app's log.
 func postgresSliceArgs(db *gorm.DB) (bool, error) {
-	ids := []int64{-1, 0, math.MaxInt64}
+	ids := []any{int64(-1), int64(0), int64(math.MaxInt64)}
+	ints, _ := pgInts(ids)
 	at := []time.Time{time.Date(1969, 7, 20, 20, 17, 40, 123456000, time.UTC), time.Date(2026, 12, 2, 16, 0, 0, 999999000, time.FixedZone("", 3600))}
 	var ok bool
 	err := db.Session(&gorm.Session{Logger: logger.Discard}).Raw("SELECT CAST(? AS bigint[]) = CAST(? AS text[])::bigint[] AND CAST(? AS timestamptz[]) = CAST(? AS timestamptz[])",
-		&ids, pgIDs([]any{int64(-1), int64(0), int64(math.MaxInt64)}), &at, pgInstants(at)).Scan(&ok).Error
+		&ints, pgIDs(ids), &at, pgInstants(at)).Scan(&ok).Error
 	switch {
 	case err == nil:
 		return ok, nil
@@ -301,7 +302,8 @@ func postgresSliceArgs(db *gorm.DB) (bool, error) {
 	return false, nil
 }
 
-// pgIDs and pgTimes build one bound parameter holding a one-dimensional
+// pgIDs and pgTimes build the array text path's bound parameter (a driver
+// that takes no Go slices, or keys and times of other types): a one-dimensional
 // array in PostgreSQL's array input syntax: every element but an integer
 // double-quoted, with '"' and '\\' escaped by a backslash (PostgreSQL
 // manual, "Array Value Input"), so the statement casts it (CAST(? AS

@@ -77,15 +77,8 @@ func (dateRow) TableName() string    { return "dialecttest_date" }
 // dialecttest_* (dropping them first when they exist) and drops them at
 // cleanup. Subtests name what failed.
 func Exercise(t *testing.T, db *gorm.DB) {
-	d := dialect.Lookup(db.Dialector.Name())
-	if d == nil {
-		t.Fatalf("dialect.Lookup(%q) is nil", db.Dialector.Name())
-	}
-	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}, &dateRow{}}
-	must(t, db.Migrator().DropTable(models...))
-	must(t, db.AutoMigrate(models...))
-	t.Cleanup(func() { _ = db.Migrator().DropTable(models...) })
-	s := &suite{d: d, db: db}
+	s := newSuite(t, db)
+	d := s.d
 	t.Run("update", s.update)
 	t.Run("update unix millis", s.updateMillis)
 	t.Run("update date", s.updateDate)
@@ -115,12 +108,7 @@ func Exercise(t *testing.T, db *gorm.DB) {
 // must read the column types as through pgx. It creates and drops the
 // tables Exercise does.
 func ExerciseArrayText(t *testing.T, db *gorm.DB) {
-	d := dialect.Lookup(db.Dialector.Name())
-	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}, &dateRow{}}
-	must(t, db.Migrator().DropTable(models...))
-	must(t, db.AutoMigrate(models...))
-	t.Cleanup(func() { _ = db.Migrator().DropTable(models...) })
-	s := &suite{d: d, db: db}
+	s := newSuite(t, db)
 	if tg := s.target(t, &intRow{}, "LastSeenAt"); tg.SliceArgs {
 		t.Fatalf("ColumnTypes set SliceArgs through a driver that takes no slices")
 	}
@@ -137,6 +125,20 @@ func (s *suite) statements(t *testing.T) {
 	t.Run("upsert", s.upsert)
 	t.Run("count", s.count)
 	t.Run("exact string key", s.exact)
+}
+
+// newSuite looks up db's dialect and creates the suite's tables on db
+// (dropping them first when they exist), dropped again at cleanup.
+func newSuite(t *testing.T, db *gorm.DB) *suite {
+	d := dialect.Lookup(db.Dialector.Name())
+	if d == nil {
+		t.Fatalf("dialect.Lookup(%q) is nil", db.Dialector.Name())
+	}
+	models := []any{&intRow{}, &stringRow{}, &millisRow{}, &indexedRow{}, &typesRow{}, &dateRow{}}
+	must(t, db.Migrator().DropTable(models...))
+	must(t, db.AutoMigrate(models...))
+	t.Cleanup(func() { _ = db.Migrator().DropTable(models...) })
+	return &suite{d: d, db: db}
 }
 
 type suite struct {

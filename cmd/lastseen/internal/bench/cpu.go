@@ -144,24 +144,15 @@ func parseRedisCPU(info string) float64 {
 // pool's n connections (pg_backend_pid), each connection held while the
 // others are taken so that every one is asked.
 func poolBackends(ctx context.Context, pool *sql.DB, n int) ([]int, error) {
-	conns := make([]*sql.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
 	var pids []int
-	for range n {
-		c, err := pool.Conn(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("lastseen: bench: backend pid: %w", err)
-		}
-		conns = append(conns, c)
+	err := withEachConn(ctx, pool, n, func(c *sql.Conn) error {
 		var pid int
-		if err := c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-			return nil, fmt.Errorf("lastseen: bench: backend pid: %w", err)
-		}
+		err := c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid)
 		pids = append(pids, pid)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lastseen: bench: backend pid: %w", err)
 	}
 	return pids, nil
 }

@@ -130,6 +130,15 @@ func migrateTable(db *gorm.DB, model any, what string) (string, error) {
 // onEachConn runs query on n distinct connections of the pool at once
 // (holding them all, so the pool cannot hand out one twice).
 func onEachConn(ctx context.Context, db *sql.DB, n int, query string) error {
+	return withEachConn(ctx, db, n, func(c *sql.Conn) error {
+		_, err := c.ExecContext(ctx, query)
+		return err
+	})
+}
+
+// withEachConn takes n distinct connections of the pool, all held at once,
+// and calls fn with each in turn; it stops at fn's first error.
+func withEachConn(ctx context.Context, db *sql.DB, n int, fn func(*sql.Conn) error) error {
 	conns := make([]*sql.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
@@ -144,7 +153,7 @@ func onEachConn(ctx context.Context, db *sql.DB, n int, query string) error {
 		conns = append(conns, c)
 	}
 	for _, c := range conns {
-		if _, err := c.ExecContext(ctx, query); err != nil {
+		if err := fn(c); err != nil {
 			return err
 		}
 	}

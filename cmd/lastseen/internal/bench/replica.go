@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"gorm.io/gorm"
 )
 
 // ReplicaFlags are the flags of `lastseen bench replica`: the request
@@ -104,20 +103,7 @@ func (e *env) runReplicaVariants(ctx context.Context, standby string) (*replicaR
 		Zipf: c.Zipf, Workers: c.Workers, Seed: c.Seed, Throttle: c.Throttle.String()}
 	c.progress("replica: %d requests from %d of %d users (Zipf s=%v, seed %d), %d workers",
 		c.Requests, st.distinct, c.Users, c.Zipf, c.Seed, c.Workers)
-	variants := []struct {
-		name, tablePrefix string
-		open              func(db *gorm.DB, table string) (design, error)
-	}{
-		{"per-request", "replica_per_request_", func(db *gorm.DB, table string) (design, error) {
-			return &perRequest{db: db, table: table, ids: st.ids}, nil
-		}},
-		{"lastseen", "replica_lastseen_", func(db *gorm.DB, _ string) (design, error) {
-			return e.openLastseen(db, e.prefix+"-replica-lastseen", -1, st.boxed)
-		}},
-		{"lastseen+local", "replica_local_", func(db *gorm.DB, _ string) (design, error) {
-			return e.openLastseen(db, e.prefix+"-replica-local", 0, st.boxed)
-		}},
-	}
+	variants := e.designs(st, "replica", false)
 	for _, v := range variants {
 		r, err := e.runVariant(ctx, v.name, v.tablePrefix, st, v.open)
 		if err != nil {

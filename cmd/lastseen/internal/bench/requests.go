@@ -125,6 +125,40 @@ type requestsResult struct {
 	Generated time.Duration `json:"stream_generation_ns"`
 }
 
+// designVariant is one design a request stream runs through: its name, the
+// prefix of its table's name, and how it opens on that table.
+type designVariant struct {
+	name, tablePrefix string
+	open              func(db *gorm.DB, table string) (design, error)
+}
+
+// designs returns the designs st runs through, in order: an UPDATE per
+// request, the seed design (SET NX PX, when seed is set), lastseen without
+// and with its local cache. scope ("" or a word such as "replica") starts
+// the names of their tables (scope_) and Redis keys (-scope).
+func (e *env) designs(st stream, scope string, seed bool) []designVariant {
+	table, key := "", ""
+	if scope != "" {
+		table, key = scope+"_", "-"+scope
+	}
+	vs := []designVariant{{"per-request", table + "per_request_", func(db *gorm.DB, name string) (design, error) {
+		return &perRequest{db: db, table: name, ids: st.ids}, nil
+	}}}
+	if seed {
+		vs = append(vs, designVariant{"seed", table + "seed_", func(db *gorm.DB, _ string) (design, error) {
+			p := e.prefix + key + "-seed"
+			return &seedDesign{rdb: e.rdb, db: db, marker: p + ":seen:", pending: p + ":pending", throttle: e.cmd.Throttle, ids: st.ids}, nil
+		}})
+	}
+	return append(vs,
+		designVariant{"lastseen", table + "lastseen_", func(db *gorm.DB, _ string) (design, error) {
+			return e.openLastseen(db, e.prefix+key+"-lastseen", -1, st.boxed)
+		}},
+		designVariant{"lastseen+local", table + "local_", func(db *gorm.DB, _ string) (design, error) {
+			return e.openLastseen(db, e.prefix+key+"-local", 0, st.boxed)
+		}})
+}
+
 func (e *env) runRequests(ctx context.Context) (*requestsResult, error) {
 	c := e.cmd
 	t0 := time.Now()
@@ -138,24 +172,7 @@ func (e *env) runRequests(ctx context.Context) (*requestsResult, error) {
 	c.progress("requests: %d requests from %d of %d users (Zipf s=%v, seed %d), %d workers",
 		c.Requests, st.distinct, c.Users, c.Zipf, c.Seed, c.Workers)
 
-	variants := []struct {
-		name, tablePrefix string
-		open              func(db *gorm.DB, table string) (design, error)
-	}{
-		{"per-request", "per_request_", func(db *gorm.DB, table string) (design, error) {
-			return &perRequest{db: db, table: table, ids: st.ids}, nil
-		}},
-		{"seed", "seed_", func(db *gorm.DB, table string) (design, error) {
-			p := e.prefix + "-seed"
-			return &seedDesign{rdb: e.rdb, db: db, marker: p + ":seen:", pending: p + ":pending", throttle: c.Throttle, ids: st.ids}, nil
-		}},
-		{"lastseen", "lastseen_", func(db *gorm.DB, _ string) (design, error) {
-			return e.openLastseen(db, e.prefix+"-lastseen", -1, st.boxed)
-		}},
-		{"lastseen+local", "local_", func(db *gorm.DB, _ string) (design, error) {
-			return e.openLastseen(db, e.prefix+"-local", 0, st.boxed)
-		}},
-	}
+	variants := e.designs(st, "", true)
 	for _, v := range variants {
 		r, err := e.runVariant(ctx, v.name, v.tablePrefix, st, v.open)
 		if err != nil {
