@@ -4,10 +4,8 @@ import "time"
 
 // dayThrottle is the throttle window of a tracked DATE column, the
 // longest a day lasts (25 hours, when DST ends): each window ends at the
-// next midnight in the column's location (tracker.window), never later
-// than Throttle, so Throttle only has to hold the longest day, and the
-// Redis buffer's marker generations (one Throttle long) hold every
-// window.
+// next midnight in the column's location (tracker.windowEnd), and a
+// Throttle of at least this long never cuts a day's window short.
 const dayThrottle = 25 * time.Hour
 
 // dayPrecision fits the settings to a tracked DATE column, known at

@@ -25,7 +25,7 @@ import (
 // keyed newID when the app's UPDATE then fails (newID taken): check that
 // newID is free before calling Rename.
 //
-// Throttle markers are not copied: newID's next touch opens a throttle
+// Throttle windows are not copied: newID's next touch opens a throttle
 // window of its own (one more recorded touch). Renaming an id to itself,
 // or one with nothing buffered, does nothing and returns nil. Touches of
 // oldID kept in another instance's backlog are not copied.

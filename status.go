@@ -160,7 +160,7 @@ func (p *Plugin) SampleBuffer(ctx context.Context, perHash int) (BufferSample, e
 	for _, z := range sizes {
 		s.Pending += z.Pending
 		s.InFlight += z.InFlight
-		if z.Pending > int64(perHash) || z.InFlight > int64(perHash) {
+		if z.Pending > int64(perHash) || z.InFlight > int64(perHash) || z.Partial {
 			s.Exact = false
 		}
 	}

@@ -60,8 +60,8 @@ func newTracker(cfg settings, buf buffer.Buffer, realClock bool, ids idcodec.Cod
 	}
 	if cfg.LocalCacheSize > 0 {
 		// No otter expiry: the value is the entry's deadline on the plugin's
-		// clock, checked on every hit (an entry set from a marker's PTTL
-		// ends before a full window), and otter's own expiry would read the
+		// clock, checked on every hit (an entry ends with the throttle
+		// window it was recorded or throttled in), and otter's own expiry would read the
 		// real clock on every lookup. Stale entries are overwritten on the
 		// next miss or evicted by size.
 		c, err := otter.New(&otter.Options[cacheKey, int64]{
@@ -176,7 +176,7 @@ func (p *Plugin) touch(ctx context.Context, userID any, at, now time.Time) (reco
 	if p.touchClosed.Load() { // nothing would ever flush it
 		return false, ErrClosed
 	}
-	recorded, ttl, err := t.buf.Touch(ctx, uid, at, now, t.window(at, now))
+	recorded, ttl, err := t.buf.Touch(ctx, uid, at, now, t.windowEnd(at, now))
 	if err != nil {
 		return false, fmt.Errorf("lastseen: touch user %s: %w", uid, touchError(err))
 	}
@@ -205,24 +205,30 @@ func (t *tracker) cached(userID any) bool {
 	return ok && t.ticks() < deadline
 }
 
-// window is the throttle window a touch at at opens when it is recorded at
-// now: the window is anchored at the time the user was seen, so a touch of
-// a past time (a late event, a replay) opens only what is left of its own
-// window, and one whose window has already ended opens none (1ms, Redis's
-// PX floor) and never holds back the user's current touch. A time ahead of
-// now (within maxClockSkew) opens a whole window. On a DATE column the
-// window ends at the start of the day after at's, in the column's
-// location, or after Throttle if that is sooner (a column found to be a
-// DATE only after db.Use, whose Throttle was not fitted to it).
-func (t *tracker) window(at, now time.Time) time.Duration {
+// windowEnd is the end of the throttle window a touch at at falls in, read
+// at now. Windows are fixed periods of the clock, Throttle long, counted
+// from the Unix epoch: every instance names the same window by its end,
+// and a user is recorded at most once in each. A time ahead of now (within
+// maxClockSkew) falls in now's window; a time whose window ended before now
+// (a late event, a replay) gets an end not after now, which the buffer
+// records without holding back the user's current touch. On a DATE column
+// the window ends at the start of the day after at's, in the column's
+// location, or at the end of at's Throttle period if that is sooner (a
+// column found to be a DATE only after db.Use, whose Throttle was not
+// fitted to it).
+func (t *tracker) windowEnd(at, now time.Time) time.Time {
+	if at.After(now) {
+		at = now
+	}
+	ms := max(t.throttle.Milliseconds(), 1)
+	end := time.UnixMilli((at.UnixMilli()/ms + 1) * ms)
 	if t.col != nil && t.col.Date() {
-		return max(time.Millisecond, min(t.throttle, t.col.NextDay(at).Sub(now)))
+		day := t.col.NextDay(at)
+		if t.throttle >= dayThrottle || day.Before(end) {
+			return day
+		}
 	}
-	elapsed := now.Sub(at)
-	if elapsed <= 0 { // at is now or ahead of it: a whole window
-		return t.throttle
-	}
-	return max(time.Millisecond, t.throttle-elapsed)
+	return end
 }
 
 // touchError is the error of a touch the buffer did not take: ErrBuffered

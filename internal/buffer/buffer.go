@@ -5,7 +5,7 @@
 // one store per package, two packages implement it:
 //
 //   - redisbuf: the buffer in Redis, shared by every instance of an app.
-//     Throttle markers, pending and in-flight sets and locks live in Redis;
+//     Throttle windows, pending and in-flight sets and locks live in Redis;
 //     a circuit breaker and an in-process backlog absorb Redis outages.
 //   - memory: the buffer in process, for an app that runs as one instance:
 //     the same shards, sets and locks in maps and mutexes, no breaker, no
@@ -37,15 +37,19 @@ import (
 // concurrent use. Shard numbers n are 0 <= n < the shard count the buffer
 // was opened with.
 type Buffer interface {
-	// Touch records uid seen at at, the plugin's clock reading now: when no
-	// throttle window is open for uid it opens one, window long, raises
-	// uid's pending value to at (never lowering it) and adds uid to the
-	// presence sets of at (see Presence), returning recorded == true and
-	// ttl == window; inside a window it returns false and the time left in
-	// the window. A non-nil error means the touch did not reach the store:
-	// it is then a *TouchError, which says whether the timestamp was kept in
-	// process for the next flush (the Redis buffer's backlog) or lost.
-	Touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (recorded bool, ttl time.Duration, err error)
+	// Touch records uid seen at at, the plugin's clock reading now, in the
+	// throttle window that ends at end (the plugin's fixed windows: every
+	// instance names the same window by the same end). When end is after
+	// now and uid has no entry in that window yet, it records at there
+	// (the flush raises uid's pending value to it, never lowering it) and
+	// returns recorded == true; when uid has one, false. ttl is the time
+	// left until end in both cases. When end is not after now (a late
+	// touch: its window is over), it raises uid's pending value to at at
+	// once, opens no window, and returns true and 0. A non-nil error means
+	// the touch did not reach the store: it is then a *TouchError, which
+	// says whether the timestamp was kept in process for the next flush
+	// (the Redis buffer's backlog) or lost.
+	Touch(ctx context.Context, uid string, at, now, end time.Time) (recorded bool, ttl time.Duration, err error)
 	// Newest sets out[i] to the newest readable timestamp the buffer holds
 	// for uids[i] (pending, in-flight, or kept aside in process), or to the
 	// zero time when none; out is as long as uids (the caller's, so that a
@@ -72,7 +76,7 @@ type Buffer interface {
 	// (Unknown); one after it writes newUID's copy and finds no row for
 	// oldUID. Either way the row gets the timestamp. It returns the
 	// timestamp copied, the zero time when oldUID had none. Throttle
-	// markers are not copied: newUID's next touch opens a window of its
+	// windows are not copied: newUID's next touch opens a window of its
 	// own. oldUID and newUID differ.
 	Rename(ctx context.Context, oldUID, newUID string, now time.Time) (time.Time, error)
 	// Replay moves what the buffer kept aside in process into its shards
@@ -186,9 +190,14 @@ type Refused struct {
 	Bucket       int
 }
 
-// Sizes is one shard's pending and in-flight counts.
+// Sizes is one shard's pending and in-flight counts. Pending counts the
+// entries of the pending set and those recorded in throttle windows that
+// no flush moved to it yet (the Redis buffer's), so a user recorded in two
+// windows since the last flush counts twice until the next one. Partial
+// reports that a Sample's values left out some of those window entries.
 type Sizes struct {
 	Pending, InFlight int64
+	Partial           bool
 }
 
 // Backlog is what a buffer that keeps touches in process when its store did

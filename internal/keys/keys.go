@@ -16,10 +16,12 @@
 //
 //	<prefix>:{N}:pending:<b>        hash: user id -> Unix microseconds (UTC)
 //	<prefix>:{N}:inflight:<b>       hash: the pending hash a flush is writing
-//	<prefix>:{N}:seen:<b>:<s>       hash: user id -> end of the user's throttle
-//	                                window, in ms from s, the start (Unix ms) of
-//	                                a generation of one throttle window; kept
-//	                                until the end of the next generation
+//	<prefix>:{N}:window:<b>:<e>     hash: user id -> Unix microseconds (UTC) of
+//	                                the touch that opened the user's throttle
+//	                                window ending at e (Unix ms), or "" once a
+//	                                flush moved it to pending
+//	<prefix>:{N}:windows            hash: end e of every window of the shard
+//	                                -> entries a flush moved out of it
 //	<prefix>:{N}:lock               redislock lock of the shard's flusher
 //	<prefix>:{N}:refusals           hash: user id -> times the database refused its entry
 //	<prefix>:{presence}:online:<m>  HyperLogLog of the users of every shard whose
@@ -108,11 +110,15 @@ func (s Shard) Pending(b int) string { return s.tag + "pending:" + strconv.Itoa(
 // InFlight returns the key of bucket b's in-flight hash.
 func (s Shard) InFlight(b int) string { return s.tag + "inflight:" + strconv.Itoa(b) }
 
-// Markers returns the key of bucket b's throttle markers of the generation
-// that starts at start (Unix ms).
-func (s Shard) Markers(b int, start int64) string {
-	return s.tag + "seen:" + strconv.Itoa(b) + ":" + strconv.FormatInt(start, 10)
+// Window returns the key of bucket b's hash of the throttle window that
+// ends at end (Unix ms).
+func (s Shard) Window(b int, end int64) string {
+	return s.tag + "window:" + strconv.Itoa(b) + ":" + strconv.FormatInt(end, 10)
 }
+
+// Windows returns the key of the shard's hash of its windows: end (Unix
+// ms) -> entries moved out of the window's hashes.
+func (s Shard) Windows() string { return s.tag + "windows" }
 
 // AllPending returns the keys of the shard's pending hashes, bucket order.
 func (s Shard) AllPending() []string { return s.all(s.Pending) }
@@ -160,13 +166,16 @@ func ShardOf(uid string, shards int) int {
 	return s
 }
 
-// MarkersPrefix returns the start of the shard's marker hash keys.
-func (s Shard) MarkersPrefix() string { return s.tag + "seen:" }
+// WindowPrefix returns the start of the keys of the shard's window hashes.
+func (s Shard) WindowPrefix() string { return s.tag + "window:" }
 
-// Buffered returns Redis SCAN/KEYS patterns matching every pending and
-// every in-flight hash under prefix, of any shard and bucket.
+// Buffered returns Redis SCAN/KEYS patterns matching every pending, every
+// in-flight hash and every shard's hash of windows under prefix, of any
+// shard and bucket: where a timestamp waits for a flush (a window's
+// entries are moved to pending by the flush, the hash of windows names
+// them).
 func Buffered(prefix string) []string {
-	return []string{escape(prefix) + ":{*}:pending:*", escape(prefix) + ":{*}:inflight:*"}
+	return []string{escape(prefix) + ":{*}:pending:*", escape(prefix) + ":{*}:inflight:*", escape(prefix) + ":{*}:windows"}
 }
 
 // ShardOfKey returns the shard N of a key "<prefix>:{N}:..." under prefix.

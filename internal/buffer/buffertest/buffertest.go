@@ -28,9 +28,10 @@ import (
 type Setup struct {
 	// Shards is the number of shards: 4.
 	Shards int
-	// Throttle is the plugin's throttle window: 1 minute. The suite passes
-	// it as every touch's window (the Redis buffer's marker generations
-	// are this long).
+	// Throttle is the plugin's throttle window: 1 minute. Every touch
+	// passes the end of its fixed window as the plugin computes it: the
+	// next whole minute after the time seen (or after now, when that is
+	// sooner).
 	Throttle time.Duration
 	// Presence is which presence sets a recorded touch joins: online sets
 	// kept 1 hour, active sets kept 35 days.
@@ -156,21 +157,31 @@ func equalSlices[T comparable](t *testing.T, what string, got, want []T) {
 	}
 }
 
-// touch touches uid at at(d), the clock set to now(d), with the throttle
-// window, and checks the result.
-func (c *check) touch(uid string, seen, now time.Duration, window time.Duration, recorded bool, ttl time.Duration) {
+// end is the end of the throttle window of a touch seen at at(seen) at
+// at(now), as the plugin computes it: windows are fixed periods of
+// Throttle from the Unix epoch, and a time ahead of now falls in now's.
+func (c *check) end(seen, now time.Duration) time.Time {
+	t := at(min(seen, now))
+	ms := c.s.Throttle.Milliseconds()
+	return time.UnixMilli((t.UnixMilli()/ms + 1) * ms)
+}
+
+// touch touches uid at at(seen), the clock set to at(now), in the window
+// end gives, and checks the result.
+func (c *check) touch(uid string, seen, now time.Duration, recorded bool, ttl time.Duration) {
 	c.t.Helper()
 	c.clock.set(at(now))
-	got, left, err := c.b.Touch(c.ctx, uid, at(seen), at(now), window)
+	got, left, err := c.b.Touch(c.ctx, uid, at(seen), at(now), c.end(seen, now))
 	c.must(err)
 	equal(c.t, fmt.Sprintf("touch %s at +%v (now +%v) recorded", uid, seen, now), got, recorded)
 	equal(c.t, fmt.Sprintf("touch %s at +%v (now +%v) ttl", uid, seen, now), left, ttl)
 }
 
-// record touches uid at at(d), now at(d), expecting a new window.
+// record touches uid at at(d), now at(d), expecting it recorded, the ttl
+// the rest of its window.
 func (c *check) record(uid string, d time.Duration) {
 	c.t.Helper()
-	c.touch(uid, d, d, c.s.Throttle, true, c.s.Throttle)
+	c.touch(uid, d, d, true, c.end(d, d).Sub(at(d)))
 }
 
 // newest checks Newest of uids (both unguarded and guarded): want holds
@@ -354,29 +365,36 @@ func refused(in map[string]scanned, fields ...string) []buffer.Refused {
 }
 
 // throttleWindow: a user is recorded at most once per throttle window, a
-// window that starts when the user is recorded; the ttl of a throttled
-// touch is what is left of the window; users have windows of their own.
+// fixed period of the clock (here whole minutes); the ttl of a touch is
+// what is left of its window; users have windows of their own; a late
+// touch, whose window is over, raises the pending value, opens no window
+// and does not hold back the user's current touch.
 func throttleWindow(c *check) {
 	u := c.users(0, 1)[0]
 	v := c.users(1, 1)[0]
 	w := c.users(0, 2)[1]
 	c.record(u, 0)
-	c.touch(u, 10*time.Second, 10*time.Second, time.Minute, false, 50*time.Second)
-	c.touch(u, 59*time.Second, 59*time.Second, time.Minute, false, time.Second)
-	c.record(v, 10*time.Second)
-	c.touch(v, 30*time.Second, 30*time.Second, time.Minute, false, 40*time.Second)
+	c.touch(u, 10*time.Second, 10*time.Second, false, 50*time.Second)
+	c.touch(u, 59*time.Second, 59*time.Second, false, time.Second)
+	c.record(v, 10*time.Second) // its window ends with u's: at the minute
+	c.touch(v, 30*time.Second, 30*time.Second, false, 30*time.Second)
 	c.newest([]string{u, v, w}, 0, 10*time.Second, -1) // throttled touches did not move pending
 	c.sizes(1, 0, 1, 0, 0, 0, 0, 0)
-	c.record(u, time.Minute) // the window ended: a new one opens
-	c.touch(u, time.Minute+time.Second, time.Minute+time.Second, time.Minute, false, 59*time.Second)
+	c.record(u, time.Minute) // the next window
+	c.touch(u, time.Minute+time.Second, time.Minute+time.Second, false, 59*time.Second)
 	c.newest([]string{u, v, w}, time.Minute, 10*time.Second, -1)
-	c.sizes(1, 0, 1, 0, 0, 0, 0, 0)
-	// A window shorter than the throttle (a late touch: what is left of its
-	// own window) ends sooner.
-	c.touch(w, 0, 30*time.Second, 30*time.Second, true, 30*time.Second)
-	c.touch(w, 59*time.Second, 59*time.Second, time.Minute, false, time.Second)
-	c.touch(w, time.Minute, time.Minute, time.Minute, true, time.Minute)
-	c.newest([]string{w}, time.Minute)
+	// A late touch: seen at +0, its window ended at +1m.
+	c.touch(w, 0, 70*time.Second, true, 0)
+	c.newest([]string{w}, 0)
+	c.touch(w, 70*time.Second, 70*time.Second, true, 50*time.Second)
+	c.touch(w, 0, 80*time.Second, true, 0) // late again: never lowers pending
+	c.touch(w, 119*time.Second, 119*time.Second, false, time.Second)
+	c.newest([]string{u, v, w}, time.Minute, 10*time.Second, 70*time.Second)
+	c.drain()
+	c.sizes(0, 0, 0, 0, 0, 0, 0, 0)
+	c.touch(w, 119*time.Second, 119*time.Second, false, time.Second) // still throttled after the flush
+	c.record(w, 2*time.Minute)
+	c.newest([]string{u, v, w}, -1, -1, 2*time.Minute)
 }
 
 // concurrentTouches: of many touches of one user at once, exactly one is
@@ -391,7 +409,7 @@ func concurrentTouches(c *check) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, _, err := c.b.Touch(c.ctx, u, at(time.Duration(i)*time.Millisecond), at(0), time.Minute)
+			ok, _, err := c.b.Touch(c.ctx, u, at(time.Duration(i)*time.Millisecond), at(0), c.end(0, 0))
 			mu.Lock()
 			defer mu.Unlock()
 			if ok {
@@ -409,18 +427,22 @@ func concurrentTouches(c *check) {
 }
 
 // pendingForwardOnly: a recorded touch raises the pending value, never
-// lowers it.
+// lowers it, whichever order a flush meets its entries in.
 func pendingForwardOnly(c *check) {
 	u := c.users(3, 1)[0]
-	c.touch(u, 30*time.Second, 0, time.Minute, true, time.Minute) // ahead of the clock
+	c.touch(u, 30*time.Second, 0, true, time.Minute) // ahead of the clock: now's window
 	c.newest([]string{u}, 30*time.Second)
-	// After the window, an older time is recorded (a window of its own) but
-	// does not lower the pending value.
-	c.touch(u, 0, 2*time.Minute, time.Millisecond, true, time.Millisecond)
+	// After the window, an older time (a late touch) does not lower the
+	// pending value.
+	c.touch(u, 0, 2*time.Minute, true, 0)
 	c.newest([]string{u}, 30*time.Second)
 	c.record(u, 3*time.Minute)
 	c.newest([]string{u}, 3*time.Minute)
-	c.sizes(0, 0, 0, 0, 0, 0, 1, 0)
+	l := c.lockShard(3)
+	c.swap(l, 1)
+	equalSlices(c.t, "in flight", values(c.scan(l, 10)), entries(u, micros(3*time.Minute)))
+	c.must(l.Ack(c.ctx, nil, true))
+	c.sizes(0, 0, 0, 0, 0, 0, 0, 0)
 }
 
 // swapIsolatesTouches: a swap moves the pending set to in-flight at once;
@@ -738,7 +760,7 @@ func presenceCount(c *check) {
 	x, y, z := c.users(0, 2), c.users(3, 1)[0], c.users(2, 1)[0]
 	c.record(x[0], 0)
 	c.record(x[1], 10*time.Second)
-	c.touch(x[0], 20*time.Second, 20*time.Second, time.Minute, false, 40*time.Second)
+	c.touch(x[0], 20*time.Second, 20*time.Second, false, 40*time.Second)
 	c.record(z, 30*time.Second)
 	c.record(y, time.Minute+5*time.Second) // the next minute
 	c.drain()

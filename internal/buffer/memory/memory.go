@@ -1,7 +1,7 @@
 // Package memory is the in-process buffer of lastseen, for an app that runs
 // as one instance (no Redis): the Redis buffer's shards, with each shard's
 // pending and in-flight sets as maps under the shard's mutex, throttle
-// markers as deadlines on the plugin's clock, and in-process locks for the
+// markers as the end of the window each user was recorded in, and in-process locks for the
 // shards' flushes and the purge. It never fails, so it has no circuit
 // breaker and no backlog. What it holds is lost when the process dies.
 //
@@ -54,7 +54,7 @@ type shard struct {
 	pending  set                     // user id -> Unix µs; empty: no pending set
 	inflight set                     // the pending set a flush is writing; empty: none
 	clears   atomic.Uint64           // the seqlock of clearing the sets' filters (set.go)
-	markers  map[string]time.Time    // user id -> end of the throttle window (plugin's clock)
+	markers  map[string]time.Time    // user id -> end of the throttle window it was recorded in
 	refusals map[string]int          // user id -> flushes in a row the database refused its entry
 	swept    int                     // len(markers) after the last sweep
 	flush    sync.Mutex              // the shard's flush lock (TryLock)
@@ -97,18 +97,22 @@ func (b *Buffer) shard(uid string) *shard {
 	return b.shards[keys.ShardOf(uid, len(b.shards))]
 }
 
-// Touch is the Redis buffer's touch on maps: a marker whose deadline is
-// after now throttles; otherwise the marker is set to now + window, the
-// pending value raised to at, and the user added to the presence sets. It
-// never fails.
-func (b *Buffer) Touch(_ context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
+// Touch is the Redis buffer's touch on maps: a user whose marker is end
+// (the window end was recorded in) is throttled; otherwise the marker is
+// set to end, the pending value raised to at, and the user added to the
+// presence sets. A late touch (end not after now) raises the pending value
+// and sets no marker. It never fails.
+func (b *Buffer) Touch(_ context.Context, uid string, at, now, end time.Time) (bool, time.Duration, error) {
 	s := b.shard(uid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if end, ok := s.markers[uid]; ok && now.Before(end) {
-		return false, end.Sub(now), nil
+	ttl := max(0, end.Sub(now))
+	if ttl > 0 {
+		if e, ok := s.markers[uid]; ok && e.Equal(end) {
+			return false, ttl, nil
+		}
+		s.markers[uid] = end
 	}
-	s.markers[uid] = now.Add(window)
 	if ts := buffer.Micros(at); ts > s.pending.m[uid] {
 		s.pending.put(uid, ts)
 	}
@@ -127,7 +131,7 @@ func (b *Buffer) Touch(_ context.Context, uid string, at, now time.Time, window 
 	if len(s.markers) >= 2*max(s.swept, minSweep) {
 		s.sweep(now)
 	}
-	return true, window, nil
+	return true, ttl, nil
 }
 
 // sweep drops the markers whose window ended at now, and the presence sets

@@ -32,7 +32,7 @@ func TestNewestAgreesWithTheSets(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 6:
 			uid := uids[rng.IntN(users)]
-			_, _, err := b.Touch(ctx, uid, now.Add(-time.Duration(rng.IntN(100))*time.Second), now, time.Millisecond)
+			_, _, err := b.Touch(ctx, uid, now.Add(-time.Duration(rng.IntN(100))*time.Second), now, now) // late: always recorded
 			must(t, err)
 		case op < 8:
 			flushStep(t, b, rng.IntN(4), rng)
@@ -111,7 +111,7 @@ func TestNewestDuringSwaps(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
 	b := memory.New(memory.Options{Prefix: "test", Shards: 1})
-	_, _, err := b.Touch(ctx, "u", now, now, time.Minute)
+	_, _, err := b.Touch(ctx, "u", now, now, now.Add(time.Minute))
 	must(t, err)
 	done := make(chan struct{})
 	go func() {

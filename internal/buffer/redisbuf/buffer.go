@@ -1,6 +1,6 @@
 // Package redisbuf is the Redis buffer of lastseen, shared by every instance
-// of an app: one script round trip per recorded touch, an atomic RENAME of a
-// shard's pending hashes for the flush, and bsm/redislock locks. A circuit
+// of an app: one plain HSETNX per touch, an atomic RENAME of a shard's
+// pending hashes for the flush, and bsm/redislock locks. A circuit
 // breaker and an in-process backlog exist because Redis can fail: a touch
 // Redis does not answer within the touch timeout, or while the breaker is
 // open, is kept in the backlog and replayed into Redis by the next flush.
@@ -19,8 +19,10 @@
 //
 //	<prefix>:{N}:pending:<b>        hash: user id -> Unix microseconds (UTC)
 //	<prefix>:{N}:inflight:<b>       hash: the pending hash a flush is writing
-//	<prefix>:{N}:seen:<b>:<s>       hash: user id -> end of its throttle window,
-//	                                ms from s, its generation's start in Unix ms
+//	<prefix>:{N}:window:<b>:<e>     hash: user id -> Unix microseconds of the
+//	                                touch that opened the user's throttle window
+//	                                ending at e (Unix ms); "" once moved
+//	<prefix>:{N}:windows            hash: window end e -> entries moved out
 //	<prefix>:{N}:lock               redislock lock of the shard's flusher
 //	<prefix>:{N}:refusals           hash: user id -> times the database refused its entry
 //	<prefix>:{presence}:online:<m>  HyperLogLog of the users whose entry a flush
@@ -31,21 +33,22 @@
 //	<prefix>:rule:<name>:lock       redislock lock of the inactivity rule <name>
 //	<prefix>:manifest               hash: what the buffer is
 //
-// Throttle markers. A marker per user as a key of its own costs about 117
-// bytes of Redis memory; as a field of a small hash, which Redis keeps in
-// its compact listpack encoding, about 10 (an integer id and a small
-// integer value). So the markers of shard N, bucket b are fields of one
-// hash per generation: the plugin's clock cut into periods of one throttle
-// window, the hash named by the generation's start s (Unix ms, a multiple
-// of the window in ms). A field holds the end of the user's window in ms
-// from s, a small integer; the hash expires at the end of the next
-// generation, when every window it holds has ended (a window is at most
-// one throttle window long). Windows stay sliding, anchored at the time
-// seen: a touch reads the user's field in the previous, the current and the
-// next generation and is throttled while any of them is still open. Naming
-// a generation by its start keeps instances whose throttle windows differ
-// from misreading each other's offsets: they use other keys, or the same
-// start.
+// Throttle windows. Windows are fixed periods of the clock (the plugin
+// names each by its end), so a touch is one plain command: HSETNX of the
+// user's timestamp into the hash of its window and bucket, whose reply
+// tells a recorded touch (1: the field was new) from a throttled one (0).
+// The field is both the throttle marker and the pending timestamp, about
+// 20 bytes of a listpack-encoded hash. A process's first touch of a window
+// in a shard (and one a second after, in case Redis lost it) also
+// registers the window in the shard's hash of windows, in the same
+// pipelined round trip, and every flush tick of every instance (Active)
+// registers again the last two windows that instance's touches wrote to,
+// so that entries written after Redis lost its data are moved too. The flush's swap moves a window's new entries to
+// the pending hashes (newest wins) and leaves "" in their place, so the
+// user stays throttled until the window ends; the swap deletes a window
+// once it has been over for a throttle window, the tolerance for clocks of
+// other instances running behind. A late touch, whose window is already
+// over, raises the pending value at once (merge script) and opens none.
 //
 // Every Redis call goes through the buffer's bounded client: opened from
 // Options.Client by New (a copy with ContextTimeoutEnabled, or the app's
@@ -58,6 +61,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -80,8 +84,8 @@ type Options struct {
 	Prefix string
 	// Shards is the number of shards, 1 to keys.MaxShards. Default 16.
 	Shards int
-	// Throttle is the throttle window: the length of a marker generation.
-	// Default 5m.
+	// Throttle is the throttle window: how long the swap keeps a window
+	// after its end. Default 5m.
 	Throttle time.Duration
 	// TouchTimeout bounds a touch's (and a guarded read's) call. Default
 	// 20ms.
@@ -286,20 +290,37 @@ func (b *Buffer) locate(uid string) (shardKeys, int) {
 // touchTimeout is TouchTimeout now.
 func (b *Buffer) touchTimeout() time.Duration { return time.Duration(b.timeout.Load()) }
 
-// Touch runs the touch script (one EVALSHA) through the breaker within
-// TouchTimeout. It writes no presence set: the flush adds the entries it
-// drains (Scan). On failure it keeps the timestamp in the backlog (or drops
-// it when the backlog is full or closed), counts it (Counters.RedisErrors,
-// or Canceled when the caller's ctx ended first) and returns a
-// *buffer.TouchError wrapping the cause.
-func (b *Buffer) Touch(ctx context.Context, uid string, at, now time.Time, window time.Duration) (bool, time.Duration, error) {
+// Touch sends HSETNX of uid's timestamp into the hash of the window ending
+// at end (pipelined with the window's registration when due; see the
+// package doc), or, for a late touch, one merge script call, through the
+// breaker within TouchTimeout. It writes no presence set: the flush adds
+// the entries it drains (Scan). On failure it keeps the timestamp in the
+// backlog (or drops it when the backlog is full or closed), counts it
+// (Counters.RedisErrors, or Canceled when the caller's ctx ended first) and
+// returns a *buffer.TouchError wrapping the cause.
+func (b *Buffer) Touch(ctx context.Context, uid string, at, now, end time.Time) (bool, time.Duration, error) {
 	k, bucket := b.locate(uid)
 	ts := buffer.Micros(at)
-	g := b.generation(now)
+	ttl := end.Sub(now)
+	e := end.UnixMilli()
+	register := ttl > 0 && k.reg.due(e, now)
 	reply, err := b.call(ctx, func(ctx context.Context, rdb *client) ([]any, error) {
-		return touchScript.Run(ctx, rdb,
-			[]string{k.Markers(bucket, g.start), k.Markers(bucket, g.start-g.length), k.Markers(bucket, g.start+g.length), k.pending[bucket]},
-			uid, ts, window.Milliseconds(), buffer.Ceiling(now), g.into, g.length).Slice()
+		switch {
+		case ttl <= 0:
+			return nil, mergeScript.Run(ctx, rdb, []string{k.pending[bucket]}, buffer.Ceiling(now), 1, uid, ts).Err()
+		case !register:
+			ok, err := rdb.HSetNX(ctx, k.Window(bucket, e), uid, ts).Result()
+			return touchReply(ok), err
+		}
+		var set *redis.BoolCmd
+		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			// The registration first: a server that keeps the entry (an
+			// AOF or RDB cut between the two) keeps its registration too.
+			pipe.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0)
+			set = pipe.HSetNX(ctx, k.Window(bucket, e), uid, ts)
+			return nil
+		})
+		return touchReply(set.Val()), err
 	})
 	if err != nil {
 		kept := b.keep(uid, ts)
@@ -315,20 +336,23 @@ func (b *Buffer) Touch(ctx context.Context, uid string, at, now time.Time, windo
 		}
 		return false, 0, &buffer.TouchError{Kept: kept, Err: err}
 	}
-	recorded, ttl := parseTouchReply(reply, window)
-	return recorded, ttl, nil
+	if ttl <= 0 {
+		return true, 0, nil
+	}
+	if register {
+		k.reg.done(e, now)
+	}
+	return reply != nil, ttl, nil
 }
 
-func parseTouchReply(reply []any, window time.Duration) (recorded bool, ttl time.Duration) {
-	if len(reply) != 2 {
-		return false, 0
+// The replies of Touch's call: non-nil when the touch was recorded.
+var recordedReply = []any{}
+
+func touchReply(recorded bool) []any {
+	if recorded {
+		return recordedReply
 	}
-	flag, _ := reply[0].(int64)
-	ms, _ := reply[1].(int64)
-	if ms > window.Milliseconds() {
-		ms = window.Milliseconds()
-	}
-	return flag == 1, time.Duration(ms) * time.Millisecond
+	return nil
 }
 
 // call runs fn against Redis through the circuit breaker, giving up after

@@ -15,9 +15,10 @@ import (
 
 // Redis maxmemory policies (redis.conf "maxmemory-policy") as the buffer
 // sees them: only noeviction never drops a key to make room. The allkeys-*
-// policies can evict the pending and in-flight hashes; the volatile-* ones
-// evict keys with a time-to-live only, the throttle markers and the locks
-// (a lost lock lets two flushers take one shard). Every policy but
+// policies can evict the throttle windows, the pending and the in-flight
+// hashes; the volatile-* ones evict keys with a time-to-live only, the
+// presence counts and the locks (a lost lock lets two flushers take one
+// shard). Every policy but
 // noeviction counts as a risk.
 const (
 	// PolicyNoEviction is the only maxmemory-policy under which Redis never

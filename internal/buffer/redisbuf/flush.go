@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -19,16 +20,23 @@ import (
 // fail.lua), each checking the lock's token. Every call is bounded by its
 // context (Buffer.redis).
 
-// Active asks Redis with one pipeline of EXISTS, one per shard naming all
-// its pending and in-flight hashes, and one for the manifest (ManifestGone:
-// Redis lost its data). It also reads INFO stats evicted_keys for the
-// eviction watch (EvictionWatch.TakeEvicted): in the same pipeline on one
-// server; on a cluster from every master, alongside the pipeline. A failed
-// read of it is not an error.
+// Active asks Redis with one pipeline of the active script, one call per
+// shard (lua/active.lua: a pending or in-flight hash, a throttle window
+// with entries to move, or one to delete), after an HSETNX registering
+// again each of the last two windows this process's touches of the shard
+// wrote to (see the package doc), and an EXISTS of the manifest
+// (ManifestGone: Redis lost its data); when Redis does not know the script
+// (NOSCRIPT) it loads it and sends the pipeline once more. It also reads
+// INFO stats evicted_keys for the eviction watch
+// (EvictionWatch.TakeEvicted): in the same pipeline on one server; on a
+// cluster from every master, alongside the pipeline. A failed read of it is
+// not an error.
 func (b *Buffer) Active(ctx context.Context) ([]int, error) {
-	cmds := make([]*redis.IntCmd, len(b.shards))
+	cmds := make([]*redis.Cmd, len(b.shards))
 	var manifest *redis.IntCmd
 	var evicted []nodeEviction
+	now := b.now().UnixMilli()
+	keep := b.throttle.Milliseconds()
 	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
 		single, ok := rdb.UniversalClient.(*redis.Client)
 		var info *redis.StringCmd
@@ -37,20 +45,38 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 			others = make(chan []nodeEviction, 1)
 			go func() { others <- readEvicted(ctx, rdb.UniversalClient) }()
 		}
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, k := range b.shards {
-				cmds[i] = pipe.Exists(ctx, k.buffered...)
+		run := func() error {
+			_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				for i, k := range b.shards {
+					for _, e := range k.reg.ends() {
+						if e != 0 {
+							pipe.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0)
+						}
+					}
+					cmds[i] = activeScript.EvalSha(ctx, pipe, k.buffered, now, keep)
+				}
+				manifest = pipe.Exists(ctx, keys.Manifest(b.prefix))
+				if single != nil {
+					info = pipe.Info(ctx, "stats")
+				}
+				return nil
+			})
+			if info != nil {
+				err = firstError(cmds, manifest)
 			}
-			manifest = pipe.Exists(ctx, keys.Manifest(b.prefix))
-			if single != nil {
-				info = pipe.Info(ctx, "stats")
+			return err
+		}
+		err := run()
+		if err != nil && isNoScript(err) {
+			if lerr := activeScript.Load(ctx, rdb).Err(); lerr != nil {
+				err = errors.Join(err, lerr)
+			} else {
+				err = run()
 			}
-			return nil
-		})
+		}
 		if info != nil {
 			k, counted := evictedKeys(info)
 			evicted = []nodeEviction{{evicted: k, counted: counted}}
-			err = firstError(append(cmds, manifest))
 		} else {
 			evicted = <-others
 		}
@@ -63,22 +89,22 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 	b.manifestGone.Store(manifest.Val() == 0)
 	var active []int
 	for i, c := range cmds {
-		if c.Val() > 0 {
+		if n, _ := c.Int64(); n > 0 {
 			active = append(active, i)
 		}
 	}
 	return active, nil
 }
 
-// firstError is the first error of cmds, the pipeline's error without its
-// INFO (which a proxy or miniredis may refuse).
-func firstError(cmds []*redis.IntCmd) error {
+// firstError is the first error of cmds and manifest, the pipeline's error
+// without its INFO (which a proxy or miniredis may refuse).
+func firstError(cmds []*redis.Cmd, manifest *redis.IntCmd) error {
 	for _, c := range cmds {
 		if err := c.Err(); err != nil {
 			return err
 		}
 	}
-	return nil
+	return manifest.Err()
 }
 
 // obtain takes the redislock lock key for LockTTL, without retrying,
@@ -170,9 +196,11 @@ type redisShard struct {
 // buckets they are in, so that the drain reads and unlinks those alone.
 func (s *redisShard) Swap(ctx context.Context) (int, error) {
 	names := append([]string{s.keys.Lock}, s.keys.buffered...)
+	now := s.b.now()
 	var reply []int64
 	err := s.b.redis(ctx, func(ctx context.Context, rdb *client) (err error) {
-		reply, err = swapScript.Run(ctx, rdb, names, s.lock.Token()).Int64Slice()
+		reply, err = swapScript.Run(ctx, rdb, names, s.lock.Token(), now.UnixMilli(), s.b.throttle.Milliseconds(),
+			buffer.Ceiling(now)).Int64Slice()
 		return err
 	})
 	switch {

@@ -9,8 +9,10 @@ import (
 // Format is the buffer's format version, recorded in its manifest: the key
 // layout of the package doc and the stored timestamp form (Unix
 // microseconds, decimal). Format 1 kept a key per throttle marker and one
-// pending hash per shard; format 2 keeps both in small bucketed hashes.
-const Format = "2"
+// pending hash per shard; format 2 kept both in small bucketed hashes, with
+// sliding windows; format 3 records a touch in the hash of its fixed
+// throttle window, which the flush moves to pending.
+const Format = "3"
 
 // Manifest creates the buffer's manifest, the hash keys.Manifest(prefix),
 // from layout (name, value, name, value, ...) when it is absent, and, when

@@ -14,8 +14,10 @@ import (
 // manifest's, which is one key, and the read's on a single server, which
 // may touch several shards' (read.go).
 var (
-	//go:embed lua/touch.lua
-	touchLua string
+	//go:embed lua/move.lua
+	moveLua string
+	//go:embed lua/active.lua
+	activeLua string
 	//go:embed lua/merge.lua
 	mergeLua string
 	//go:embed lua/swap.lua
@@ -31,36 +33,37 @@ var (
 	//go:embed lua/manifest.lua
 	manifestLua string
 
-	// touchScript records one touch: sets the throttle marker if absent
-	// and then raises the pending timestamp (Touch).
-	touchScript = redis.NewScript(touchLua)
-	// mergeScript raises pending timestamps without markers; it replays
-	// the backlog (replayBacklog).
-	mergeScript = redis.NewScript(mergeLua)
-	// swapScript renames the pending hashes to in-flight under the shard
-	// lock (Swap).
-	swapScript = redis.NewScript(swapLua)
+	// mergeScript moves the throttle windows' new entries of some buckets
+	// to pending and raises pending timestamps: a late touch (Touch), a
+	// renamed user's copy (Rename) and the backlog's replay
+	// (replayBacklog).
+	mergeScript = redis.NewScript(moveLua + mergeLua)
+	// swapScript moves the throttle windows' new entries to pending and
+	// renames the pending hashes to in-flight under the shard lock (Swap).
+	swapScript = redis.NewScript(moveLua + swapLua)
+	// activeScript tells whether a shard has work for a flush (Active).
+	activeScript = redis.NewScript(moveLua + activeLua)
 	// ackScript removes committed entries from the in-flight hashes, clears
 	// their refusal counts and refreshes the shard lock (Ack).
 	ackScript = redis.NewScript(ackLua)
 	// failScript moves refused entries back to pending, counting their
 	// refusals, and drops those refused the limit-th time (Requeue).
-	failScript = redis.NewScript(failLua)
+	failScript = redis.NewScript(moveLua + failLua)
 	// readScript reads users' pending and in-flight values of one shard
 	// (Newest).
-	readScript = redis.NewScript(readLua)
+	readScript = redis.NewScript(moveLua + readLua)
 	// sampleScript reads the sizes of one shard's pending and in-flight
 	// sets and samples their values (Sample).
-	sampleScript = redis.NewScript(sampleLua)
+	sampleScript = redis.NewScript(moveLua + sampleLua)
 	// manifestScript creates the manifest if absent and returns it
 	// (Manifest).
 	manifestScript = redis.NewScript(manifestLua)
 )
 
-// LoadTouchScript loads the touch script into c's Redis (SCRIPT LOAD), so
-// that the next touch runs EVALSHA alone.
-func LoadTouchScript(ctx context.Context, c redis.Scripter) error {
-	return touchScript.Load(ctx, c).Err()
+// LoadMergeScript loads the merge script, which a late touch runs, into
+// c's Redis (SCRIPT LOAD), so that the next late touch runs EVALSHA alone.
+func LoadMergeScript(ctx context.Context, c redis.Scripter) error {
+	return mergeScript.Load(ctx, c).Err()
 }
 
 // scriptCall is one call of a Lua script: its KEYS and ARGV.

@@ -1,6 +1,7 @@
 -- fail: moves entries the database refused on their own from the in-flight
 -- hashes back into the pending hashes of their buckets (newest wins; a
--- pending value a flush would refuse is replaced, as touch.lua does), so
+-- pending value a flush would refuse is replaced, as move.lua does), after
+-- moving those buckets' new throttle window entries there (move.lua), so
 -- that the in-flight hashes can be cleared and the rest of the shard keeps
 -- flowing. It counts each entry's refusals in the refusals hash (HINCRBY);
 -- an entry refused for the ARGV[3]th time is dropped instead: removed from
@@ -20,6 +21,9 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local ceiling = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local moved, out = 0, {0}
+for k = 4, #KEYS, 2 do
+  move_bucket(KEYS[k], ceiling)
+end
 for i = 4, #ARGV, 3 do
   local b, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   local inflight, pending = KEYS[2 * b + 1], KEYS[2 * b + 2]

@@ -1,8 +1,10 @@
 -- read: the pending and in-flight values of some users, in one call: HMGET
 -- of each bucket's pending hash and of its in-flight hash, each kind only
--- when one of its hashes exists (one EXISTS of all of them first: with
--- nothing buffered, the call is two EXISTS). The keys are of one shard (one
--- Redis Cluster slot), or of several on a single server.
+-- when one of its hashes exists (one EXISTS of all of them first), and of
+-- the bucket's hash of each throttle window of its shard (HKEYS of the
+-- shard's hash of windows, move.lua), whose entries no flush may have moved
+-- yet ("" marks one it moved). The keys are of one shard (one Redis Cluster
+-- slot), or of several on a single server.
 --
 -- KEYS[2i-1], KEYS[2i] the pending and the in-flight hash of the i-th
 -- bucket entry (a bucket may have several entries, of at most 1,000 ids)
@@ -12,7 +14,7 @@
 -- endian)
 --
 -- Returns, for each value found, a code and the value: the code is 2p for
--- a pending value and 2p+1 for an in-flight one, p the position (from 0)
+-- a pending or a window value and 2p+1 for an in-flight one, p the position (from 0)
 -- of its user in ARGV[1]. Nothing found: an empty array.
 local packed, layout, at, l, p, out = ARGV[1], ARGV[2], 1, 1, 0, {}
 local sub, byte = string.sub, string.byte
@@ -31,7 +33,15 @@ local function any(from)
   return false
 end
 local waiting, flushing = any(1), any(2)
-if not (waiting or flushing) then
+local ends, windowed = {}, false
+for k = 1, #KEYS, 2 do
+  local tag = tag_of(KEYS[k])
+  if not ends[tag] then
+    ends[tag] = redis.call('HKEYS', tag .. 'windows')
+    windowed = windowed or #ends[tag] > 0
+  end
+end
+if not (waiting or flushing or windowed) then
   return out
 end
 for k = 1, #KEYS, 2 do
@@ -46,6 +56,17 @@ for k = 1, #KEYS, 2 do
   end
   local pending = waiting and redis.call('HMGET', KEYS[k], unpack(ids))
   local moving = flushing and redis.call('HMGET', KEYS[k + 1], unpack(ids))
+  local tag = tag_of(KEYS[k])
+  local b = string.match(KEYS[k], 'pending:(%d+)$')
+  for _, e in ipairs(ends[tag]) do
+    local recorded = redis.call('HMGET', window_key(tag, b, e), unpack(ids))
+    for j = 1, n do
+      if recorded[j] and recorded[j] ~= '' then
+        out[#out + 1] = 2 * (p + j - 1)
+        out[#out + 1] = recorded[j]
+      end
+    end
+  end
   for j = 1, n do
     local code = 2 * (p + j - 1)
     if pending and pending[j] then
