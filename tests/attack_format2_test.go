@@ -170,109 +170,90 @@ func TestAttackHashtableBucketsDrain(t *testing.T) {
 	equal(t, "buffers left", len(h.pendingKeys()), 0)
 }
 
-// TestAttackGarbageMarkers: marker fields that touch.lua never writes
-// (by hand, another program): a field that is not a number, or one whose
-// window has ended (zero or negative), does not throttle, and the touch
-// that records overwrites it in the current generation. A number is taken
-// as a window end (" 5000" included: Lua's tonumber skips spaces).
-func TestAttackGarbageMarkers(t *testing.T) {
+// TestAttackGarbageWindows: window fields that a touch never writes (by
+// hand, another program) throttle the user as any field does, and the
+// flush moves what they hold like any entry: a value that is not a
+// timestamp is rejected (counted, dropped), a timestamp is written, and ""
+// (an entry already moved) writes nothing.
+func TestAttackGarbageWindows(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
+		seedUsers(t, h.db, 4)
 		cfg := h.config()
 		cfg.Throttle = time.Minute
 		cfg.Buffer.LocalCacheSize = -1
-		p, _ := h.plugin(cfg)
-		h.clock.Add(30 * time.Second) // 30s into the generation
-		g := h.clock.Now().UnixMilli() / time.Minute.Milliseconds()
-		cases := []struct {
-			gen      int64
-			value    string
-			recorded bool
-		}{
-			{g, "abc", true}, {g, "", true}, {g, "-5", true}, {g, "0", true}, {g, "30000", true},
-			{g, "30001", false}, {g, " 30001", false},
-			{g - 1, "90000", true}, {g - 1, "90001", false}, {g - 1, "nonsense", true},
-			{g + 1, "-30000", true}, {g + 1, "-29999", true}, // not values touch.lua writes (0 < v <= 2 windows): ignored
-			{g + 1, "1", false}, {g - 1, "120001", true}, {g, "inf", true}, {g, "1e309", true},
-		}
-		for i, c := range cases {
+		p, db := h.plugin(cfg)
+		h.clock.Add(30 * time.Second) // 09:30:30Z, in the window ending at 09:31
+		end := windowEnd(p)
+		values := []string{"abc", "", strconv.FormatInt(mustTime("2026-03-01T09:30:10Z").UnixMicro(), 10), "-5"}
+		for i, v := range values {
 			uid := strconv.Itoa(i + 1)
-			n, b := keys.Locate(uid, p.Config().Buffer.Shards)
-			k := keys.ForShard(h.prefix, n, p.Config().Buffer.Shards)
-			must(t, h.r.Client.HSet(ctx, k.Markers(b, c.gen*time.Minute.Milliseconds()), uid, c.value).Err())
+			must(t, h.r.Client.HSet(ctx, windowKey(p, uid, end), uid, v).Err())
+			must(t, h.r.Client.HSetNX(ctx, shardKeys(p, keys.ShardOf(uid, p.Config().Buffer.Shards)).Windows(),
+				strconv.FormatInt(end.UnixMilli(), 10), 0).Err())
 			ok, err := p.Touch(ctx, i+1)
 			must(t, err)
-			equal(t, fmt.Sprintf("marker %q in generation %+d: recorded", c.value, c.gen-g), ok, c.recorded)
-			if c.recorded {
-				v, err := h.r.Client.HGet(ctx, k.Markers(b, g*time.Minute.Milliseconds()), uid).Result()
-				must(t, err)
-				equal(t, fmt.Sprintf("marker %q in generation %+d: field of the current generation", c.value, c.gen-g), v, "90000")
-			}
+			equal(t, fmt.Sprintf("touch over a field %q: recorded", v), ok, false)
+		}
+		res, err := p.Flush(ctx)
+		must(t, err)
+		equal(t, "drained / written / rejected", fmt.Sprint(res.Drained, res.Written, res.Rejected), "3 1 2")
+		for id, want := range []string{"", "", "2026-03-01T09:30:10Z", ""} {
+			equal(t, fmt.Sprintf("user %d", id+1), lastSeenColumn(t, db, "users", "id", "last_seen_at", id+1), want)
 		}
 	})
 }
 
 // TestAttackClockSkew: two instances share a prefix, one clock ahead of the
-// other. Markers live on the plugin's clock (redisbuf): a window opened
-// on one instance ends, for the other, at the same reading of its own
-// clock, so with a skew d shorter than the window the user is throttled on
-// both and the other records again d earlier (ahead) or later (behind)
-// than the window's end in real time; never twice inside the window minus
-// d. With a skew of more than two windows the instances do not see each
-// other's generations and each records once per window. No timestamp is
-// lost: the column ends at the newest recorded one.
+// other. Throttle windows are fixed periods of each instance's own clock:
+// when the two clocks fall in different windows, each records the user once
+// in its window, and a user recorded in a window is throttled there on
+// both. No timestamp is lost: the column ends at the newest recorded one.
 func TestAttackClockSkew(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 3)
 		cfg := h.config()
 		cfg.Throttle = time.Minute
-		h.clock.Set(mustTime("2026-03-01T09:30:45Z")) // 45s into a generation
+		cfg.Buffer.LocalCacheSize = -1
 		a, db := h.plugin(cfg)
-		for i, skew := range []time.Duration{20 * time.Second, -20 * time.Second, 150 * time.Second} {
+		for i, c := range []struct {
+			skew  time.Duration
+			steps []string // "a" or "b" touches, "+Ns" advances both clocks, each touch with its result
+			want  string   // the column after a's flush
+		}{
+			// b at 09:31:05 is in the next window: both record, then a
+			// enters b's window and is throttled by b's entry.
+			{20 * time.Second, []string{"a true", "b true", "a false", "+15s", "a false", "b false"}, "2026-03-01T09:31:05Z"},
+			// b at 09:40:25 is in a's window; then a enters the next window
+			// first, and b follows it there.
+			{-20 * time.Second, []string{"a true", "b false", "+15s", "a true", "b false", "+20s", "b false"}, "2026-03-01T09:41:00Z"},
+			// More than two windows apart: each records once in its own.
+			{150 * time.Second, []string{"a true", "b true", "a false", "b false"}, "2026-03-01T09:53:15Z"},
+		} {
 			id := i + 1
 			h.clock.Set(mustTime("2026-03-01T09:30:45Z").Add(time.Duration(i) * 10 * time.Minute))
-			other := testenv.NewClock(h.clock.Now().Add(skew))
+			other := testenv.NewClock(h.clock.Now().Add(c.skew))
 			bcfg := cfg
 			bcfg.Test.Now = other.Now
 			b, _ := h.plugin(bcfg)
-			advance := func(d time.Duration) { h.clock.Add(d); other.Add(d) }
-			touch := func(p *lastseen.Plugin, name string, want bool) {
-				t.Helper()
+			for k, step := range c.steps {
+				if d, ok := strings.CutPrefix(step, "+"); ok {
+					dur, err := time.ParseDuration(d)
+					must(t, err)
+					h.clock.Add(dur)
+					other.Add(dur)
+					continue
+				}
+				name, want, _ := strings.Cut(step, " ")
+				p := map[string]*lastseen.Plugin{"a": a, "b": b}[name]
 				ok, err := p.Touch(ctx, id)
 				must(t, err)
-				equal(t, fmt.Sprintf("skew %v: %s records", skew, name), ok, want)
-			}
-			start := h.clock.Now()
-			touch(a, "a at 0s", true)
-			switch {
-			case skew > 0 && skew < time.Minute: // b ahead: b's window ends d early
-				touch(b, "b at 0s", false)
-				advance(time.Minute - skew - time.Millisecond)
-				touch(b, "b just before the window minus d", false)
-				advance(time.Millisecond)
-				touch(b, "b at the window minus d", true)
-				touch(a, "a then", false) // b's window, on a's clock, ends d later
-			case skew < 0: // b behind: b's window ends d late
-				touch(b, "b at 0s", false)
-				advance(time.Minute - skew - time.Millisecond)
-				touch(b, "b just before the window plus d", false)
-				advance(time.Millisecond)
-				touch(b, "b at the window plus d", true)
-			default: // more than two windows apart: each records
-				touch(b, "b at 0s", true)
-				touch(a, "a again", false)
-				touch(b, "b again", false)
+				equal(t, fmt.Sprintf("skew %v, step %d: %s records", c.skew, k, name), fmt.Sprint(ok), want)
 			}
 			_, err := a.Flush(ctx)
 			must(t, err)
-			// b recorded last, at its clock's reading then: the window's end
-			// (start+60s) for a skew under a window, start+150s beyond.
-			want := start.Add(time.Minute)
-			if skew > time.Minute {
-				want = start.Add(skew)
-			}
-			equal(t, fmt.Sprintf("skew %v: column", skew), lastSeenColumn(t, db, "users", "id", "last_seen_at", id), want.Format(time.RFC3339Nano))
+			equal(t, fmt.Sprintf("skew %v: column", c.skew), lastSeenColumn(t, db, "users", "id", "last_seen_at", id), c.want)
 		}
 	})
 }
@@ -549,11 +530,10 @@ func TestAttackPausedRedisReads(t *testing.T) {
 }
 
 // TestAttackThrottleChanged: a second instance on the prefix with another
-// Throttle (a rolling deploy) starts and logs the mismatch once. Marker
-// hashes are named by their generation's start (Unix ms): where both
-// instances' generations start at the same instant they read each other's
-// windows exactly; where they start apart, they use other keys, do not see
-// each other's windows and record the user again (more writes, as the
+// Throttle (a rolling deploy) starts and logs the mismatch once. Windows
+// are named by their end (Unix ms): where both instances' windows end at
+// the same instant they share the hash and throttle each other; where they
+// end apart, each records the user in its own (more writes, as the
 // manifest's warning says). Nothing is lost: the column ends at the newest
 // timestamp.
 func TestAttackThrottleChanged(t *testing.T) {
@@ -572,33 +552,24 @@ func TestAttackThrottleChanged(t *testing.T) {
 		equal(t, "mismatch logged", strings.Count(out, "the buffer was created with another Throttle"), 1)
 		equal(t, "values logged", strings.Contains(out, `"manifest_throttle":"1m0s","throttle":"2m0s"`), true)
 
-		// 09:30:00Z starts a generation of both (a multiple of 1m and of 2m):
-		// one key, read alike.
-		ok, err := a.Touch(ctx, 1)
-		must(t, err)
-		equal(t, "a records", ok, true)
+		touch := func(p *lastseen.Plugin, name string, want bool) {
+			t.Helper()
+			ok, err := p.Touch(ctx, 1)
+			must(t, err)
+			equal(t, name, ok, want)
+		}
+		touch(a, "a records at 09:30:00 (its window ends at 09:31)", true)
 		h.clock.Add(10 * time.Second)
-		ok, err = b.Touch(ctx, 1)
-		must(t, err)
-		equal(t, "b inside a's window (same generation start)", ok, false)
-		// 09:31:30Z: a's generation starts at 09:31, b's at 09:30: other keys.
+		touch(b, "b records at 09:30:10 (its window ends at 09:32)", true)
 		h.clock.Add(80 * time.Second)
-		ok, err = a.Touch(ctx, 1)
-		must(t, err)
-		equal(t, "a records after its window", ok, true)
+		touch(a, "a at 09:31:30, in b's window (both end at 09:32)", false)
 		h.clock.Add(10 * time.Second)
-		ok, err = b.Touch(ctx, 1)
+		touch(b, "b at 09:31:40, in its own window", false)
+		h.clock.Add(30 * time.Second)
+		touch(a, "a records at 09:32:10 (its window ends at 09:33)", true)
+		touch(b, "b records at 09:32:10 (its window ends at 09:34)", true)
+		_, err := a.Flush(ctx)
 		must(t, err)
-		equal(t, "b records inside a's window (other generation start)", ok, true)
-		h.clock.Add(10 * time.Second)
-		ok, err = a.Touch(ctx, 1)
-		must(t, err)
-		equal(t, "a inside its own window", ok, false)
-		ok, err = b.Touch(ctx, 1)
-		must(t, err)
-		equal(t, "b inside its own window", ok, false)
-		_, err = a.Flush(ctx)
-		must(t, err)
-		equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:31:40Z")
+		equal(t, "column", lastSeenColumn(t, db, "users", "id", "last_seen_at", 1), "2026-03-01T09:32:10Z")
 	})
 }

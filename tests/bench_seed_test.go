@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"os"
 	"runtime/metrics"
 	"strconv"
 	"testing"
@@ -60,43 +59,30 @@ func BenchmarkUncachedTouch(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(goroutinesCreated()-start)/float64(b.N), "goroutines/op")
 	})
-	b.Run("script", benchTouchScript)
+	b.Run("hsetnx", benchWindowHSetNX)
 }
 
-// benchTouchScript is the touch script's throttled call alone: EVALSHA
-// with the touch's keys and arguments from a plain client, no breaker, no
-// timeout.
-func benchTouchScript(b *testing.B) {
+// benchWindowHSetNX is a throttled touch's command alone: HSETNX into a
+// window hash that holds the field, from a plain client (no breaker, no
+// timeout): the floor under lastseen's call.
+func benchWindowHSetNX(b *testing.B) {
 	c := redis.NewClient(&redis.Options{Addr: testenv.Need(b, testenv.EnvRedis)})
 	b.Cleanup(func() { c.Close() })
 	ctx := context.Background()
-	prefix := "lastseen-bench-script-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	prefix := "lastseen-bench-hsetnx-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	b.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), c, prefix+":*") })
-	sha, err := c.ScriptLoad(ctx, touchLuaForBench(b)).Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	keys := []string{prefix + ":{0}:seen:1:100", prefix + ":{0}:seen:1:99", prefix + ":{0}:seen:1:101", prefix + ":{0}:pending:1"}
-	args := []any{"42", 1772357400000000, 300000, 1872357400000000, 1000, 300000}
-	if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil {
+	key := prefix + ":{0}:window:1:1772357700000"
+	if err := c.HSetNX(ctx, key, "42", 1772357400000000).Err(); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		v, err := c.EvalSha(ctx, sha, keys, args...).Slice()
-		if err != nil || v[0].(int64) != 0 {
-			b.Fatalf("script: %v %v, want throttled", v, err)
+		ok, err := c.HSetNX(ctx, key, "42", 1772357400000000).Result()
+		if err != nil || ok {
+			b.Fatalf("hsetnx: %v %v, want throttled", ok, err)
 		}
 	}
-}
-
-func touchLuaForBench(b *testing.B) string {
-	data, err := os.ReadFile("../internal/buffer/redisbuf/lua/touch.lua")
-	if err != nil {
-		b.Fatal(err)
-	}
-	return string(data)
 }
 
 // goroutinesCreated reads /sched/goroutines-created (0 when the runtime

@@ -102,7 +102,7 @@ func TestRedisReadAcrossShardsRefused(t *testing.T) {
 		uids, want[uid] = append(uids, uid), ""
 		if i%3 == 0 {
 			at := clock.Now().Add(-time.Duration(i) * time.Second)
-			_, _, err := b.Touch(ctx, uid, at, clock.Now(), time.Minute)
+			_, _, err := b.Touch(ctx, uid, at, clock.Now(), clock.Now().Add(time.Minute))
 			must(t, err)
 			want[uid] = at.Format(time.RFC3339)
 		}

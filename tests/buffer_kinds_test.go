@@ -46,9 +46,9 @@ func (h *harness) inFlightLen(p *lastseen.Plugin, n int) int64 {
 	return n64
 }
 
-// markerTime lets d pass for the throttle markers: they end on the
-// plugin's clock in both buffers (miniredis also fast-forwards, so that
-// marker hashes expire as they would).
+// markerTime lets d pass for the throttle windows: they are periods of the
+// plugin's clock in both buffers (miniredis also fast-forwards its expiring
+// keys).
 func (h *harness) markerTime(d time.Duration) {
 	h.clock.Add(d)
 	if h.r != nil && h.r.Mini != nil {

@@ -408,15 +408,15 @@ func TestCloseFlushesMemoryBuffer(t *testing.T) {
 		ctx := context.Background()
 		p, db := h.plugin(h.config())
 		seedUsers(t, db, 40)
-		for id := 1; id <= 40; id++ {
-			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second))
+		for id := 1; id <= 40; id++ { // ahead of the clock by id seconds: the current window, cached
+			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:30:00Z").Add(time.Duration(id)*time.Second))
 			must(t, err)
 		}
 		must(t, p.Close(ctx))
 		got := columnsByID(t, db, "users", "id", "last_seen_at")
 		written := 0
 		for id := 1; id <= 40; id++ {
-			if got[fmt.Sprint(id)] == mustTime("2026-03-01T09:00:00Z").Add(time.Duration(id)*time.Second).Format(time.RFC3339Nano) {
+			if got[fmt.Sprint(id)] == mustTime("2026-03-01T09:30:00Z").Add(time.Duration(id)*time.Second).Format(time.RFC3339Nano) {
 				written++
 			}
 		}

@@ -75,7 +75,7 @@ func TestClusterShardSlots(t *testing.T) {
 			k := keys.ForShard(prefix, n, lastseen.DefaultShards)
 			last := k.Buckets - 1
 			for _, key := range []string{k.Pending(0), k.Pending(last), k.InFlight(0), k.InFlight(last), k.Lock, k.Refusals,
-				k.Markers(0, 0), k.Markers(last, 29_651_337)} {
+				k.Window(0, 0), k.Window(last, 29_651_337), k.Windows()} {
 				got, err := c.ClusterKeySlot(ctx, key).Result()
 				must(t, err)
 				equal(t, "CLUSTER KEYSLOT "+key, got, defaultShardSlots[n])

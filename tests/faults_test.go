@@ -226,7 +226,13 @@ func (cc *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 func (cc *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		cc.sent.Add(int64(len(cmds)))
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if e := cmd.Err(); e != nil && strings.HasPrefix(e.Error(), "NOSCRIPT") {
+				cc.noscript.Add(1)
+			}
+		}
+		return err
 	}
 }
 
@@ -1017,8 +1023,9 @@ func TestDatabaseRefusesOneRow(t *testing.T) {
 
 // TestRedisScriptCacheFlushed: Redis failures, part one: after
 // SCRIPT FLUSH (what a restart or a failover to a replica leaves) every
-// script gets NOSCRIPT once and go-redis falls back to EVAL; no error
-// reaches the caller of Touch or Flush.
+// script gets NOSCRIPT once and go-redis falls back to EVAL (a pipeline
+// loads the script and runs again); no error reaches the caller of Touch
+// or Flush. A touch runs no script.
 func TestRedisScriptCacheFlushed(t *testing.T) {
 	rs := startPrivateRedis(t)
 	rdb := newPrivateClient(t, rs.Addr())
@@ -1038,12 +1045,13 @@ func TestRedisScriptCacheFlushed(t *testing.T) {
 	must(t, err)
 	equal(t, "recorded after SCRIPT FLUSH", ok, true)
 	want[3] = "2026-03-01T10:00:03Z"
-	equal(t, "NOSCRIPT replies to the touch", cmds.noscript.Load(), int64(1))
+	equal(t, "NOSCRIPT replies to the touch", cmds.noscript.Load(), int64(0))
 	res, err := p.Flush(ctx)
 	must(t, err)
 	equal(t, "written", res.Written, 1)
-	// redislock's obtain and release scripts, and the swap and ack scripts.
-	equal(t, "NOSCRIPT replies to the flush", cmds.noscript.Load(), int64(1+4))
+	// The active script (pipelined), redislock's obtain and release
+	// scripts, and the swap and ack scripts.
+	equal(t, "NOSCRIPT replies to the flush", cmds.noscript.Load(), int64(5))
 	checkFaultColumns(t, db, "after SCRIPT FLUSH", want)
 	equal(t, "redis errors", p.Stats().RedisErrors, 0)
 }

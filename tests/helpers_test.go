@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,21 +138,14 @@ func (h *harness) plugin(cfg lastseen.Config) (*lastseen.Plugin, *gorm.DB) {
 	return p, db
 }
 
-// expireThrottle makes the throttle window pass: the clock moves by d and
-// the Redis markers expire (miniredis fast-forwards; on a real server the
-// markers are deleted, which is what their expiry does).
+// expireThrottle makes the throttle window pass: the clock moves by d (the
+// buffer's windows are fixed periods of the plugin's clock; miniredis
+// fast-forwards its expiring keys too).
 func (h *harness) expireThrottle(d time.Duration) {
 	h.t.Helper()
 	h.clock.Add(d)
-	switch {
-	case h.memory(): // markers end on the plugin's clock
-		return
-	case h.r.Mini != nil:
+	if !h.memory() && h.r.Mini != nil {
 		h.r.Mini.FastForward(d)
-		return
-	}
-	if err := testenv.DeleteKeys(context.Background(), h.r.Client, h.prefix+":*:seen:*"); err != nil {
-		h.t.Fatalf("expire markers: %v", err)
 	}
 }
 
@@ -174,9 +168,11 @@ func (h *harness) keys() []string {
 
 // logicalKeys names Redis keys by what they hold, as memoryKeys names the
 // in-process buffer's state: a bucket's pending or in-flight hash as its
-// shard's (":{N}:pending:<b>" as ":{N}:pending"), and a marker hash as one
-// ":{N}:seen:<id>" per user it holds a marker for. Sorted, without
-// duplicates.
+// shard's (":{N}:pending:<b>" as ":{N}:pending"), and a throttle window's
+// hash as one ":{N}:seen:<id>" per user it throttles (while the window is
+// open on the harness's clock) and ":{N}:pending" when it holds an entry
+// no flush moved yet; the shard's hash of windows is bookkeeping, left
+// out. Sorted, without duplicates.
 func (h *harness) logicalKeys(raw []string) []string {
 	set := map[string]bool{}
 	for _, k := range raw {
@@ -184,13 +180,21 @@ func (h *harness) logicalKeys(raw []string) []string {
 		switch {
 		case len(parts) == 4 && (parts[2] == "pending" || parts[2] == "inflight"):
 			set[strings.Join(parts[:3], ":")] = true
-		case len(parts) == 5 && parts[2] == "seen":
-			fields, err := h.r.Client.HKeys(context.Background(), h.prefix+k).Result()
+		case len(parts) == 3 && parts[2] == "windows":
+		case len(parts) == 5 && parts[2] == "window":
+			fields, err := h.r.Client.HGetAll(context.Background(), h.prefix+k).Result()
 			if err != nil {
-				h.t.Fatalf("markers %s: %v", k, err)
+				h.t.Fatalf("window %s: %v", k, err)
 			}
-			for _, f := range fields {
-				set[strings.Join(parts[:3], ":")+":"+f] = true
+			end, _ := strconv.ParseInt(parts[4], 10, 64)
+			open := h.clock.Now().UnixMilli() < end
+			for f, v := range fields {
+				if open {
+					set[strings.Join(parts[:2], ":")+":seen:"+f] = true
+				}
+				if v != "" {
+					set[strings.Join(parts[:2], ":")+":pending"] = true
+				}
 			}
 		default:
 			set[k] = true

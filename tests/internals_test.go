@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -133,7 +134,7 @@ func (t testBuffer) PutBacklog(ctx context.Context, uid string, at time.Time) er
 		b.ReturnBacklog(map[string]int64{uid: buffer.Micros(at)})
 	case *memory.Buffer:
 		cfg := t.p.Config()
-		_, _, err := b.Touch(ctx, uid, at, cfg.Test.Now(), cfg.Throttle)
+		_, _, err := b.Touch(ctx, uid, at, cfg.Test.Now(), cfg.Test.Now()) // late: pending only, as the backlog
 		return err
 	}
 	return nil
@@ -281,11 +282,11 @@ func allShardKeys(p *lastseen.Plugin) []keys.Shard {
 	return out
 }
 
-// loadTouchScript loads the touch script into h's Redis, so that the next
-// touch runs EVALSHA alone.
-func loadTouchScript(t testing.TB, h *harness) {
+// loadMergeScript loads the merge script into h's Redis, so that the next
+// late touch runs EVALSHA alone.
+func loadMergeScript(t testing.TB, h *harness) {
 	t.Helper()
-	must(t, redisbuf.LoadTouchScript(context.Background(), h.r.Client))
+	must(t, redisbuf.LoadMergeScript(context.Background(), h.r.Client))
 }
 
 // pluginDB returns p's own database handle.
@@ -323,19 +324,19 @@ func usersNaive(p *lastseen.Plugin) bool { return internals(p).UsersNaive }
 // configured one, and how it decided.
 var fieldEncoding = timecol.FieldEncoding
 
-// generation returns the throttle-marker generation of p at its clock's
-// now: Unix ms / Throttle in ms (see internal/buffer/redisbuf).
-func generation(p *lastseen.Plugin) int64 {
-	cfg := p.Config()
-	return cfg.Test.Now().UnixMilli() / max(cfg.Throttle.Milliseconds(), 1)
+// windowKey returns the key of the hash of p's throttle window that ends at
+// end, in uid's bucket.
+func windowKey(p *lastseen.Plugin, uid string, end time.Time) string {
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
+	return shardKeys(p, n).Window(b, end.UnixMilli())
 }
 
-// markersKey returns the key of the marker hash of generation g that holds
-// uid's throttle marker in p: the hash is named by the generation's start,
-// g × Throttle in Unix ms.
-func markersKey(p *lastseen.Plugin, uid string, g int64) string {
-	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
-	return shardKeys(p, n).Markers(b, g*max(p.Config().Throttle.Milliseconds(), 1))
+// windowEnd is the end of p's throttle window open at its clock's now:
+// the next multiple of Throttle since the Unix epoch.
+func windowEnd(p *lastseen.Plugin) time.Time {
+	cfg := p.Config()
+	ms := max(cfg.Throttle.Milliseconds(), 1)
+	return time.UnixMilli((cfg.Test.Now().UnixMilli()/ms + 1) * ms).UTC()
 }
 
 // putPending writes pending entries by hand, each field into the pending
@@ -365,21 +366,66 @@ func (h *harness) putPending(t testing.TB, p *lastseen.Plugin, pairs ...string) 
 	must(t, err)
 }
 
-// pendingValue reads uid's pending entry from Redis as stored.
+// pendingValue reads uid's entry waiting for a flush, as stored: the
+// newest of its pending entry and its entries in the throttle windows that
+// no flush moved yet (redis.Nil when there is none).
 func (h *harness) pendingValue(t testing.TB, p *lastseen.Plugin, uid string) string {
 	t.Helper()
-	v, err := h.r.Client.HGet(context.Background(), pendingKey(p, uid), uid).Result()
-	must(t, err)
-	return v
+	ctx := context.Background()
+	vals := h.windowValues(t, p, uid)
+	v, err := h.r.Client.HGet(ctx, pendingKey(p, uid), uid).Result()
+	if err != redis.Nil {
+		must(t, err)
+		vals = append(vals, v)
+	}
+	if len(vals) == 0 {
+		must(t, redis.Nil)
+	}
+	newest := vals[0]
+	for _, v := range vals[1:] {
+		a, errA := strconv.ParseInt(newest, 10, 64)
+		b, errB := strconv.ParseInt(v, 10, 64)
+		if errA != nil || (errB == nil && b > a) {
+			newest = v
+		}
+	}
+	return newest
 }
 
-// pendingLen counts the entries of shard n's pending hashes in Redis.
+// windowValues reads uid's entries in the throttle windows of its shard
+// that no flush moved yet, oldest window first.
+func (h *harness) windowValues(t testing.TB, p *lastseen.Plugin, uid string) []string {
+	t.Helper()
+	ctx := context.Background()
+	n, b := keys.Locate(uid, p.Config().Buffer.Shards)
+	k := shardKeys(p, n)
+	ends, err := h.r.Client.HKeys(ctx, k.Windows()).Result()
+	must(t, err)
+	slices.Sort(ends)
+	var out []string
+	for _, e := range ends {
+		end, err := strconv.ParseInt(e, 10, 64)
+		must(t, err)
+		v, err := h.r.Client.HGet(ctx, k.Window(b, end), uid).Result()
+		if err == redis.Nil || v == "" {
+			continue
+		}
+		must(t, err)
+		out = append(out, v)
+	}
+	return out
+}
+
+// pendingLen counts the entries of shard n waiting for a flush in Redis:
+// those of its pending hashes and those of its throttle windows that no
+// flush moved yet.
 func (h *harness) pendingLen(t testing.TB, p *lastseen.Plugin, n int) int64 {
 	t.Helper()
 	ctx := context.Background()
+	k := shardKeys(p, n)
 	var cmds []*redis.IntCmd
 	_, err := h.r.Client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, key := range shardKeys(p, n).AllPending() {
+		for _, key := range k.AllPending() {
 			cmds = append(cmds, pipe.HLen(ctx, key))
 		}
 		return nil
@@ -388,6 +434,21 @@ func (h *harness) pendingLen(t testing.TB, p *lastseen.Plugin, n int) int64 {
 	var sum int64
 	for _, c := range cmds {
 		sum += c.Val()
+	}
+	ends, err := h.r.Client.HKeys(ctx, k.Windows()).Result()
+	must(t, err)
+	for _, e := range ends {
+		end, err := strconv.ParseInt(e, 10, 64)
+		must(t, err)
+		for b := range k.Buckets {
+			m, err := h.r.Client.HGetAll(ctx, k.Window(b, end)).Result()
+			must(t, err)
+			for _, v := range m {
+				if v != "" {
+					sum++
+				}
+			}
+		}
 	}
 	return sum
 }

@@ -119,7 +119,7 @@ func TestManifestTargetDisagrees(t *testing.T) {
 		equal(t, "manifest database", regexp.MustCompile(`^/.*/test\.db$`).MatchString(m["database"]), true)
 		delete(m, "database")
 		equal(t, "manifest", fmt.Sprint(m), "map[active_column: active_encoding: batch:1000 column:last_seen_at dialect:sqlite encoding:time "+
-			"expires_column:expires_at expires_encoding:time format:2 id_column:id idle_timeout:0s key:integer key_kind:unsigned location: "+
+			"expires_column:expires_at expires_encoding:time format:3 id_column:id idle_timeout:0s key:integer key_kind:unsigned location: "+
 			"model:lastseen.User on_batch:false rules: server:sqlite sessions_batch:1000 sessions_id_column:id "+
 			"sessions_key:text sessions_table:sessions shards:16 table:users throttle:5m0s upsert:false]")
 	})
@@ -142,20 +142,23 @@ func TestManifestDialectDisagrees(t *testing.T) {
 }
 
 // TestManifestFormatDisagrees: an instance on the Prefix of a buffer that
-// a version of buffer format 1 wrote (a key per throttle marker, one
-// pending hash per shard) is refused with an error naming both formats and
-// the way out, and touches nothing.
+// a version of an earlier buffer format wrote (1: a key per throttle
+// marker, one pending hash per shard; 2: sliding windows in marker hashes)
+// is refused with an error naming both formats and the way out, and
+// touches nothing.
 func TestManifestFormatDisagrees(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		_ = tryUse(t, h.openDB(), h.config())
-		must(t, h.r.Client.HSet(ctx, h.prefix+":manifest", "format", "1").Err())
-		err := tryUse(t, h.openDB(), h.config())
-		equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
-		equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was written by a lastseen `+
-			`version of buffer format 1, this version writes format 2: flush it empty with the version that wrote it (lastseen flush), `+
-			`delete the key %s:manifest, then start this version; or set another Buffer.Prefix`, h.prefix, h.prefix))
-		equal(t, "redis keys", strings.Join(h.keys(), " "), ":manifest")
+		for _, old := range []string{"1", "2"} {
+			must(t, h.r.Client.HSet(ctx, h.prefix+":manifest", "format", old).Err())
+			err := tryUse(t, h.openDB(), h.config())
+			equal(t, "errors.Is lastseen.ErrInvalidConfig", errors.Is(err, lastseen.ErrInvalidConfig), true)
+			equal(t, "error", fmt.Sprint(err), fmt.Sprintf(`lastseen: invalid config: the buffer at prefix %q was written by a lastseen `+
+				`version of buffer format %s, this version writes format 3: flush it empty with the version that wrote it (lastseen flush), `+
+				`delete the key %s:manifest, then start this version; or set another Buffer.Prefix`, h.prefix, old, h.prefix))
+			equal(t, "redis keys", strings.Join(h.keys(), " "), ":manifest")
+		}
 	})
 }
 

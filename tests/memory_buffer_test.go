@@ -99,7 +99,7 @@ func TestMemoryFlushForwardOnlyAndUnknown(t *testing.T) {
 		seedUsers(t, db, 2)
 		must(t, db.Model(&lastseen.User{}).Where("id = ?", 1).Update("last_seen_at", mustTime("2026-03-01T10:00:00Z")).Error)
 		for _, id := range []int{1, 2, 9} {
-			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:29:00Z"))
+			_, err := p.TouchAt(ctx, id, mustTime("2026-03-01T09:30:00Z"))
 			must(t, err)
 		}
 		res, err := p.Flush(ctx)
@@ -108,7 +108,7 @@ func TestMemoryFlushForwardOnlyAndUnknown(t *testing.T) {
 		equal(t, "flush", fmt.Sprintf("%+v", res),
 			fmt.Sprintf("%+v", lastseen.FlushResult{Drained: 3, Written: 1, Unknown: 1, Stale: 1, Batches: 3, Shards: 3})) // users 1, 2, 9: shards 12, 5, 4
 		equal(t, "columns", fmt.Sprint(columnsByID(t, db, "users", "id", "last_seen_at")),
-			"map[1:2026-03-01T10:00:00Z 2:2026-03-01T09:29:00Z]")
+			"map[1:2026-03-01T10:00:00Z 2:2026-03-01T09:30:00Z]")
 		equal(t, "buffer left", strings.Join(h.keys(), " "), ":{12}:seen:1 :{4}:seen:9 :{5}:seen:2") // only the throttle markers
 		again, err := p.Flush(ctx)
 		must(t, err)

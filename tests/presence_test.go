@@ -143,7 +143,8 @@ func TestActiveUsersByUTCDay(t *testing.T) {
 // bucket lives OnlineWindow after its minute ends, the day key
 // ActiveUsersRetention (whole days) after its day ends, both computed on
 // the plugin's clock at the flush; a backdated touch whose minute is past
-// OnlineWindow adds to its day only.
+// OnlineWindow adds to its day only. Both touches are late (their throttle
+// windows ended by 09:30:00): they are pending and throttle nothing.
 func TestPresenceKeysExpire(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx, count := context.Background(), counted(t)
@@ -153,13 +154,13 @@ func TestPresenceKeysExpire(t *testing.T) {
 	p, _ := h.plugin(cfg) // now 09:30:00, OnlineWindow 1h, retention 35 days
 	touchRange(t, p, 1, 1, mustTime("2026-03-01T09:29:30Z"))
 	touchRange(t, p, 2, 2, mustTime("2026-03-01T08:29:00Z")) // minute ended 1h ago: no bucket
-	equal(t, "keys before the flush", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:1 :{0}:seen:2")
+	equal(t, "keys before the flush", strings.Join(h.keys(), " "), ":manifest :{0}:pending")
 	flushed(t, p)
 	online, active := h.prefix+":{presence}:online:29539289", h.prefix+":{presence}:active:2026-03-01"
 	equal(t, "online bucket TTL", h.r.Mini.TTL(online), time.Hour) // its minute ends at 09:30:00 = now
 	equal(t, "day TTL", h.r.Mini.TTL(active), 14*time.Hour+30*time.Minute+35*24*time.Hour)
 	equal(t, "keys", strings.Join(h.keys(), " "),
-		":manifest :{0}:seen:1 :{0}:seen:2 :{presence}:active:2026-03-01 :{presence}:online:29539289")
+		":manifest :{presence}:active:2026-03-01 :{presence}:online:29539289")
 	equal(t, "active users", count(p.ActiveUsers(ctx, h.clock.Now(), h.clock.Now())), int64(2))
 	equal(t, "online 1h", count(p.Online(ctx, time.Hour)), int64(1))
 	h.r.Mini.FastForward(time.Hour - time.Second)
@@ -168,12 +169,12 @@ func TestPresenceKeysExpire(t *testing.T) {
 	equal(t, "online bucket at its TTL", h.r.Mini.Exists(online), false)
 }
 
-// TestPresenceCountsOff: the touch script gets 4 keys (the user's marker
-// hashes of generations g, g-1 and g+1, its pending hash) and 6 arguments
-// whether the counts are on or off: the flush writes the HyperLogLogs. With
-// OnlineWindow and ActiveUsersRetention negative the flush writes none and
-// both reads return ErrCountsDisabled; with them on, the flush writes the
-// minute's and the day's.
+// TestPresenceCountsOff: the touch is the same whether the counts are on
+// or off (HSETNX of the window's entry, after the window's registration in
+// the same pipeline on a process's first touch of it): the flush writes the
+// HyperLogLogs. With OnlineWindow and ActiveUsersRetention negative the
+// flush writes none and both reads return ErrCountsDisabled; with them on,
+// the flush writes the minute's and the day's.
 func TestPresenceCountsOff(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -182,19 +183,15 @@ func TestPresenceCountsOff(t *testing.T) {
 		cfg.Buffer.Shards = 1
 		cfg.Presence.OnlineWindow, cfg.Presence.ActiveUsersRetention = -1, -1
 		p, _ := h.plugin(cfg)
-		loadTouchScript(t, h)
 		rec := recordCommands(h.r.Client)
 		touchRange(t, p, 1, 1, h.clock.Now())
-		equal(t, "commands, off", rec.names(), "evalsha")
-		args := rec.all("evalsha")[0]
-		equal(t, "keys, off", fmt.Sprint(args[2]), "4")
-		equal(t, "arguments, off", len(args)-3-4, 6)
-		g := generation(p) // 09:30:00Z / 5 min: the start of generation 5907858
-		equal(t, "touch keys, off", fmt.Sprint(args[3:7]), fmt.Sprint([]string{
-			markersKey(p, "1", g), markersKey(p, "1", g-1), markersKey(p, "1", g+1), pendingKey(p, "1")}))
-		// uid, Unix µs, window ms, ceiling (now + 1h), ms into
-		// the generation, generation length ms
-		equal(t, "touch arguments, off", fmt.Sprint(args[7:]), "[1 1772357400000000 300000 1772361000000000 0 300000]")
+		// 09:30:00Z, Throttle 5m: the window ending at 09:35:00Z.
+		touchArgs := func(uid string) string {
+			return fmt.Sprint([][]any{{"hsetnx", shardKeys(p, 0).Windows(), "1772357700000", 0},
+				{"hsetnx", windowKey(p, uid, mustTime("2026-03-01T09:35:00Z")), uid, int64(1772357400000000)}})
+		}
+		equal(t, "commands, off", rec.names(), "hsetnx hsetnx")
+		equal(t, "touch, off", fmt.Sprint(rec.all("hsetnx")), touchArgs("1"))
 		equal(t, "redis keys, off", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:1")
 		flushed(t, p)
 		equal(t, "redis keys after a flush, off", strings.Join(h.keys(), " "), ":manifest :{0}:seen:1")
@@ -210,10 +207,8 @@ func TestPresenceCountsOff(t *testing.T) {
 		q, _ := h.plugin(on)
 		rec.reset()
 		touchRange(t, q, 2, 2, h.clock.Now())
-		equal(t, "commands, on", rec.names(), "evalsha")
-		args = rec.all("evalsha")[0]
-		equal(t, "keys, on", fmt.Sprint(args[2]), "4")
-		equal(t, "arguments, on", len(args)-3-4, 6)
+		equal(t, "commands, on", rec.names(), "hsetnx hsetnx")
+		equal(t, "touch, on", fmt.Sprint(rec.all("hsetnx")), touchArgs("2"))
 		flushed(t, q)
 		equal(t, "redis keys after a flush, on", strings.Join(h.keys(), " "),
 			":manifest :{0}:seen:1 :{0}:seen:2 :{presence}:active:2026-03-01 :{presence}:online:29539290")

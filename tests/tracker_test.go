@@ -98,24 +98,28 @@ func forEachRedis(t *testing.T, fn func(t *testing.T, h *harness)) {
 	}
 }
 
-// TestTouchIsOneRoundTrip: a touch that opens a window is one EVALSHA; a
-// touch inside the window is answered by the local cache with no command at
-// all, or, with the cache disabled, by one EVALSHA that reports "not
-// recorded".
+// TestTouchIsOneRoundTrip: a touch is one HSETNX of the user's entry into
+// its throttle window's hash, pipelined with the window's registration on
+// the process's first touch of the window (one round trip either way); a
+// touch inside the window is answered by the local cache with no command
+// at all, or, with the cache disabled, by one HSETNX that reports "not
+// recorded"; a late touch (its window over) is one EVALSHA of the merge
+// script.
 func TestTouchIsOneRoundTrip(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		cfg := h.config()
 		cfg.Throttle = time.Minute
+		cfg.Buffer.Shards = 1
 		p, _ := h.plugin(cfg)
-		loadTouchScript(t, h)
+		loadMergeScript(t, h)
 		rec := recordCommands(h.r.Client)
 
 		rec.reset()
 		ok, err := p.TouchAt(ctx, 1, mustTime("2026-03-01T09:30:00Z"))
 		must(t, err)
 		equal(t, "first touch recorded", ok, true)
-		equal(t, "first touch commands", rec.names(), "evalsha")
+		equal(t, "first touch commands (pipelined)", rec.names(), "hsetnx hsetnx")
 
 		for _, id := range []any{1, int64(1), uint64(1), uint32(1)} {
 			rec.reset()
@@ -132,12 +136,22 @@ func TestTouchIsOneRoundTrip(t *testing.T) {
 		ok, err = noCache.TouchAt(ctx, 1, mustTime("2026-03-01T09:30:20Z"))
 		must(t, err)
 		equal(t, "uncached throttled touch recorded", ok, false)
-		equal(t, "uncached throttled touch commands", rec.names(), "evalsha")
+		equal(t, "uncached throttled touch commands (this process's first of the window)", rec.names(), "hsetnx hsetnx")
+		rec.reset()
+		ok, err = noCache.TouchAt(ctx, 1, mustTime("2026-03-01T09:30:21Z"))
+		must(t, err)
+		equal(t, "uncached throttled touch recorded", ok, false)
+		equal(t, "uncached throttled touch commands", rec.names(), "hsetnx")
 		rec.reset()
 		ok, err = noCache.TouchAt(ctx, 2, mustTime("2026-03-01T09:30:20Z"))
 		must(t, err)
 		equal(t, "uncached new user recorded", ok, true)
-		equal(t, "uncached new user commands", rec.names(), "evalsha")
+		equal(t, "uncached new user commands", rec.names(), "hsetnx")
+		rec.reset()
+		ok, err = noCache.TouchAt(ctx, 3, mustTime("2026-03-01T09:29:00Z")) // its window ended at 09:30:00
+		must(t, err)
+		equal(t, "late touch recorded", ok, true)
+		equal(t, "late touch commands", rec.names(), "evalsha")
 
 		s := p.Stats()
 		equal(t, "stats touches", s.Touches, 5)
@@ -146,35 +160,37 @@ func TestTouchIsOneRoundTrip(t *testing.T) {
 		equal(t, "stats cache hits", s.CacheHits, 4)
 		s = noCache.Stats()
 		equal(t, "no-cache stats cache hits", s.CacheHits, 0)
-		equal(t, "no-cache stats throttled", s.Throttled, 1)
+		equal(t, "no-cache stats throttled", s.Throttled, 2)
+		equal(t, "no-cache stats recorded", s.Recorded, 2)
 	})
 }
 
 // TestTouchNoScriptFallback: when the server lost its scripts (SCRIPT FLUSH,
-// restart, failover) EVALSHA fails with NOSCRIPT and exactly one EVAL
-// follows; after that EVALSHA alone works again.
+// restart, failover) the EVALSHA of a late touch fails with NOSCRIPT and
+// exactly one EVAL follows; after that EVALSHA alone works again.
 func TestTouchNoScriptFallback(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	p, _ := h.plugin(h.config())
 	rec := recordCommands(h.r.Client)
+	late := mustTime("2026-03-01T09:00:00Z") // its window ended at 09:05:00, before the clock's 09:30
 
 	must(t, h.r.Client.ScriptFlush(ctx).Err())
 	rec.reset()
-	ok, err := p.Touch(ctx, 1)
+	ok, err := p.TouchAt(ctx, 1, late)
 	must(t, err)
 	equal(t, "recorded", ok, true)
 	equal(t, "commands after SCRIPT FLUSH", rec.names(), "evalsha eval")
 
 	rec.reset()
-	ok, err = p.Touch(ctx, 2)
+	ok, err = p.TouchAt(ctx, 2, late)
 	must(t, err)
 	equal(t, "recorded", ok, true)
 	equal(t, "commands once loaded", rec.names(), "evalsha")
 
 	must(t, h.r.Client.ScriptFlush(ctx).Err())
 	rec.reset()
-	_, err = p.Touch(ctx, 3)
+	_, err = p.TouchAt(ctx, 3, late)
 	must(t, err)
 	equal(t, "commands after a second SCRIPT FLUSH", rec.names(), "evalsha eval")
 }
@@ -223,11 +239,10 @@ func TestTouchPendingNeverMovesBackwards(t *testing.T) {
 	})
 }
 
-// TestTouchStoredForm: the pending hash holds Unix microseconds in UTC as a
-// decimal integer (sub-microsecond digits cut off, the location ignored);
-// marker and pending hash share the shard's hash tag, and so do the
-// presence HyperLogLogs (the touch's Unix minute, its UTC day), which the
-// flush writes, not the touch.
+// TestTouchStoredForm: the window's hash holds Unix microseconds in UTC as
+// a decimal integer (sub-microsecond digits cut off, the location ignored),
+// and "" once a flush moved it; the presence HyperLogLogs (the touch's Unix
+// minute, its UTC day) are written by the flush, not the touch.
 func TestTouchStoredForm(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
@@ -244,24 +259,23 @@ func TestTouchStoredForm(t *testing.T) {
 		equal(t, "keys", strings.Join(h.keys(), " "), ":manifest :{0}:pending :{0}:seen:42")
 		equal(t, "stored value", h.pendingValue(t, p, "42"), "1772357400123456")
 		equal(t, "pending entries", h.pendingLen(t, p, 0), int64(1))
-		// The marker is a field of the hash of the clock's generation
-		// (09:30:00Z is the start of one: 1772357400000 ms / 90000 ms =
-		// 19692860), which expires at the end of the next generation.
-		g := generation(p)
-		equal(t, "generation", g, int64(19692860))
-		marker := markersKey(p, "42", g)
-		equal(t, "marker hash: named by the generation's start, Unix ms", strings.TrimPrefix(marker, p.Config().Buffer.Prefix),
-			fmt.Sprintf(":{0}:seen:%d:1772357400000", bucketOf(p, "42")))
-		v, err := h.r.Client.HGet(ctx, marker, "42").Result()
+		// The entry is a field of its bucket's hash of the throttle window
+		// (09:30:00Z is the start of one: the window ends 90s later, at
+		// 1772357490000 Unix ms), registered in the shard's hash of windows
+		// (0 entries moved yet); neither expires: the flush deletes a
+		// window one throttle window after its end.
+		window := windowKey(p, "42", mustTime("2026-03-01T09:31:30Z"))
+		equal(t, "window hash: named by the window's end, Unix ms", strings.TrimPrefix(window, p.Config().Buffer.Prefix),
+			fmt.Sprintf(":{0}:window:%d:1772357490000", bucketOf(p, "42")))
+		v, err := h.r.Client.HGet(ctx, window, "42").Result()
 		must(t, err)
-		equal(t, "marker: window end, ms into the generation", v, "90000")
-		pttl, err := h.r.Client.PTTL(ctx, marker).Result()
+		equal(t, "window entry: Unix µs", v, "1772357400123456")
+		pttl, err := h.r.Client.PTTL(ctx, window).Result()
 		must(t, err)
-		if h.r.Mini != nil {
-			equal(t, "marker hash PTTL", pttl, 180*time.Second)
-		} else if pttl <= 170*time.Second || pttl > 180*time.Second {
-			t.Errorf("marker hash PTTL = %v, want 170s < PTTL <= 180s", pttl)
-		}
+		equal(t, "window hash PTTL (none)", pttl, time.Duration(-1))
+		windows, err := h.r.Client.HGetAll(ctx, shardKeys(p, 0).Windows()).Result()
+		must(t, err)
+		equal(t, "windows", fmt.Sprint(windows), "map[1772357490000:0]")
 		pend, _, err := p.Pending(ctx, "42")
 		must(t, err)
 		equal(t, "pending", pend.Format(time.RFC3339Nano), "2026-03-01T09:30:00.123456Z")
@@ -273,6 +287,12 @@ func TestTouchStoredForm(t *testing.T) {
 		must(t, err)
 		equal(t, "drained, unknown", [2]int{res.Drained, res.Unknown}, [2]int{1, 1})
 		equal(t, "keys after the flush", strings.Join(h.keys(), " "), ":manifest :{0}:seen:42 :{presence}:active:2026-03-01 :{presence}:online:29539290")
+		v, err = h.r.Client.HGet(ctx, window, "42").Result()
+		must(t, err)
+		equal(t, "window entry after the flush: moved", v, "")
+		windows, err = h.r.Client.HGetAll(ctx, shardKeys(p, 0).Windows()).Result()
+		must(t, err)
+		equal(t, "windows after the flush", fmt.Sprint(windows), "map[1772357490000:1]")
 	})
 }
 
@@ -351,19 +371,17 @@ func TestTouchSpreadsOverShards(t *testing.T) {
 	})
 }
 
-// TestLocalCacheFollowsMarker: the local cache answers only while the Redis
-// marker would: up to the end of the window the instance opened itself,
-// and, for a user another instance recorded, for the marker's remaining
-// PTTL, not a whole window. Miniredis so that the marker's clock is the
-// plugin's.
-func TestLocalCacheFollowsMarker(t *testing.T) {
+// TestLocalCacheFollowsWindow: the local cache keeps a user until the end
+// of the throttle window Redis throttled or recorded it in, whichever
+// instance recorded it: a fixed window ends at the same time for all.
+// Miniredis so that the clock is the plugin's alone.
+func TestLocalCacheFollowsWindow(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
 	cfg := h.config()
 	cfg.Throttle = time.Minute
 	a, _ := h.plugin(cfg)
 	b, _ := h.plugin(cfg)
-	loadTouchScript(t, h)
 	rec := recordCommands(h.r.Client)
 	step := func(name string, p *lastseen.Plugin, wantRecorded bool, wantCmds string) {
 		t.Helper()
@@ -374,21 +392,22 @@ func TestLocalCacheFollowsMarker(t *testing.T) {
 		equal(t, name+": commands", rec.names(), wantCmds)
 	}
 
-	step("a opens the window", a, true, "evalsha")
+	step("a records in the window ending at 09:31", a, true, "hsetnx hsetnx")
 	h.expireThrottle(time.Minute - time.Millisecond)
 	step("a 1ms before the window ends", a, false, "")
 	h.expireThrottle(time.Millisecond)
-	step("a at the end of the window", a, true, "evalsha") // T0 = 09:31:00
+	step("a in the next window", a, true, "hsetnx hsetnx") // 09:31:00
 
 	h.expireThrottle(40 * time.Second)
-	step("b, user recorded by a 40s ago", b, false, "evalsha")
+	step("b, user recorded by a 40s ago", b, false, "hsetnx hsetnx")
 	step("b again", b, false, "")
 	h.expireThrottle(20*time.Second - time.Millisecond)
-	step("b 1ms before the marker expires", b, false, "")
+	step("b 1ms before the window ends", b, false, "")
 	h.expireThrottle(time.Millisecond)
-	step("b when the marker expired", b, true, "evalsha")
-	step("b inside its own window", b, false, "")
-	step("a, cached until its own window ended", a, false, "evalsha")
+	step("b in the next window", b, true, "hsetnx hsetnx") // 09:32:00
+	step("b inside it", b, false, "")
+	step("a, cached until its window ended", a, false, "hsetnx hsetnx")
+	step("a inside it", a, false, "")
 
 	at, _, err := a.Pending(ctx, 9)
 	must(t, err)
@@ -529,11 +548,10 @@ func TestTouchUserIDs(t *testing.T) {
 				continue
 			}
 			equal(t, label+" recorded", ok, true)
-			n, err := h.r.Client.HExists(ctx, pendingKey(p, c.want), c.want).Result()
+			n, err := h.r.Client.HExists(ctx, windowKey(p, c.want, windowEnd(p)), c.want).Result()
 			must(t, err)
 			equal(t, label+" stored as "+c.want, n, true)
-			must(t, h.r.Client.HDel(ctx, pendingKey(p, c.want), c.want).Err())
-			must(t, h.r.Client.HDel(ctx, markersKey(p, c.want, generation(p)), c.want).Err())
+			must(t, h.r.Client.HDel(ctx, windowKey(p, c.want, windowEnd(p)), c.want).Err())
 			continue
 		}
 		if err == nil {
