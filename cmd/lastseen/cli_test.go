@@ -42,7 +42,7 @@ func TestCommandLineMistakesExit2(t *testing.T) {
 			"run \"lastseen demo --help\" for its flags\n"},
 		{[]string{"demo", "--skew", "1"}, "lastseen: --skew is 1, want more than 1\nrun \"lastseen demo --help\" for its flags\n"},
 		{[]string{"demo", "--fast", "--redis", mr.Addr()},
-			"lastseen: --fast needs the in-process Redis or --memory: a real Redis expires throttle markers in real time\n" +
+			"lastseen: --fast needs the in-process Redis or --memory: a real Redis expires its keys (locks, presence counts) in real time\n" +
 				"run \"lastseen demo --help\" for its flags\n"},
 		{[]string{"demo", "--memory", "--redis", mr.Addr()}, "lastseen: --redis and --memory can't be used together\n" +
 			"run \"lastseen demo --help\" for its flags\n"},

@@ -91,7 +91,7 @@ func (c *demoCmd) validate() error {
 	case c.Skew <= 1:
 		return runenv.Usagef("lastseen: --skew is %v, want more than 1", c.Skew)
 	case c.Fast && c.hasRedis():
-		return runenv.Usagef("lastseen: --fast needs the in-process Redis or --memory: a real Redis expires throttle markers in real time")
+		return runenv.Usagef("lastseen: --fast needs the in-process Redis or --memory: a real Redis expires its keys (locks, presence counts) in real time")
 	}
 	return nil
 }

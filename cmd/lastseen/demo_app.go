@@ -72,18 +72,18 @@ func feed(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, `{"user":null,"items":[]}`)
 }
 
-// countHook counts the Redis client's calls and commands, and the touch
-// script's EVALSHA calls: their first key is a throttle marker, whose key
-// starts with one of markers (internal/keys).
+// countHook counts the Redis client's calls and commands, and the touches
+// that reached Redis: HSETNX into a throttle window's hash, whose key
+// starts with one of windows (internal/keys).
 type countHook struct {
 	calls, commands, touches atomic.Int64
-	markers                  []string
+	windows                  []string
 }
 
 func newCountHook(prefix string, shards int) *countHook {
 	h := &countHook{}
 	for n := range shards {
-		h.markers = append(h.markers, keys.ForShard(prefix, n, shards).MarkersPrefix())
+		h.windows = append(h.windows, keys.ForShard(prefix, n, shards).WindowPrefix())
 	}
 	return h
 }
@@ -110,9 +110,9 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (h *countHook) count(cmd redis.Cmder) {
 	h.commands.Add(1)
-	if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 3 {
-		key, _ := args[3].(string)
-		if slices.ContainsFunc(h.markers, func(m string) bool { return strings.HasPrefix(key, m) }) {
+	if args := cmd.Args(); cmd.Name() == "hsetnx" && len(args) > 1 {
+		key, _ := args[1].(string)
+		if slices.ContainsFunc(h.windows, func(w string) bool { return strings.HasPrefix(key, w) }) {
 			h.touches.Add(1)
 		}
 	}

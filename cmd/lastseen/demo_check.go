@@ -22,7 +22,7 @@ type demoResult struct {
 	Stats             lastseen.Stats
 	RedisCalls        int64 // client calls (a pipeline is one)
 	RedisCommands     int64
-	TouchScripts      int64 // EVALSHA of the touch script: one per touch the local cache did not answer
+	RedisTouches      int64 // HSETNX into a throttle window: one per touch the local cache did not answer
 	Writes            int64 // SQL statements the plugin ran that write (Exec, create, update, delete)
 	Reads             int64 // SQL queries the plugin ran
 	RowsSet           int64 // rows whose last_seen_at is set, counted in the table
@@ -89,7 +89,7 @@ func (c *demoCmd) print(out io.Writer, res *demoResult) {
 	if c.Memory {
 		fmt.Fprintf(out, "  redis         none: the in-process buffer (--memory)\n")
 	} else {
-		fmt.Fprintf(out, "  redis         %d calls, %d commands (%d touch scripts)\n", res.RedisCalls, res.RedisCommands, res.TouchScripts)
+		fmt.Fprintf(out, "  redis         %d calls, %d commands (%d touches)\n", res.RedisCalls, res.RedisCommands, res.RedisTouches)
 	}
 	fmt.Fprintf(out, "  flushes       %d (the last at Close): %d rows written in %d SQL statements (and %d queries)\n",
 		s.Flushes, s.RowsWritten, res.Writes, res.Reads)

@@ -14,7 +14,7 @@ func (r *demoRun) printHeader() {
 	if c.Fast {
 		mode = "simulated clock, not paced, flushed every " + c.FlushEvery.String() + " of simulated time"
 	}
-	clockName := "simulated (throttle windows end on it; miniredis FastForward expires the marker hashes)"
+	clockName := "simulated (throttle windows are fixed periods of it)"
 	redisName := "miniredis (in-process)"
 	switch {
 	case c.Memory:
@@ -41,6 +41,7 @@ func (r *demoRun) drive(ctx context.Context, work []demoRequest) error {
 	defer client.CloseIdleConnections()
 	url := "http://" + r.addr + "/feed"
 	res.Expected = map[int64]time.Time{}
+	recordedIn := map[int64]time.Time{} // the start of the throttle window of each user's last recorded touch
 	res.lastSent, res.lastGot = map[int64]time.Time{}, map[int64]time.Time{}
 	simNow, nextFlush := res.start, res.start.Add(c.FlushEvery)
 	wallStart := time.Now()
@@ -72,8 +73,8 @@ func (r *demoRun) drive(ctx context.Context, work []demoRequest) error {
 		}
 		res.Authenticated++
 		res.lastSent[rq.user], res.lastGot[rq.user] = sent, time.Now()
-		if last, ok := res.Expected[rq.user]; !ok || at.Sub(last) >= c.Throttle {
-			res.Expected[rq.user] = at
+		if w := windowStart(at, c.Throttle); !recordedIn[rq.user].Equal(w) {
+			res.Expected[rq.user], recordedIn[rq.user] = at, w
 		}
 	}
 	res.Distinct = len(res.lastSent)
@@ -84,8 +85,16 @@ func (r *demoRun) drive(ctx context.Context, work []demoRequest) error {
 	res.Wall = time.Since(wallStart)
 	res.Stats = r.p.Stats()
 	if r.hook != nil {
-		res.RedisCalls, res.RedisCommands, res.TouchScripts = r.hook.calls.Load(), r.hook.commands.Load(), r.hook.touches.Load()
+		res.RedisCalls, res.RedisCommands, res.RedisTouches = r.hook.calls.Load(), r.hook.commands.Load(), r.hook.touches.Load()
 	}
 	res.Writes, res.Reads = r.writes.Load(), r.reads.Load()
 	return nil
+}
+
+// windowStart is the start of the throttle window at falls in: the
+// plugin's windows are fixed periods of the clock, throttle long, counted
+// from the Unix epoch.
+func windowStart(at time.Time, throttle time.Duration) time.Time {
+	ms := max(throttle.Milliseconds(), 1)
+	return time.UnixMilli(at.UnixMilli() / ms * ms).UTC()
 }

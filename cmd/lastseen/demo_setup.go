@@ -131,6 +131,9 @@ func (r *demoRun) setupDB(ctx context.Context) error {
 func (r *demoRun) setupPlugin(context.Context) error {
 	c := r.c
 	r.res.start = time.Now().UTC().Truncate(time.Second)
+	if r.res.Simulated { // the start of a throttle window: the workload's times line up with the windows
+		r.res.start = windowStart(r.res.start, c.Throttle)
+	}
 	r.clock = runenv.NewClock(r.res.start)
 	now := time.Now
 	if r.res.Simulated {
