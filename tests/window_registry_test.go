@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lastseen/lastseen/tests/testenv"
 )
@@ -108,4 +111,101 @@ func TestWindowRegistryThrottleMismatchSkew(t *testing.T) {
 		}
 		equal(t, "windows still throttling", left, 0)
 	})
+}
+
+// TestWindowDeletedWhileTouchInFlight: a touch's HSETNX reaches Redis only
+// after a flush's swap moved and deleted its window (the window had been
+// over for a throttle window by then: a stalled client, or a test clock
+// that runs ahead). Its command recreates the window's hash, which no
+// registration names; the touch sees on its return that this may have
+// happened and registers the window again, so the next flush writes the
+// entry and deletes the hash.
+func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 4)
+		cfg := h.config()
+		cfg.Buffer.Shards = 1
+		cfg.Buffer.LocalCacheSize = -1
+		cfg.Throttle = time.Minute
+		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
+		p, db := h.plugin(cfg)
+		stall := &stallHook{match: ":window:", run: func() {
+			h.clock.Add(2 * time.Minute) // the window ended at 10:01 and has been over for a minute
+			res, err := p.Flush(ctx)
+			must(t, err)
+			equal(t, "written by the flush during the stall", res.Written, 1)
+		}}
+		ok, err := p.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "user 1 recorded", ok, true)
+		h.r.Client.AddHook(stall)
+		stall.arm()
+		ok, err = p.Touch(ctx, 2) // lands in the window the stall's flush deleted
+		must(t, err)
+		equal(t, "user 2 recorded", ok, true)
+		equal(t, "stalls", stall.ran.Load(), int64(1))
+		// Two later windows, so that the flush's tick no longer registers
+		// the stray one again as one of the process's last two.
+		for _, id := range []int{3, 4} {
+			ok, err = p.Touch(ctx, id)
+			must(t, err)
+			equal(t, fmt.Sprintf("user %d recorded", id), ok, true)
+			h.clock.Add(2 * time.Minute)
+		}
+		_, err = p.Flush(ctx)
+		must(t, err)
+		var cols []string
+		for id := 1; id <= 4; id++ {
+			cols = append(cols, lastSeenColumn(t, db, "users", "id", "last_seen_at", id))
+		}
+		equal(t, "columns of users 1 to 4", strings.Join(cols, " "),
+			"2026-03-01T10:00:30Z 2026-03-01T10:00:30Z 2026-03-01T10:02:30Z 2026-03-01T10:04:30Z")
+		equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
+		left := 0
+		for _, k := range h.keys() {
+			if strings.Contains(k, ":seen:") {
+				left++
+			}
+		}
+		equal(t, "windows still throttling at 10:06:30", left, 0)
+	})
+}
+
+// stallHook runs run once, when armed, before the first command (alone or
+// in a pipeline) whose key contains match is sent: the command reaches
+// Redis after whatever run did.
+type stallHook struct {
+	match string
+	run   func()
+	armed atomic.Bool
+	ran   atomic.Int64
+}
+
+func (s *stallHook) arm() { s.armed.Store(true) }
+
+func (s *stallHook) before(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if k, ok := c.Args()[min(1, len(c.Args())-1)].(string); ok && strings.Contains(k, s.match) && s.armed.CompareAndSwap(true, false) {
+			s.ran.Add(1)
+			s.run()
+			return
+		}
+	}
+}
+
+func (s *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.before(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (s *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.before(cmds...)
+		return next(ctx, cmds)
+	}
 }

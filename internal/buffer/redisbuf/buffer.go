@@ -47,7 +47,10 @@
 // the pending hashes (newest wins) and leaves "" in their place, so the
 // user stays throttled until the window ends; the swap deletes a window
 // once it has been over for a throttle window, the tolerance for clocks of
-// other instances running behind. A late touch, whose window is already
+// other instances running behind. A recorded touch that returns when its
+// window has been over for that long (its command may have reached Redis
+// after the swap deleted the window, and recreated its hash) registers the
+// window again. A late touch, whose window is already
 // over, raises the pending value at once (merge script) and opens none.
 //
 // Every Redis call goes through the buffer's bounded client: opened from
@@ -342,7 +345,26 @@ func (b *Buffer) Touch(ctx context.Context, uid string, at, now, end time.Time) 
 	if register {
 		k.reg.done(e, now)
 	}
+	if reply != nil && b.now().UnixMilli() >= e+b.throttle.Milliseconds() {
+		b.strayed(ctx, k, e, uid, ts)
+	}
 	return reply != nil, ttl, nil
+}
+
+// strayed handles a recorded touch whose command may have reached Redis
+// after a flush's swap deleted its window: the touch was in flight until
+// the window had been over for a throttle window (the swap's criterion, on
+// this process's clock). Its HSETNX then recreated the window's hash, which
+// no registration names: the window is registered again, so that the next
+// flush moves the entry and deletes the hash; when Redis does not take the
+// registration the timestamp goes to the backlog, as in an outage.
+func (b *Buffer) strayed(ctx context.Context, k shardKeys, e int64, uid string, ts int64) {
+	_, err := b.call(ctx, func(ctx context.Context, rdb *client) ([]any, error) {
+		return nil, rdb.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0).Err()
+	})
+	if err != nil {
+		b.keep(uid, ts)
+	}
 }
 
 // The replies of Touch's call: non-nil when the touch was recorded.
