@@ -101,9 +101,10 @@ func TestStreamIsSeededAndSkewed(t *testing.T) {
 	testenv.Equal(t, "single user ids", fmt.Sprint(one.ids), "[1 1 1 1 1 1 1 1 1 1]")
 }
 
-// TestFillMatchesLibraryLayout: the flush benchmark writes the pending
-// hashes directly; the library's Pending must find every filled user at
-// the filled time, and its Status must count them all.
+// TestFillMatchesLibraryLayout: the flush benchmark writes the throttle
+// windows' hashes directly, as Touch leaves them; the library's Pending
+// must find every filled user at the filled time, and its Status must
+// count them all.
 func TestFillMatchesLibraryLayout(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Miniredis().Open(t).Client.(*redis.Client)

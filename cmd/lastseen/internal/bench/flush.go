@@ -205,13 +205,13 @@ func (e *env) rawFlushesFirst(ctx context.Context, res *flushRun, shards [][][]i
 	return nil
 }
 
-// pendingForLibrary fills the pending hashes of every user into Redis,
+// pendingForLibrary fills the buffered entry of every user into Redis,
 // registers the library's plugin on db (the caller closes it, also on an
 // error once it is returned) and checks that the plugin reads them all.
 func (e *env) pendingForLibrary(ctx context.Context, db *gorm.DB, res *flushRun, base time.Time) (*lastseen.Plugin, error) {
 	c, n := e.cmd, res.Users
 	keyPrefix := fmt.Sprintf("%s-flush%d%s", e.prefix, n, res.Schema)
-	c.progress("flush %d %s: filling %d pending entries into Redis (HSET pipelines)", n, res.Schema, n)
+	c.progress("flush %d %s: filling %d entries into Redis throttle windows (HSET pipelines)", n, res.Schema, n)
 	f0 := time.Now()
 	if err := e.fillPending(ctx, keyPrefix, n, lastseen.DefaultShards, base, c.Seed); err != nil {
 		return nil, err
@@ -310,12 +310,15 @@ func flushBatches(n, shards, size int, seed uint64) [][]int64 {
 	return out
 }
 
-// fillPending writes ids 1..n straight into the library's pending hashes,
-// as Touch would have left them (field: id in decimal, value: Unix
-// microseconds, in the id's bucket: internal/keys), with HSET of up to
-// 1,000 pairs, 50 per pipeline.
+// fillPending writes ids 1..n straight into the library's buffer, as
+// Touch leaves them: each id's Unix microseconds in its bucket's hash of
+// the throttle window (DefaultThrottle, counted from the Unix epoch) its
+// time falls in, and each window registered in its shard's hash of windows
+// (internal/keys), with HSET of up to 1,000 pairs, 50 per pipeline. The
+// library's flush then moves them to pending, as it does in production.
 func (e *env) fillPending(ctx context.Context, prefix string, n, shards int, base time.Time, seed uint64) error {
 	pairs := map[string][]any{}
+	ends := map[int]map[int64]bool{}
 	pipe := e.plain.Pipeline()
 	send := func(force bool) error {
 		if pipe.Len() >= 50 || (force && pipe.Len() > 0) {
@@ -325,23 +328,41 @@ func (e *env) fillPending(ctx context.Context, prefix string, n, shards int, bas
 		}
 		return nil
 	}
+	th := lastseen.DefaultThrottle.Milliseconds()
+	var windows []string
 	for id := 1; id <= n; id++ {
 		uid := strconv.Itoa(id)
 		s, b := keys.Locate(uid, shards)
-		key := keys.ForShard(prefix, s, shards).Pending(b)
-		pairs[key] = append(pairs[key], uid, flushTime(base, seed, uint64(id)).UnixMicro())
+		at := flushTime(base, seed, uint64(id))
+		end := (at.UnixMilli()/th + 1) * th
+		if ends[s] == nil {
+			ends[s] = map[int64]bool{}
+		}
+		ends[s][end] = true
+		key := keys.ForShard(prefix, s, shards).Window(b, end)
+		if _, ok := pairs[key]; !ok {
+			windows = append(windows, key)
+		}
+		pairs[key] = append(pairs[key], uid, at.UnixMicro())
 		if len(pairs[key]) == 2000 {
 			pipe.HSet(ctx, key, pairs[key]...)
-			delete(pairs, key)
+			pairs[key] = pairs[key][:0]
 			if err := send(false); err != nil {
 				return err
 			}
 		}
 	}
 	for key, p := range pairs {
-		pipe.HSet(ctx, key, p...)
+		if len(p) > 0 {
+			pipe.HSet(ctx, key, p...)
+		}
 		if err := send(false); err != nil {
 			return err
+		}
+	}
+	for s, es := range ends {
+		for end := range es {
+			pipe.HSet(ctx, keys.ForShard(prefix, s, shards).Windows(), strconv.FormatInt(end, 10), 0)
 		}
 	}
 	if err := send(true); err != nil {
@@ -349,10 +370,8 @@ func (e *env) fillPending(ctx context.Context, prefix string, n, shards int, bas
 	}
 	var lens []*redis.IntCmd
 	if _, err := e.plain.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for s := range shards {
-			for _, key := range keys.ForShard(prefix, s, shards).AllPending() {
-				lens = append(lens, pipe.HLen(ctx, key))
-			}
+		for _, key := range windows {
+			lens = append(lens, pipe.HLen(ctx, key))
 		}
 		return nil
 	}); err != nil {
@@ -363,7 +382,7 @@ func (e *env) fillPending(ctx context.Context, prefix string, n, shards int, bas
 		total += l.Val()
 	}
 	if total != int64(n) {
-		return fmt.Errorf("lastseen: bench: filled %d pending entries, want %d", total, n)
+		return fmt.Errorf("lastseen: bench: filled %d entries, want %d", total, n)
 	}
 	return nil
 }
