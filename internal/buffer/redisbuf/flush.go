@@ -36,7 +36,6 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 	var manifest *redis.IntCmd
 	var evicted []nodeEviction
 	now := b.now().UnixMilli()
-	keep := b.throttle.Milliseconds()
 	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
 		single, ok := rdb.UniversalClient.(*redis.Client)
 		var info *redis.StringCmd
@@ -53,7 +52,7 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 							pipe.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0)
 						}
 					}
-					cmds[i] = activeScript.EvalSha(ctx, pipe, k.buffered, now, keep)
+					cmds[i] = activeScript.EvalSha(ctx, pipe, k.buffered, now)
 				}
 				manifest = pipe.Exists(ctx, keys.Manifest(b.prefix))
 				if single != nil {

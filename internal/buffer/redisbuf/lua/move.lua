@@ -26,49 +26,79 @@ local function hset_all(key, kv)
   end
 end
 
--- move_window moves the new entries of one bucket's window hash w into
--- the pending hash and returns how many it moved: in bulk when the pending
--- hash is empty (as after a swap), else entry by entry, newest wins.
-local function move_window(w, pending, ceiling)
-  local kv = redis.call('HGETALL', w)
-  local new, marks = {}, {}
+-- collect adds the new entries (value not "") of the window hash key to
+-- acc (acc.uids: ids in the order found; acc.val: id -> value, the newest
+-- timestamp when an id is in several windows, a number over a value that
+-- is not one), appends (id, "") to marks when marks is given, and returns
+-- how many entries it found.
+local function collect(key, acc, marks)
+  local kv = redis.call('HGETALL', key)
+  local n = 0
   for i = 1, #kv, 2 do
-    if kv[i + 1] ~= '' then
-      new[#new + 1], new[#new + 2] = kv[i], kv[i + 1]
-      marks[#marks + 1], marks[#marks + 2] = kv[i], ''
-    end
-  end
-  if #new == 0 then return 0 end
-  if redis.call('EXISTS', pending) == 0 then
-    hset_all(pending, new)
-  else
-    for i = 1, #new, 2 do
-      local uid, v = new[i], new[i + 1]
-      local ts = tonumber(v)
-      local cur = tonumber(redis.call('HGET', pending, uid))
-      if (ts and (not cur or cur < ts or cur > ceiling)) or (not ts and not cur) then
-        redis.call('HSET', pending, uid, v)
+    local uid, v = kv[i], kv[i + 1]
+    if v ~= '' then
+      n = n + 1
+      if marks then marks[#marks + 1], marks[#marks + 2] = uid, '' end
+      local cur = acc.val[uid]
+      if cur == nil then
+        acc.uids[#acc.uids + 1] = uid
+        acc.val[uid] = v
+      else
+        local ts, c = tonumber(v), tonumber(cur)
+        if ts and (not c or c < ts) then acc.val[uid] = v end
       end
     end
   end
-  hset_all(w, marks)
-  return #new / 2
+  return n
+end
+
+-- put writes the entries of acc into the pending hash: all of them when it
+-- does not exist (as after a swap), else the newest of each (read with
+-- HMGET, 1,000 ids per call), replacing a stored value a flush would refuse
+-- (not a number, or beyond the ceiling); a value that is not a number only
+-- fills an empty or unreadable entry, so that the flush refuses, counts and
+-- drops it.
+local function put(pending, acc, ceiling)
+  local uids, kv = acc.uids, {}
+  if #uids == 0 then return end
+  if redis.call('EXISTS', pending) == 0 then
+    for _, uid in ipairs(uids) do
+      kv[#kv + 1], kv[#kv + 2] = uid, acc.val[uid]
+    end
+  else
+    for i = 1, #uids, 1000 do
+      local cur = redis.call('HMGET', pending, unpack(uids, i, math.min(i + 999, #uids)))
+      for j = 1, #cur do
+        local uid = uids[i + j - 1]
+        local v = acc.val[uid]
+        local ts, c = tonumber(v), tonumber(cur[j])
+        if (ts and (not c or c < ts or c > ceiling)) or (not ts and not c) then
+          kv[#kv + 1], kv[#kv + 2] = uid, v
+        end
+      end
+    end
+  end
+  hset_all(pending, kv)
 end
 
 -- move_bucket moves every window's new entries of bucket b (the bucket of
--- the pending hash given) and returns how many it moved.
+-- the pending hash given) and returns how many it moved; the moved entries
+-- stay in their windows as "".
 local function move_bucket(pending, ceiling)
   local tag = tag_of(pending)
   local b = string.match(pending, 'pending:(%d+)$')
   local windows = tag .. 'windows'
-  local total = 0
+  local acc, total = {uids = {}, val = {}}, 0
   for _, e in ipairs(redis.call('HKEYS', windows)) do
-    local n = move_window(window_key(tag, b, e), pending, ceiling)
+    local key, marks = window_key(tag, b, e), {}
+    local n = collect(key, acc, marks)
     if n > 0 then
+      hset_all(key, marks)
       redis.call('HINCRBY', windows, e, n)
       total = total + n
     end
   end
+  put(pending, acc, ceiling)
   return total
 end
 

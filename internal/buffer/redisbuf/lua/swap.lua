@@ -1,6 +1,10 @@
 -- swap: moves the new entries of the shard's throttle windows into its
--- pending hashes (move.lua), deletes the windows over for longer than
--- ARGV[3] (their users can no longer be throttled by them), then turns the
+-- pending hashes (move.lua): an open window keeps its moved entries as ""
+-- (the users stay throttled until it ends), an ended one's hashes are
+-- deleted (its count of moved entries back to 0); a window's registration
+-- is deleted once it has been over for ARGV[3], so that until then a touch
+-- of an instance whose clock runs behind, which recreates its hash, is
+-- found and moved too. Then it turns the
 -- shard's pending hashes into its in-flight hashes (RENAME, bucket by
 -- bucket; every key is in the shard's slot), if this flusher still holds
 -- the shard's lock and no in-flight hash is left from an earlier flush.
@@ -23,19 +27,44 @@ for i = n + 2, 2 * n + 1, 1000 do
 end
 local now, keep, ceiling = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local sizes, tag = window_sizes(windows, 2, n)
+local list, counts = {}, {}
 for _, w in ipairs(sizes) do
-  local e, moved, size = w[1], w[2], w[3]
-  if size > moved then
-    local count = 0
-    for b = 0, n - 1 do
-      count = count + move_window(window_key(tag, b, e), KEYS[b + 2], ceiling)
-    end
-    redis.call('HINCRBY', windows, e, count)
+  local ended = (tonumber(w[1]) or 0) <= now
+  if w[3] > w[2] or (ended and w[3] > 0) then
+    list[#list + 1] = {w[1], ended, w[3] > w[2]}
+    counts[#list] = 0
   end
-  if (tonumber(e) or 0) + keep <= now then
-    for b = 0, n - 1 do
-      redis.call('UNLINK', window_key(tag, b, e))
+end
+if #list > 0 then
+  for b = 0, n - 1 do
+    local acc = {uids = {}, val = {}}
+    for i, w in ipairs(list) do
+      local key = window_key(tag, b, w[1])
+      if w[2] then
+        if w[3] then counts[i] = counts[i] + collect(key, acc, nil) end
+        redis.call('UNLINK', key)
+      else
+        local marks = {}
+        local c = collect(key, acc, marks)
+        if c > 0 then
+          hset_all(key, marks)
+          counts[i] = counts[i] + c
+        end
+      end
     end
+    put(KEYS[b + 2], acc, ceiling)
+  end
+  for i, w in ipairs(list) do
+    if w[2] then
+      redis.call('HSET', windows, w[1], 0)
+    else
+      redis.call('HINCRBY', windows, w[1], counts[i])
+    end
+  end
+end
+for _, w in ipairs(sizes) do
+  local e = w[1]
+  if (tonumber(e) or 0) + keep <= now then
     redis.call('HDEL', windows, e)
   end
 end
