@@ -45,9 +45,11 @@
 // registers again the last two windows that instance's touches wrote to,
 // so that entries written after Redis lost its data are moved too. The flush's swap moves a window's new entries to
 // the pending hashes (newest wins) and leaves "" in their place, so the
-// user stays throttled until the window ends; the swap deletes a window
-// once it has been over for a throttle window, the tolerance for clocks of
-// other instances running behind. A recorded touch that returns when its
+// user stays throttled until the window ends; the first swap after the
+// window ends deletes its hashes, and its registration once it has been
+// over for a throttle window, the tolerance for clocks of other instances
+// running behind (their touches are still found, and may record a user a
+// second time). A recorded touch that returns when its
 // window has been over for that long (its command may have reached Redis
 // after the swap deleted the window, and recreated its hash) registers the
 // window again. A late touch, whose window is already
