@@ -42,7 +42,7 @@ func writeFlush(w io.Writer, f *flushResult) {
 			fmt.Fprintf(w, "\nSchemas at %s users, lastseen rows/s against plain (no index on last_seen_at): %s.\n", fmtInt(int64(n)), strings.Join(parts, "; "))
 		}
 	}
-	fmt.Fprintf(w, "\nThe pending hashes were filled directly with HSET pipelines, not by Touch calls. "+
+	fmt.Fprintf(w, "\nThe throttle windows' hashes were filled directly with HSET pipelines, as Touch calls leave them (the flush moves them to pending). "+
 		"Raw: the same batches sorted by id, no Redis; unnest = one prepared UPDATE ... FROM unnest(ids, times) per batch, "+
 		"COPY = per batch COPY into a temporary table and one UPDATE ... FROM it, in one transaction.\n")
 }
