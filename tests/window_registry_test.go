@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
 )
 
@@ -66,10 +67,7 @@ func TestWindowRegistryThrottleMismatchSkew(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 3)
-		cfg := h.config()
-		cfg.Buffer.Shards = 1
-		cfg.Buffer.LocalCacheSize = -1
-		cfg.Throttle = time.Minute
+		cfg := oneShardUncached(h)
 		h.clock.Set(mustTime("2026-03-01T10:01:00Z"))
 		f, db := h.plugin(cfg)
 		acfg := cfg
@@ -103,13 +101,7 @@ func TestWindowRegistryThrottleMismatchSkew(t *testing.T) {
 			lastSeenColumn(t, db, "users", "id", "last_seen_at", 2), " ", lastSeenColumn(t, db, "users", "id", "last_seen_at", 3))
 		equal(t, "columns of users 1, 2, 3", got, "2026-03-01T09:59:00Z 2026-03-01T09:59:00.5Z 2026-03-01T10:19:00.5Z")
 		equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
-		left := 0
-		for _, k := range h.keys() {
-			if strings.Contains(k, ":seen:") {
-				left++
-			}
-		}
-		equal(t, "windows still throttling", left, 0)
+		equal(t, "windows still throttling", throttling(h), 0)
 	})
 }
 
@@ -124,10 +116,7 @@ func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 4)
-		cfg := h.config()
-		cfg.Buffer.Shards = 1
-		cfg.Buffer.LocalCacheSize = -1
-		cfg.Throttle = time.Minute
+		cfg := oneShardUncached(h)
 		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
 		p, db := h.plugin(cfg)
 		stall := &stallHook{match: ":window:", run: func() {
@@ -162,13 +151,7 @@ func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
 		equal(t, "columns of users 1 to 4", strings.Join(cols, " "),
 			"2026-03-01T10:00:30Z 2026-03-01T10:00:30Z 2026-03-01T10:02:30Z 2026-03-01T10:04:30Z")
 		equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
-		left := 0
-		for _, k := range h.keys() {
-			if strings.Contains(k, ":seen:") {
-				left++
-			}
-		}
-		equal(t, "windows still throttling at 10:06:30", left, 0)
+		equal(t, "windows still throttling at 10:06:30", throttling(h), 0)
 	})
 }
 
@@ -208,4 +191,26 @@ func (s *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		s.before(cmds...)
 		return next(ctx, cmds)
 	}
+}
+
+// oneShardUncached is the harness's config with one shard, no local cache
+// (every touch reaches Redis) and a one-minute throttle window.
+func oneShardUncached(h *harness) lastseen.Config {
+	cfg := h.config()
+	cfg.Buffer.Shards = 1
+	cfg.Buffer.LocalCacheSize = -1
+	cfg.Throttle = time.Minute
+	return cfg
+}
+
+// throttling counts the users a throttle window still throttles on the
+// harness's clock.
+func throttling(h *harness) int {
+	n := 0
+	for _, k := range h.keys() {
+		if strings.Contains(k, ":seen:") {
+			n++
+		}
+	}
+	return n
 }
