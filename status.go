@@ -10,8 +10,11 @@ import (
 
 // ShardStatus is one shard's part of the buffer, as Status read it.
 type ShardStatus struct {
-	Shard    int       // 0 to Buffer.Shards-1
-	Pending  int64     // users touched since a flush last took the shard (HLEN)
+	Shard int // 0 to Buffer.Shards-1
+	// Pending counts the entries waiting for a flush: users touched since
+	// a flush last took the shard, a user recorded in two throttle windows
+	// since then counted twice.
+	Pending  int64
 	InFlight int64     // users taken by a running flush or left by a failed one; written first
 	Oldest   time.Time // oldest timestamp of the shard (UTC); zero when empty
 	// Unreadable counts entries a flush would drop as Rejected: an id not
@@ -126,7 +129,7 @@ const maxBufferSample = 1000
 // checks: exact sizes, the oldest timestamp from a bounded random sample.
 type BufferSample struct {
 	At                time.Time // the plugin's clock when the read started (UTC)
-	Pending, InFlight int64     // users in all shards' pending and in-flight sets
+	Pending, InFlight int64     // entries in all shards' pending and in-flight sets (a user recorded in two throttle windows since the last flush counted twice)
 	Backlog           int       // users in this process's in-process backlog
 	Oldest            time.Time // oldest sampled timestamp (UTC; zero if none), never older than the true one
 	Exact             bool      // every set held at most perHash entries: Oldest is the true oldest
