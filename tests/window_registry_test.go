@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -161,35 +162,47 @@ func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
 type stallHook struct {
 	match string
 	run   func()
+	lose  bool // the stalled command runs, and its caller gets a timeout instead of its reply
 	armed atomic.Bool
 	ran   atomic.Int64
 }
 
 func (s *stallHook) arm() { s.armed.Store(true) }
 
-func (s *stallHook) before(cmds ...redis.Cmder) {
+// before runs run if one of cmds is the awaited command, and reports
+// whether it did.
+func (s *stallHook) before(cmds ...redis.Cmder) bool {
 	for _, c := range cmds {
 		if k, ok := c.Args()[min(1, len(c.Args())-1)].(string); ok && strings.Contains(k, s.match) && s.armed.CompareAndSwap(true, false) {
 			s.ran.Add(1)
 			s.run()
-			return
+			return true
 		}
 	}
+	return false
+}
+
+// after is the error the caller gets: a timeout when the reply is lost.
+func (s *stallHook) after(stalled bool, err error) error {
+	if stalled && s.lose && err == nil {
+		return fmt.Errorf("i/o timeout (reply lost): %w", context.DeadlineExceeded)
+	}
+	return err
 }
 
 func (s *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (s *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.before(cmd)
-		return next(ctx, cmd)
+		stalled := s.before(cmd)
+		return s.after(stalled, next(ctx, cmd))
 	}
 }
 
 func (s *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		s.before(cmds...)
-		return next(ctx, cmds)
+		stalled := s.before(cmds...)
+		return s.after(stalled, next(ctx, cmds))
 	}
 }
 
@@ -213,4 +226,156 @@ func throttling(h *harness) int {
 		}
 	}
 	return n
+}
+
+// touchRecorded touches id on p and fails unless it was recorded.
+func touchRecorded(t *testing.T, p *lastseen.Plugin, id int) {
+	t.Helper()
+	ok, err := p.Touch(context.Background(), id)
+	must(t, err)
+	equal(t, fmt.Sprintf("user %d recorded", id), ok, true)
+}
+
+// columns reads users 1..n's last_seen_at, space-separated ("" for NULL).
+func columns(t *testing.T, h *harness, n int) string {
+	t.Helper()
+	var cols []string
+	for id := 1; id <= n; id++ {
+		cols = append(cols, lastSeenColumn(t, h.db, "users", "id", "last_seen_at", id))
+	}
+	return strings.Join(cols, " ")
+}
+
+// TestWindowStrayOnOtherFlusher: a touch's command reaches Redis after a
+// flusher of another instance deleted its window, where the toucher's own
+// clock or Throttle does not see the window as deleted yet: the flusher's
+// clock runs 30 s ahead (less than a throttle window), or its Throttle is
+// 1 minute against the toucher's 10. The toucher then writes to two later
+// windows before its next flush tick. The tick registers again every
+// window the toucher wrote to since the last one: user 2 is written, no
+// hash is left.
+func TestWindowStrayOnOtherFlusher(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		throttle         time.Duration // the toucher's
+		flusher, toucher string        // their clocks at the start
+		stall, step      time.Duration // the clocks' advance during the stall, and per later touch
+		want             string
+	}{
+		{"clock ahead", time.Minute, "2026-03-01T10:00:30Z", "2026-03-01T10:00:00Z", 90 * time.Second, time.Minute,
+			"2026-03-01T10:00:00Z 2026-03-01T10:00:00Z 2026-03-01T10:02:30Z 2026-03-01T10:03:30Z"},
+		{"shorter throttle", 10 * time.Minute, "2026-03-01T10:05:00Z", "2026-03-01T10:05:00Z", 6*time.Minute + 30*time.Second, 10 * time.Minute,
+			"2026-03-01T10:05:00Z 2026-03-01T10:05:00Z 2026-03-01T10:21:30Z 2026-03-01T10:31:30Z"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			forEachRedis(t, func(t *testing.T, h *harness) {
+				ctx := context.Background()
+				seedUsers(t, h.db, 4)
+				cfg := oneShardUncached(h)
+				h.clock.Set(mustTime(c.flusher))
+				f, _ := h.plugin(cfg)
+				tcfg := cfg
+				tcfg.Throttle = c.throttle
+				other := testenv.NewClock(mustTime(c.toucher))
+				tcfg.Test.Now = other.Now
+				a, _ := h.plugin(tcfg)
+				stall := &stallHook{match: ":window:", run: func() {
+					h.clock.Add(c.stall)
+					other.Add(c.stall)
+					_, err := f.Flush(ctx)
+					must(t, err)
+				}}
+				touchRecorded(t, a, 1)
+				h.r.Client.AddHook(stall)
+				stall.arm()
+				touchRecorded(t, a, 2)
+				equal(t, "stalls", stall.ran.Load(), int64(1))
+				for _, id := range []int{3, 4} {
+					h.clock.Add(c.step)
+					other.Add(c.step)
+					touchRecorded(t, a, id)
+				}
+				for range 3 {
+					h.clock.Add(2 * c.throttle)
+					other.Add(2 * c.throttle)
+					_, err := a.Flush(ctx)
+					must(t, err)
+					_, err = f.Flush(ctx)
+					must(t, err)
+				}
+				equal(t, "columns of users 1 to 4", columns(t, h, 4), c.want)
+				equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
+				raw, err := testenv.Keys(ctx, h.r.Client, h.prefix+":*:window*")
+				must(t, err)
+				equal(t, "window keys left", strings.Join(raw, " "), "")
+			})
+		})
+	}
+}
+
+// TestWindowStrayReplyLost: the touch's command runs in Redis after a
+// flush deleted its window, and its reply is lost (the client reports a
+// timeout): the touch is kept in the backlog, and the flush tick registers
+// the window again, so that its hash is deleted too.
+func TestWindowStrayReplyLost(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 4)
+		cfg := oneShardUncached(h)
+		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
+		p, _ := h.plugin(cfg)
+		stall := &stallHook{match: ":window:", lose: true, run: func() {
+			h.clock.Add(2 * time.Minute)
+			_, err := p.Flush(ctx)
+			must(t, err)
+		}}
+		touchRecorded(t, p, 1)
+		h.r.Client.AddHook(stall)
+		stall.arm()
+		_, err := p.Touch(ctx, 2)
+		if !errors.Is(err, lastseen.ErrBuffered) {
+			t.Fatalf("touch with its reply lost: %v, want ErrBuffered", err)
+		}
+		for _, id := range []int{3, 4} {
+			touchRecorded(t, p, id)
+			h.clock.Add(2 * time.Minute)
+		}
+		for range 3 {
+			_, err = p.Flush(ctx)
+			must(t, err)
+			h.clock.Add(2 * time.Minute)
+		}
+		equal(t, "columns of users 1 to 4", columns(t, h, 4),
+			"2026-03-01T10:00:30Z 2026-03-01T10:00:30Z 2026-03-01T10:02:30Z 2026-03-01T10:04:30Z")
+		equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
+		raw, err := testenv.Keys(ctx, h.r.Client, h.prefix+":*:window*")
+		must(t, err)
+		equal(t, "window keys left", strings.Join(raw, " "), "")
+	})
+}
+
+// TestWindowsIdleShardEmptied: a shard whose users went quiet keeps no
+// registration of its windows once they have been over for a throttle
+// window: the flush ticks stop registering them again, and a swap deletes
+// them.
+func TestWindowsIdleShardEmptied(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 2)
+		cfg := oneShardUncached(h)
+		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
+		p, _ := h.plugin(cfg)
+		touchRecorded(t, p, 1)
+		h.clock.Add(time.Minute)
+		touchRecorded(t, p, 2)
+		for range 4 {
+			h.clock.Add(time.Hour)
+			_, err := p.Flush(ctx)
+			must(t, err)
+		}
+		equal(t, "columns of users 1, 2", columns(t, h, 2), "2026-03-01T10:00:30Z 2026-03-01T10:01:30Z")
+		raw, err := testenv.Keys(ctx, h.r.Client, h.prefix+":*:window*")
+		must(t, err)
+		equal(t, "window keys left", strings.Join(raw, " "), "")
+	})
 }

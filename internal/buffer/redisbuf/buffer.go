@@ -42,8 +42,11 @@
 // in a shard (and one a second after, in case Redis lost it) also
 // registers the window in the shard's hash of windows, in the same
 // pipelined round trip, and every flush tick of every instance (Active)
-// registers again the last two windows that instance's touches wrote to,
-// so that entries written after Redis lost its data are moved too. The flush's swap moves a window's new entries to
+// registers again each window that instance's touches wrote to (or may
+// have: a reply lost) since its last tick, and the last two it registered
+// until they have been over for a throttle window, so that entries written
+// after Redis lost its data, or after a flush deleted their window, are
+// moved too. The flush's swap moves a window's new entries to
 // the pending hashes (newest wins) and leaves "" in their place, so the
 // user stays throttled until the window ends; the first swap after the
 // window ends deletes its hashes, and its registration once it has been
@@ -327,6 +330,9 @@ func (b *Buffer) Touch(ctx context.Context, uid string, at, now, end time.Time) 
 		})
 		return touchReply(set.Val()), err
 	})
+	if ttl > 0 {
+		k.reg.wrote(e)
+	}
 	if err != nil {
 		kept := b.keep(uid, ts)
 		if errors.Is(err, ErrCallerEnded) {

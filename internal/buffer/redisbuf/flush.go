@@ -22,9 +22,11 @@ import (
 
 // Active asks Redis with one pipeline of the active script, one call per
 // shard (lua/active.lua: a pending or in-flight hash, a throttle window
-// with entries to move, or one to delete), after an HSETNX registering
-// again each of the last two windows this process's touches of the shard
-// wrote to (see the package doc), and an EXISTS of the manifest
+// with entries to move, or one to delete; it deletes the registrations of
+// windows long over whose hashes are gone), after an HSETNX registering
+// again each window this process's touches of the shard wrote to since the
+// last call and the last two it registered (see the package doc; given
+// back when the pipeline fails), and an EXISTS of the manifest
 // (ManifestGone: Redis lost its data); when Redis does not know the script
 // (NOSCRIPT) it loads it and sends the pipeline once more. It also reads
 // INFO stats evicted_keys for the eviction watch
@@ -36,6 +38,11 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 	var manifest *redis.IntCmd
 	var evicted []nodeEviction
 	now := b.now().UnixMilli()
+	keep := b.throttle.Milliseconds()
+	ends := make([][]int64, len(b.shards))
+	for i, k := range b.shards {
+		ends[i] = k.reg.take(now, keep)
+	}
 	err := b.redis(ctx, func(ctx context.Context, rdb *client) error {
 		single, ok := rdb.UniversalClient.(*redis.Client)
 		var info *redis.StringCmd
@@ -47,12 +54,10 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 		run := func() error {
 			_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 				for i, k := range b.shards {
-					for _, e := range k.reg.ends() {
-						if e != 0 {
-							pipe.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0)
-						}
+					for _, e := range ends[i] {
+						pipe.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0)
 					}
-					cmds[i] = activeScript.EvalSha(ctx, pipe, k.buffered, now)
+					cmds[i] = activeScript.EvalSha(ctx, pipe, k.buffered, now, keep)
 				}
 				manifest = pipe.Exists(ctx, keys.Manifest(b.prefix))
 				if single != nil {
@@ -82,6 +87,9 @@ func (b *Buffer) Active(ctx context.Context) ([]int, error) {
 		return err
 	})
 	if err != nil {
+		for i, k := range b.shards {
+			k.reg.restore(ends[i])
+		}
 		return nil, err
 	}
 	b.eviction.counted(evicted)

@@ -1,6 +1,8 @@
 package redisbuf
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,10 +39,22 @@ const reregister = time.Second
 
 // registration is the window of a shard this process last registered in
 // the shard's hash of windows (HSETNX), when, on the plugin's clock, and
-// the window it registered before that one.
+// the window it registered before that one; and the windows its touches
+// wrote to, or may have written to (a reply lost), since the last flush
+// tick, so that the tick registers them again: a touch whose command
+// reached Redis after a flush deleted its window (a stalled client, a
+// flusher whose clock runs ahead or whose Throttle is shorter) recreated a
+// hash no registration names.
 type registration struct {
 	end, at, prev atomic.Int64 // Unix ms
+	last          atomic.Int64 // the window end last added to written (0 after take)
+	mu            sync.Mutex
+	written       []int64 // window ends, at most maxWritten, the oldest dropped first
 }
+
+// maxWritten bounds the windows a registration remembers between two
+// flush ticks (a Throttle of a millisecond writes to thousands).
+const maxWritten = 1024
 
 // due reports whether a touch of the window ending at end must register it.
 func (r *registration) due(end int64, now time.Time) bool {
@@ -56,7 +70,46 @@ func (r *registration) done(end int64, now time.Time) {
 	r.at.Store(now.UnixMilli())
 }
 
-// ends returns the windows this process registered last (0 for none): the
-// ones its touches may have written to since Redis last saw them
-// registered.
-func (r *registration) ends() [2]int64 { return [2]int64{r.prev.Load(), r.end.Load()} }
+// wrote records that a touch's command wrote, or may have written, to the
+// window ending at end. Called after the command returned: a take after
+// it names end.
+func (r *registration) wrote(end int64) {
+	if r.last.Load() == end {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last.Store(end)
+	if slices.Contains(r.written, end) {
+		return
+	}
+	if len(r.written) == maxWritten {
+		r.written = append(r.written[:0], r.written[1:]...)
+	}
+	r.written = append(r.written, end)
+}
+
+// take returns, and forgets, the windows touches wrote to since the last
+// take, with the two windows registered last while they are not over for
+// keep ms at now (Unix ms): what a flush tick registers again.
+func (r *registration) take(now, keep int64) []int64 {
+	r.mu.Lock()
+	w := r.written
+	r.written = nil
+	r.last.Store(0)
+	r.mu.Unlock()
+	for _, e := range [2]int64{r.prev.Load(), r.end.Load()} {
+		if e != 0 && e+keep > now && !slices.Contains(w, e) {
+			w = append(w, e)
+		}
+	}
+	return w
+}
+
+// restore gives back windows a take returned that a failed tick did not
+// register.
+func (r *registration) restore(ends []int64) {
+	for _, e := range ends {
+		r.wrote(e)
+	}
+}
