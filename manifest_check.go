@@ -72,8 +72,8 @@ const comparedFields = 7
 // but not compared: with an explicit Prefix, a failover to a server of
 // another identity must not stop the app, and a rolling deploy may change
 // Throttle (instances whose windows differ do not see each other's throttle
-// markers, which live in hashes per generation of one window: they write
-// more often, nothing is lost); a mismatch of the first two is logged.
+// windows, which are named by their ends: they write more often, nothing
+// is lost); a mismatch of the first two is logged.
 func (p *Plugin) manifest() []manifestField {
 	key := "text"
 	if p.users.ids.Integer() {

@@ -13,8 +13,8 @@ import (
 // Redis HyperLogLogs of the whole buffer, the online bucket of the touch's
 // minute and the active users of its UTC day, when a flush drains the
 // user's pending entry: each page of the flush sends one PFADD per set
-// (and its EXPIRE) for all its users, so the touch's script writes none
-// and the counts hold the touches up to the last flush. Between two flushes
+// (and its EXPIRE) for all its users, so a touch writes none and the
+// counts hold the touches up to the last flush. Between two flushes
 // a user's entry holds the newest recorded touch only, so a user recorded
 // in two minutes (or on both sides of midnight UTC) between two flushes
 // joins the later minute's (day's) set. A HyperLogLog (Redis PFADD, PFCOUNT) is
