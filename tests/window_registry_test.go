@@ -305,9 +305,7 @@ func TestWindowStrayOnOtherFlusher(t *testing.T) {
 				}
 				equal(t, "columns of users 1 to 4", columns(t, h, 4), c.want)
 				equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
-				raw, err := testenv.Keys(ctx, h.r.Client, h.prefix+":*:window*")
-				must(t, err)
-				equal(t, "window keys left", strings.Join(raw, " "), "")
+				equal(t, "window keys left", windowKeys(t, h), "")
 			})
 		})
 	}
@@ -348,9 +346,7 @@ func TestWindowStrayReplyLost(t *testing.T) {
 		equal(t, "columns of users 1 to 4", columns(t, h, 4),
 			"2026-03-01T10:00:30Z 2026-03-01T10:00:30Z 2026-03-01T10:02:30Z 2026-03-01T10:04:30Z")
 		equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
-		raw, err := testenv.Keys(ctx, h.r.Client, h.prefix+":*:window*")
-		must(t, err)
-		equal(t, "window keys left", strings.Join(raw, " "), "")
+		equal(t, "window keys left", windowKeys(t, h), "")
 	})
 }
 
@@ -374,8 +370,15 @@ func TestWindowsIdleShardEmptied(t *testing.T) {
 			must(t, err)
 		}
 		equal(t, "columns of users 1, 2", columns(t, h, 2), "2026-03-01T10:00:30Z 2026-03-01T10:01:30Z")
-		raw, err := testenv.Keys(ctx, h.r.Client, h.prefix+":*:window*")
-		must(t, err)
-		equal(t, "window keys left", strings.Join(raw, " "), "")
+		equal(t, "window keys left", windowKeys(t, h), "")
 	})
+}
+
+// windowKeys lists the Redis keys of throttle windows and of their
+// registrations under the harness's prefix, space-separated.
+func windowKeys(t *testing.T, h *harness) string {
+	t.Helper()
+	raw, err := testenv.Keys(context.Background(), h.r.Client, h.prefix+":*:window*")
+	must(t, err)
+	return strings.Join(raw, " ")
 }
