@@ -119,7 +119,7 @@ func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
 		seedUsers(t, h.db, 4)
 		cfg := oneShardUncached(h)
 		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
-		p, db := h.plugin(cfg)
+		p, _ := h.plugin(cfg)
 		stall := &stallHook{match: ":window:", run: func() {
 			h.clock.Add(2 * time.Minute) // the window ended at 10:01 and has been over for a minute
 			res, err := p.Flush(ctx)
@@ -145,11 +145,7 @@ func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
 		}
 		_, err = p.Flush(ctx)
 		must(t, err)
-		var cols []string
-		for id := 1; id <= 4; id++ {
-			cols = append(cols, lastSeenColumn(t, db, "users", "id", "last_seen_at", id))
-		}
-		equal(t, "columns of users 1 to 4", strings.Join(cols, " "),
+		equal(t, "columns of users 1 to 4", columns(t, h, 4),
 			"2026-03-01T10:00:30Z 2026-03-01T10:00:30Z 2026-03-01T10:02:30Z 2026-03-01T10:04:30Z")
 		equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
 		equal(t, "windows still throttling at 10:06:30", throttling(h), 0)
@@ -304,8 +300,7 @@ func TestWindowStrayOnOtherFlusher(t *testing.T) {
 					must(t, err)
 				}
 				equal(t, "columns of users 1 to 4", columns(t, h, 4), c.want)
-				equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
-				equal(t, "window keys left", windowKeys(t, h), "")
+				nothingLeft(t, h)
 			})
 		})
 	}
@@ -345,8 +340,7 @@ func TestWindowStrayReplyLost(t *testing.T) {
 		}
 		equal(t, "columns of users 1 to 4", columns(t, h, 4),
 			"2026-03-01T10:00:30Z 2026-03-01T10:00:30Z 2026-03-01T10:02:30Z 2026-03-01T10:04:30Z")
-		equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
-		equal(t, "window keys left", windowKeys(t, h), "")
+		nothingLeft(t, h)
 	})
 }
 
@@ -372,6 +366,14 @@ func TestWindowsIdleShardEmptied(t *testing.T) {
 		equal(t, "columns of users 1, 2", columns(t, h, 2), "2026-03-01T10:00:30Z 2026-03-01T10:01:30Z")
 		equal(t, "window keys left", windowKeys(t, h), "")
 	})
+}
+
+// nothingLeft asserts that no entry waits in Redis and that no key of a
+// throttle window, or of their registrations, is left.
+func nothingLeft(t *testing.T, h *harness) {
+	t.Helper()
+	equal(t, "buffers left", strings.Join(h.pendingKeys(), " "), "")
+	equal(t, "window keys left", windowKeys(t, h), "")
 }
 
 // windowKeys lists the Redis keys of throttle windows and of their
