@@ -83,3 +83,25 @@ func TestPresenceKeys(t *testing.T) {
 		t.Errorf("Owned(app) = %s, want %s", got, want)
 	}
 }
+
+// TestWindowKeys: the keys built at once are Window's, bucket by bucket,
+// in three allocations (the bytes, one string, the slice).
+func TestWindowKeys(t *testing.T) {
+	s := ForShard("app", 3, 16)
+	const end = 1772357700000
+	got := s.WindowKeys(end)
+	if len(got) != 256 {
+		t.Fatalf("WindowKeys returned %d keys, want 256", len(got))
+	}
+	if got[0] != "app:{3}:window:0:1772357700000" || got[255] != "app:{3}:window:255:1772357700000" {
+		t.Errorf("WindowKeys: first %q, last %q", got[0], got[255])
+	}
+	for b, k := range got {
+		if want := s.Window(b, end); k != want {
+			t.Errorf("WindowKeys[%d] = %q, want %q", b, k, want)
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() { s.WindowKeys(end) }); n != 3 {
+		t.Errorf("WindowKeys allocates %v times, want 3", n)
+	}
+}

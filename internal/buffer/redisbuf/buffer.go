@@ -279,20 +279,29 @@ func withDefaults(o Options) Options {
 // for the app's while fn ran, fn fails with redis.ErrClosed and runs once
 // more on the app's client.
 func (b *Buffer) redis(ctx context.Context, fn func(context.Context, *client) error) error {
+	_, err := send(b, ctx, fn, func(ctx context.Context, c *client, fn func(context.Context, *client) error) (struct{}, error) {
+		return struct{}{}, fn(ctx, c)
+	})
+	return err
+}
+
+// send is redis for fn(ctx, rdb, a), a function of a value rather than a
+// closure (run).
+func send[A, R any](b *Buffer, ctx context.Context, a A, fn func(context.Context, *client, A) (R, error)) (R, error) {
 	for {
 		c := b.rdb.Load()
-		err := c.do(ctx, func(ctx context.Context) error { return fn(ctx, c) })
+		r, err := run(ctx, c, a, fn)
 		if err == nil || !errors.Is(err, redis.ErrClosed) || b.rdb.Load() == c {
-			return err
+			return r, err
 		}
 	}
 }
 
 // locate returns the keys of uid's shard and uid's bucket in it
 // (keys.Locate).
-func (b *Buffer) locate(uid string) (shardKeys, int) {
+func (b *Buffer) locate(uid string) (*shardKeys, int) {
 	n, bucket := keys.Locate(uid, len(b.shards))
-	return b.shards[n], bucket
+	return &b.shards[n], bucket
 }
 
 // touchTimeout is TouchTimeout now.
@@ -308,33 +317,25 @@ func (b *Buffer) touchTimeout() time.Duration { return time.Duration(b.timeout.L
 // returns a *buffer.TouchError wrapping the cause.
 func (b *Buffer) Touch(ctx context.Context, uid string, at, now, end time.Time) (bool, time.Duration, error) {
 	k, bucket := b.locate(uid)
-	ts := buffer.Micros(at)
+	cmd := touchCmd{uid: uid, ts: buffer.Micros(at)}
 	ttl := end.Sub(now)
 	e := end.UnixMilli()
-	register := ttl > 0 && k.reg.due(e, now)
-	reply, err := b.call(ctx, func(ctx context.Context, rdb *client) ([]any, error) {
-		switch {
-		case ttl <= 0:
-			return nil, mergeScript.Run(ctx, rdb, []string{k.pending[bucket]}, buffer.Ceiling(now), 1, uid, ts).Err()
-		case !register:
-			ok, err := rdb.HSetNX(ctx, k.Window(bucket, e), uid, ts).Result()
-			return touchReply(ok), err
+	var register bool
+	if ttl <= 0 {
+		cmd.late, cmd.key, cmd.ceiling = true, k.pending[bucket], buffer.Ceiling(now)
+	} else {
+		w := k.window(e)
+		cmd.key = w.keys[bucket]
+		if register = k.reg.due(e, now); register {
+			cmd.windows, cmd.end = k.windows, w.end
 		}
-		var set *redis.BoolCmd
-		_, err := rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			// The registration first: a server that keeps the entry (an
-			// AOF or RDB cut between the two) keeps its registration too.
-			pipe.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0)
-			set = pipe.HSetNX(ctx, k.Window(bucket, e), uid, ts)
-			return nil
-		})
-		return touchReply(set.Val()), err
-	})
+	}
+	reply, err := call(b, ctx, cmd, sendTouch)
 	if ttl > 0 {
 		k.reg.wrote(e)
 	}
 	if err != nil {
-		kept := b.keep(uid, ts)
+		kept := b.keep(uid, cmd.ts)
 		if errors.Is(err, ErrCallerEnded) {
 			b.stats.Canceled.Add(1)
 		} else {
@@ -354,9 +355,40 @@ func (b *Buffer) Touch(ctx context.Context, uid string, at, now, end time.Time) 
 		k.reg.done(e, now)
 	}
 	if reply != nil && b.now().UnixMilli() >= e+b.throttle.Milliseconds() {
-		b.strayed(ctx, k, e, uid, ts)
+		b.strayed(ctx, k, e, uid, cmd.ts)
 	}
 	return reply != nil, ttl, nil
+}
+
+// touchCmd is a touch's Redis command: an HSETNX of uid's timestamp ts
+// (Unix µs) into key, the hash of uid's bucket in the current window,
+// pipelined after HSETNX windows end 0 (the window's registration) when
+// windows is set; or, for a late touch, the merge script on key, the
+// bucket's pending hash, with the flush's ceiling.
+type touchCmd struct {
+	uid, key     string
+	ts, ceiling  int64
+	late         bool
+	windows, end string
+}
+
+// sendTouch sends c on rdb; the reply is non-nil when the touch was
+// recorded.
+func sendTouch(ctx context.Context, rdb *client, c touchCmd) ([]any, error) {
+	switch {
+	case c.late:
+		return nil, mergeScript.Run(ctx, rdb, []string{c.key}, c.ceiling, 1, c.uid, c.ts).Err()
+	case c.windows == "":
+		ok, err := rdb.HSetNX(ctx, c.key, c.uid, c.ts).Result()
+		return touchReply(ok), err
+	}
+	// The registration first: a server that keeps the entry (an AOF or RDB
+	// cut between the two) keeps its registration too.
+	pipe := rdb.Pipeline()
+	pipe.HSetNX(ctx, c.windows, c.end, 0)
+	set := pipe.HSetNX(ctx, c.key, c.uid, c.ts)
+	_, err := pipe.Exec(ctx)
+	return touchReply(set.Val()), err
 }
 
 // strayed handles a recorded touch whose command may have reached Redis
@@ -366,9 +398,9 @@ func (b *Buffer) Touch(ctx context.Context, uid string, at, now, end time.Time) 
 // no registration names: the window is registered again, so that the next
 // flush moves the entry and deletes the hash; when Redis does not take the
 // registration the timestamp goes to the backlog, as in an outage.
-func (b *Buffer) strayed(ctx context.Context, k shardKeys, e int64, uid string, ts int64) {
+func (b *Buffer) strayed(ctx context.Context, k *shardKeys, e int64, uid string, ts int64) {
 	_, err := b.call(ctx, func(ctx context.Context, rdb *client) ([]any, error) {
-		return nil, rdb.HSetNX(ctx, k.Windows(), strconv.FormatInt(e, 10), 0).Err()
+		return nil, rdb.HSetNX(ctx, k.windows, strconv.FormatInt(e, 10), 0).Err()
 	})
 	if err != nil {
 		b.keep(uid, ts)
@@ -386,12 +418,20 @@ func touchReply(recorded bool) []any {
 }
 
 // call runs fn against Redis through the circuit breaker, giving up after
-// the touch timeout. On a client that enforces context deadlines (see
-// client) it runs on the caller's goroutine; otherwise on one of its own.
-// When the caller's ctx has ended, before the call or during it, the error
-// wraps ErrCallerEnded and ctx's error, and the breaker does not count it:
-// the caller gave up, Redis did not fail.
+// the touch timeout (callFn).
 func (b *Buffer) call(ctx context.Context, fn func(context.Context, *client) ([]any, error)) ([]any, error) {
+	return call(b, ctx, fn, func(ctx context.Context, rdb *client, fn func(context.Context, *client) ([]any, error)) ([]any, error) {
+		return fn(ctx, rdb)
+	})
+}
+
+// call runs fn(ctx, rdb, a) against Redis through the circuit breaker,
+// giving up after the touch timeout. On a client that enforces context
+// deadlines (see client) it runs on the caller's goroutine; otherwise on
+// one of its own. When the caller's ctx has ended, before the call or
+// during it, the error wraps ErrCallerEnded and ctx's error, and the
+// breaker does not count it: the caller gave up, Redis did not fail.
+func call[A any](b *Buffer, ctx context.Context, a A, fn func(context.Context, *client, A) ([]any, error)) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCallerEnded, err)
 	}
@@ -399,11 +439,7 @@ func (b *Buffer) call(ctx context.Context, fn func(context.Context, *client) ([]
 		timeout := b.touchTimeout()
 		tctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		var v []any
-		err := b.redis(tctx, func(ctx context.Context, rdb *client) (err error) {
-			v, err = fn(ctx, rdb)
-			return err
-		})
+		v, err := send(b, tctx, a, fn)
 		switch {
 		case err == nil:
 			return v, nil

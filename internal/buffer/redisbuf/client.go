@@ -96,19 +96,46 @@ func newClient(app redis.UniversalClient) *client {
 // own and do stops waiting when ctx ends. fn must not be read after do
 // returned ctx's error.
 func (c *client) do(ctx context.Context, fn func(context.Context) error) error {
+	_, err := run(ctx, c, fn, func(ctx context.Context, _ *client, fn func(context.Context) error) (struct{}, error) {
+		return struct{}{}, fn(ctx)
+	})
+	return err
+}
+
+// run is do for fn(ctx, c, a), a function of a value rather than a closure:
+// on the caller's goroutine (a client that enforces deadlines, a context
+// with a deadline) a and fn are not moved to the heap, so a touch's call
+// allocates nothing of its own.
+func run[A, R any](ctx context.Context, c *client, a A, fn func(context.Context, *client, A) (R, error)) (R, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		var zero R
+		return zero, err
 	}
 	if _, ok := ctx.Deadline(); (ok && c.deadlines) || ctx.Done() == nil {
-		return ctxError(ctx, fn(ctx))
+		r, err := fn(ctx, c, a)
+		return r, ctxError(ctx, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
+	return runAsync(ctx, c, a, fn)
+}
+
+// runAsync runs fn(ctx, c, a) on a goroutine of its own and stops waiting
+// when ctx ends (see do).
+func runAsync[A, R any](ctx context.Context, c *client, a A, fn func(context.Context, *client, A) (R, error)) (R, error) {
+	type result struct {
+		r   R
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := fn(ctx, c, a)
+		done <- result{r, err}
+	}()
 	select {
-	case err := <-done:
-		return ctxError(ctx, err)
+	case res := <-done:
+		return res.r, ctxError(ctx, res.err)
 	case <-ctx.Done():
-		return ctx.Err()
+		var zero R
+		return zero, ctx.Err()
 	}
 }
 

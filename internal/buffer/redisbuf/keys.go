@@ -2,6 +2,7 @@ package redisbuf
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +17,33 @@ type shardKeys struct {
 	pending, inflight []string // by bucket
 	buffered          []string // pending, in-flight, then the hash of windows: what swap.lua, sample.lua and active.lua name
 	readArgs          []any    // pending and in-flight of bucket b at 2b and 2b+1, boxed once: the read script's KEYS (read.go)
+	windows           string   // the hash of windows
 	reg               *registration
+	win               *atomic.Pointer[windowKeys] // the current window's keys
+}
+
+// windowKeys are the keys of a shard's buckets' hashes of the window that
+// ends at Unix ms at, and at as the registration's field: built once per
+// window, so that a touch builds no key.
+type windowKeys struct {
+	at   int64
+	end  string
+	keys []string // by bucket
+}
+
+// window returns the keys of the window ending at end (Unix ms). The
+// newest window's are kept; an older window's are built each time (a late
+// touch's window is not written to).
+func (k *shardKeys) window(end int64) *windowKeys {
+	w := k.win.Load()
+	if w != nil && w.at == end {
+		return w
+	}
+	nw := &windowKeys{at: end, end: strconv.FormatInt(end, 10), keys: k.WindowKeys(end)}
+	if w == nil || end > w.at {
+		k.win.CompareAndSwap(w, nw)
+	}
+	return nw
 }
 
 func newShardKeys(prefix string, n, shards int) shardKeys {
@@ -27,7 +54,8 @@ func newShardKeys(prefix string, n, shards int) shardKeys {
 		readArgs = append(readArgs, pending[b], inflight[b])
 	}
 	buffered := append(append(pending[:len(pending):len(pending)], inflight...), k.Windows())
-	return shardKeys{Shard: k, pending: pending, inflight: inflight, buffered: buffered, readArgs: readArgs, reg: new(registration)}
+	return shardKeys{Shard: k, pending: pending, inflight: inflight, buffered: buffered, readArgs: readArgs,
+		windows: k.Windows(), reg: new(registration), win: new(atomic.Pointer[windowKeys])}
 }
 
 // reregister is how often a process registers again the window its touches
