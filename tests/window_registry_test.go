@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/keys"
 	"github.com/lastseen/lastseen/tests/testenv"
 )
 
@@ -383,4 +385,58 @@ func windowKeys(t *testing.T, h *harness) string {
 	raw, err := testenv.Keys(context.Background(), h.r.Client, h.prefix+":*:window*")
 	must(t, err)
 	return strings.Join(raw, " ")
+}
+
+// TestWindowMoveWithAndWithoutPending: the swap moves a window's new
+// entries into pending whether the bucket's pending hash is empty or
+// already holds a late touch (user 3's, beside user d's window entry in the
+// same bucket); entries moved from a window still open stay as throttle
+// marks, so the next flush drains only what is new; an ended window's
+// hashes go, with or without entries left to move.
+func TestWindowMoveWithAndWithoutPending(t *testing.T) {
+	d := 4 // the first id after 3 in user 3's bucket, one shard
+	for _, b3 := keys.Locate("3", 1); ; d++ {
+		if _, b := keys.Locate(strconv.Itoa(d), 1); b == b3 {
+			break
+		}
+	}
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, d)
+		h.clock.Set(mustTime("2026-03-01T10:00:10Z"))
+		p, _ := h.plugin(oneShardUncached(h))
+		flush := func(at string) string {
+			t.Helper()
+			h.clock.Set(mustTime(at))
+			res, err := p.Flush(ctx)
+			must(t, err)
+			return fmt.Sprintf("drained %d written %d stale %d", res.Drained, res.Written, res.Stale)
+		}
+		touchRecorded(t, p, 1)
+		touchRecorded(t, p, 2)
+		equal(t, "first flush", flush("2026-03-01T10:00:10Z"), "drained 2 written 2 stale 0")
+		h.clock.Set(mustTime("2026-03-01T10:00:20Z"))
+		ok, err := p.Touch(ctx, 1)
+		must(t, err)
+		equal(t, "user 1 recorded again in the open window", ok, false)
+		touchRecorded(t, p, 3)
+		equal(t, "second flush: user 3 only", flush("2026-03-01T10:00:20Z"), "drained 1 written 1 stale 0")
+		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
+		ok, err = p.TouchAt(ctx, 3, mustTime("2026-03-01T09:59:30Z"))
+		must(t, err)
+		equal(t, "late touch of user 3 recorded", ok, true)
+		touchRecorded(t, p, d)
+		equal(t, "third flush: user 3's late touch and user d", flush("2026-03-01T10:00:30Z"), "drained 2 written 1 stale 1")
+		equal(t, "an ended window with nothing to move", flush("2026-03-01T10:01:05Z"), "drained 0 written 0 stale 0")
+		equal(t, "window hashes left after it", strings.Count(windowKeys(t, h), ":window:"), 0)
+		h.clock.Set(mustTime("2026-03-01T10:01:10Z"))
+		touchRecorded(t, p, 2)
+		equal(t, "an ended window with an entry to move", flush("2026-03-01T10:02:05Z"), "drained 1 written 1 stale 0")
+		got := fmt.Sprint(columns(t, h, 3), " ", lastSeenColumn(t, h.db, "users", "id", "last_seen_at", d))
+		equal(t, "columns of users 1, 2, 3 and d", got,
+			"2026-03-01T10:00:10Z 2026-03-01T10:01:10Z 2026-03-01T10:00:20Z 2026-03-01T10:00:30Z")
+		equal(t, "later flush", flush("2026-03-01T10:05:00Z"), "drained 0 written 0 stale 0")
+		equal(t, "later flush", flush("2026-03-01T10:05:01Z"), "drained 0 written 0 stale 0")
+		nothingLeft(t, h)
+	})
 }

@@ -81,6 +81,37 @@ local function put(pending, acc, ceiling)
   hset_all(pending, kv)
 end
 
+-- move_alone moves the new entries of the window hash key, a bucket's
+-- only window with entries to move, into the bucket's pending hash, which
+-- does not exist, and returns how many it moved: what collect and put do
+-- for one window, without their tables of ids and values. w is the
+-- window's entry in swap's list: {end, ended, has new entries}. An ended
+-- window's hash is deleted; an open one keeps its moved entries as "".
+local function move_alone(key, pending, w)
+  local ended, new = w[2], w[3]
+  if not new then
+    if ended then redis.call('UNLINK', key) end
+    return 0
+  end
+  local kv = redis.call('HGETALL', key)
+  local out, marks, n = {}, {}, 0
+  for i = 1, #kv, 2 do
+    local v = kv[i + 1]
+    if v ~= '' then
+      out[n + 1], out[n + 2] = kv[i], v
+      marks[n + 1], marks[n + 2] = kv[i], ''
+      n = n + 2
+    end
+  end
+  if ended then
+    redis.call('UNLINK', key)
+  elseif n > 0 then
+    hset_all(key, marks)
+  end
+  hset_all(pending, out)
+  return n / 2
+end
+
 -- move_bucket moves every window's new entries of bucket b (the bucket of
 -- the pending hash given) and returns how many it moved; the moved entries
 -- stay in their windows as "".

@@ -37,22 +37,27 @@ for _, w in ipairs(sizes) do
 end
 if #list > 0 then
   for b = 0, n - 1 do
-    local acc = {uids = {}, val = {}}
-    for i, w in ipairs(list) do
-      local key = window_key(tag, b, w[1])
-      if w[2] then
-        if w[3] then counts[i] = counts[i] + collect(key, acc, nil) end
-        redis.call('UNLINK', key)
-      else
-        local marks = {}
-        local c = collect(key, acc, marks)
-        if c > 0 then
-          hset_all(key, marks)
-          counts[i] = counts[i] + c
+    local pending = KEYS[b + 2]
+    if #list == 1 and redis.call('EXISTS', pending) == 0 then
+      counts[1] = counts[1] + move_alone(window_key(tag, b, list[1][1]), pending, list[1])
+    else
+      local acc = {uids = {}, val = {}}
+      for i, w in ipairs(list) do
+        local key = window_key(tag, b, w[1])
+        if w[2] then
+          if w[3] then counts[i] = counts[i] + collect(key, acc, nil) end
+          redis.call('UNLINK', key)
+        else
+          local marks = {}
+          local c = collect(key, acc, marks)
+          if c > 0 then
+            hset_all(key, marks)
+            counts[i] = counts[i] + c
+          end
         end
       end
+      put(pending, acc, ceiling)
     end
-    put(KEYS[b + 2], acc, ceiling)
   end
   for i, w in ipairs(list) do
     if w[2] then
