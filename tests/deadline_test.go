@@ -3,13 +3,16 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lastseen/lastseen"
+	"github.com/lastseen/lastseen/internal/buffer/redisbuf"
 	"github.com/lastseen/lastseen/tests/testenv"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -238,6 +241,72 @@ func TestTouchRunsOnCallersGoroutine(t *testing.T) {
 			must(t, err)
 			equal(t, "recorded", ok, true)
 			equal(t, "sent from the caller's goroutine", hook.last.Load() == goroutineID(), kind.name != "ring")
+		})
+	}
+}
+
+// TestTouchesRacingCloseGoOnAppClient: touches from 8 goroutines, half on
+// contexts without a deadline, race Close, which closes the buffer's own
+// client (a copy of the app's) under them. A touch whose call fails
+// because its client or its connection was closed runs once more on the
+// app's client: none fails, on one Redis and on a Redis Cluster, whose
+// closed connections fail with "use of closed network connection" rather
+// than redis.ErrClosed.
+func TestTouchesRacingCloseGoOnAppClient(t *testing.T) {
+	apps := map[string]func() redis.UniversalClient{
+		"redis": func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: testenv.Need(t, testenv.EnvRedis)})
+		},
+		"cluster": func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testenv.Need(t, testenv.EnvRedisCluster), ",")})
+		},
+	}
+	for _, kind := range []string{"redis", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			for round := range 5 {
+				app := apps[kind]()
+				prefix := testenv.RandomName("closerace")
+				t.Cleanup(func() {
+					_ = testenv.DeleteKeys(context.Background(), app, prefix+"*")
+					app.Close()
+				})
+				b := redisbuf.New(redisbuf.Options{Client: app, Prefix: prefix, Shards: 16,
+					Throttle: time.Millisecond, TouchTimeout: 5 * time.Second, Now: time.Now})
+				if _, own, _ := redisbuf.Client(b); !own {
+					t.Fatal("the buffer did not open its own client")
+				}
+				var failed atomic.Int64
+				var first atomic.Value
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for g := range 8 {
+					wg.Go(func() {
+						<-start
+						for i := range 300 {
+							ctx := context.Background()
+							if i%2 == 0 {
+								c, cancel := context.WithCancel(ctx)
+								defer cancel()
+								ctx = c
+							}
+							now := time.Now()
+							_, _, err := b.Touch(ctx, fmt.Sprint("u", g, "-", i), now, now, now.Truncate(time.Millisecond).Add(time.Millisecond))
+							if err != nil && failed.Add(1) == 1 {
+								first.Store(err)
+							}
+						}
+					})
+				}
+				close(start)
+				time.Sleep(time.Duration(5+round*5) * time.Millisecond)
+				must(t, b.Close())
+				wg.Wait()
+				if n := failed.Load(); n != 0 {
+					t.Errorf("round %d: %d touches failed, the first: %v", round, n, first.Load())
+				}
+				c, own, _ := redisbuf.Client(b)
+				equal(t, "after Close: the app's client", own == false && c == app, true)
+			}
 		})
 	}
 }

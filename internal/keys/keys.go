@@ -116,37 +116,16 @@ func (s Shard) Window(b int, end int64) string {
 	return s.tag + "window:" + strconv.Itoa(b) + ":" + strconv.FormatInt(end, 10)
 }
 
-// WindowKeys returns the keys of every bucket's hash of the throttle window
-// that ends at end (Unix ms), bucket order: Window(b, end) for each b,
-// built as one string sliced: three allocations for all of them.
-func (s Shard) WindowKeys(end int64) []string {
-	var eb [20]byte
-	e := strconv.AppendInt(eb[:0], end, 10)
-	fixed := len(s.tag) + len("window:") + len(":") + len(e)
-	buf := make([]byte, 0, s.Buckets*(fixed+4))
-	for b := range s.Buckets {
-		buf = append(buf, s.tag...)
-		buf = append(buf, "window:"...)
-		buf = strconv.AppendInt(buf, int64(b), 10)
-		buf = append(buf, ':')
-		buf = append(buf, e...)
-	}
-	all := string(buf)
-	out := make([]string, s.Buckets)
-	for b := range out {
-		n := fixed + digits(b)
-		out[b], all = all[:n], all[n:]
-	}
-	return out
-}
-
-// digits returns the number of decimal digits of n >= 0.
-func digits(n int) int {
-	d := 1
-	for ; n >= 10; n /= 10 {
-		d++
-	}
-	return d
+// WindowKey is Window for an end already formatted in decimal
+// (strconv.FormatInt(end, 10)), in one allocation.
+func (s Shard) WindowKey(b int, end string) string {
+	var buf [128]byte
+	k := append(buf[:0], s.tag...)
+	k = append(k, "window:"...)
+	k = strconv.AppendInt(k, int64(b), 10)
+	k = append(k, ':')
+	k = append(k, end...)
+	return string(k)
 }
 
 // Windows returns the key of the shard's hash of its windows: end (Unix

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,24 +85,23 @@ func TestPresenceKeys(t *testing.T) {
 	}
 }
 
-// TestWindowKeys: the keys built at once are Window's, bucket by bucket,
-// in three allocations (the bytes, one string, the slice).
-func TestWindowKeys(t *testing.T) {
+// TestWindowKey: WindowKey is Window, in one allocation.
+func TestWindowKey(t *testing.T) {
 	s := ForShard("app", 3, 16)
-	const end = 1772357700000
-	got := s.WindowKeys(end)
-	if len(got) != 256 {
-		t.Fatalf("WindowKeys returned %d keys, want 256", len(got))
-	}
-	if got[0] != "app:{3}:window:0:1772357700000" || got[255] != "app:{3}:window:255:1772357700000" {
-		t.Errorf("WindowKeys: first %q, last %q", got[0], got[255])
-	}
-	for b, k := range got {
-		if want := s.Window(b, end); k != want {
-			t.Errorf("WindowKeys[%d] = %q, want %q", b, k, want)
+	for _, c := range []struct {
+		b    int
+		end  int64
+		want string
+	}{
+		{0, 1772357700000, "app:{3}:window:0:1772357700000"},
+		{255, 1772357700000, "app:{3}:window:255:1772357700000"},
+		{7, -60000, "app:{3}:window:7:-60000"},
+	} {
+		if got := s.WindowKey(c.b, strconv.FormatInt(c.end, 10)); got != c.want || s.Window(c.b, c.end) != c.want {
+			t.Errorf("WindowKey(%d, %d) = %q, Window = %q, want %q", c.b, c.end, got, s.Window(c.b, c.end), c.want)
 		}
 	}
-	if n := testing.AllocsPerRun(10, func() { s.WindowKeys(end) }); n != 3 {
-		t.Errorf("WindowKeys allocates %v times, want 3", n)
+	if n := testing.AllocsPerRun(100, func() { s.WindowKey(255, "1772357700000") }); n != 1 {
+		t.Errorf("WindowKey allocates %v times, want 1", n)
 	}
 }

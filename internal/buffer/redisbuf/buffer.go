@@ -68,6 +68,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -276,8 +277,9 @@ func withDefaults(o Options) Options {
 
 // redis runs fn, one Redis call or pipeline, on the buffer's client,
 // bounded by ctx (client.do). When Close swapped the buffer's own client
-// for the app's while fn ran, fn fails with redis.ErrClosed and runs once
-// more on the app's client.
+// for the app's while fn ran, fn fails with redis.ErrClosed (the client
+// was closed before the call took a connection) or net.ErrClosed (its
+// connection was closed under it) and runs once more on the app's client.
 func (b *Buffer) redis(ctx context.Context, fn func(context.Context, *client) error) error {
 	_, err := send(b, ctx, fn, func(ctx context.Context, c *client, fn func(context.Context, *client) error) (struct{}, error) {
 		return struct{}{}, fn(ctx, c)
@@ -291,7 +293,7 @@ func send[A, R any](b *Buffer, ctx context.Context, a A, fn func(context.Context
 	for {
 		c := b.rdb.Load()
 		r, err := run(ctx, c, a, fn)
-		if err == nil || !errors.Is(err, redis.ErrClosed) || b.rdb.Load() == c {
+		if err == nil || !(errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed)) || b.rdb.Load() == c {
 			return r, err
 		}
 	}
@@ -325,7 +327,7 @@ func (b *Buffer) Touch(ctx context.Context, uid string, at, now, end time.Time) 
 		cmd.late, cmd.key, cmd.ceiling = true, k.pending[bucket], buffer.Ceiling(now)
 	} else {
 		w := k.window(e)
-		cmd.key = w.keys[bucket]
+		cmd.key = k.WindowKey(bucket, w.end)
 		if register = k.reg.due(e, now); register {
 			cmd.windows, cmd.end = k.windows, w.end
 		}

@@ -19,27 +19,25 @@ type shardKeys struct {
 	readArgs          []any    // pending and in-flight of bucket b at 2b and 2b+1, boxed once: the read script's KEYS (read.go)
 	windows           string   // the hash of windows
 	reg               *registration
-	win               *atomic.Pointer[windowKeys] // the current window's keys
+	win               *atomic.Pointer[windowKeys] // the current window
 }
 
-// windowKeys are the keys of a shard's buckets' hashes of the window that
-// ends at Unix ms at, and at as the registration's field: built once per
-// window, so that a touch builds no key.
+// windowKeys is the window a shard's touches write to, its end in Unix ms
+// and formatted in decimal (the registration's field and the tail of its
+// hashes' keys), formatted once per window.
 type windowKeys struct {
-	at   int64
-	end  string
-	keys []string // by bucket
+	at  int64
+	end string
 }
 
-// window returns the keys of the window ending at end (Unix ms). The
-// newest window's are kept; an older window's are built each time (a late
-// touch's window is not written to).
+// window returns the window ending at end (Unix ms). The newest is kept;
+// an older one (a late clock) is made each time.
 func (k *shardKeys) window(end int64) *windowKeys {
 	w := k.win.Load()
 	if w != nil && w.at == end {
 		return w
 	}
-	nw := &windowKeys{at: end, end: strconv.FormatInt(end, 10), keys: k.WindowKeys(end)}
+	nw := &windowKeys{at: end, end: strconv.FormatInt(end, 10)}
 	if w == nil || end > w.at {
 		k.win.CompareAndSwap(w, nw)
 	}
