@@ -208,6 +208,9 @@ func (r *shardRun) take(ctx context.Context, kv []string, buckets []int) error {
 		if i/2 < len(buckets) {
 			bucket = buckets[i/2]
 		}
+		if value == "" { // a throttle window's mark of an entry moved earlier, never a timestamp
+			continue
+		}
 		if _, dup := r.seen[field]; dup {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -439,4 +440,95 @@ func TestWindowMoveWithAndWithoutPending(t *testing.T) {
 		equal(t, "later flush", flush("2026-03-01T10:05:01Z"), "drained 0 written 0 stale 0")
 		nothingLeft(t, h)
 	})
+}
+
+// TestWindowFirstMoveTurnsHashIntoPending: a window nothing was moved from
+// yet becomes its bucket's pending hash whole; an open one is written
+// again with every field a throttle mark ("") and its count of moved
+// entries set to its size, an ended one is gone. A count lost while marks
+// stay (the hash of windows written again with 0) moves those marks with
+// the new entry: the flush skips them (nothing written, nothing counted
+// as dropped) and the count covers them again. A user in two ended
+// windows is written once, with the newer time.
+func TestWindowFirstMoveTurnsHashIntoPending(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 4)
+		h.clock.Set(mustTime("2026-03-01T10:00:10Z"))
+		p, _ := h.plugin(oneShardUncached(h))
+		flush := func(at string) string {
+			t.Helper()
+			h.clock.Set(mustTime(at))
+			res, err := p.Flush(ctx)
+			must(t, err)
+			return fmt.Sprintf("drained %d written %d stale %d rejected %d", res.Drained, res.Written, res.Stale, res.Rejected)
+		}
+		// state is every window hash's fields and values (field=value,
+		// sorted) and the hash of windows, under the harness's prefix.
+		state := func() string {
+			t.Helper()
+			var out []string
+			for _, k := range strings.Fields(windowKeys(t, h)) {
+				kv, err := h.r.Client.HGetAll(ctx, k).Result()
+				must(t, err)
+				name := "window"
+				if strings.HasSuffix(k, ":windows") {
+					name = "windows"
+				}
+				var fv []string
+				for f, v := range kv {
+					fv = append(fv, f+"="+v)
+				}
+				slices.Sort(fv)
+				out = append(out, name+"{"+strings.Join(fv, " ")+"}")
+			}
+			slices.Sort(out)
+			return strings.Join(out, " ")
+		}
+		const end = "1772359260000" // 2026-03-01T10:01:00Z in Unix ms
+		for id := 1; id <= 3; id++ {
+			touchRecorded(t, p, id)
+		}
+		equal(t, "first flush", flush("2026-03-01T10:00:10Z"), "drained 3 written 3 stale 0 rejected 0")
+		equal(t, "open window after its first move", state(), "windows{"+end+"=3} window{1=} window{2=} window{3=}")
+
+		must(t, h.r.Client.HSet(ctx, windowsKey(t, h), end, 0).Err())
+		h.clock.Set(mustTime("2026-03-01T10:00:20Z"))
+		touchRecorded(t, p, 4)
+		equal(t, "flush after the count was lost", flush("2026-03-01T10:00:20Z"), "drained 1 written 1 stale 0 rejected 0")
+		equal(t, "the count covers the marks again", state(), "windows{"+end+"=4} window{1=} window{2=} window{3=} window{4=}")
+		ok, err := p.Touch(ctx, 2)
+		must(t, err)
+		equal(t, "user 2 still throttled in the open window", ok, false)
+
+		h.clock.Set(mustTime("2026-03-01T10:01:10Z"))
+		touchRecorded(t, p, 1)
+		touchRecorded(t, p, 2)
+		equal(t, "an ended window nothing was moved from", flush("2026-03-01T10:02:05Z"), "drained 2 written 2 stale 0 rejected 0")
+		equal(t, "columns of users 1 to 4", columns(t, h, 4),
+			"2026-03-01T10:01:10Z 2026-03-01T10:01:10Z 2026-03-01T10:00:10Z 2026-03-01T10:00:20Z")
+		h.clock.Set(mustTime("2026-03-01T10:05:10Z"))
+		touchRecorded(t, p, 1)
+		touchRecorded(t, p, 3)
+		h.clock.Set(mustTime("2026-03-01T10:06:10Z"))
+		touchRecorded(t, p, 1)
+		equal(t, "two ended windows nothing was moved from", flush("2026-03-01T10:07:05Z"), "drained 2 written 2 stale 0 rejected 0")
+		equal(t, "columns of users 1 to 4, the newest of user 1's", columns(t, h, 4),
+			"2026-03-01T10:06:10Z 2026-03-01T10:01:10Z 2026-03-01T10:05:10Z 2026-03-01T10:00:20Z")
+		equal(t, "stats rejected", p.Stats().Rejected, int64(0))
+		flush("2026-03-01T10:09:00Z")
+		nothingLeft(t, h)
+	})
+}
+
+// windowsKey is the one shard's hash of windows.
+func windowsKey(t *testing.T, h *harness) string {
+	t.Helper()
+	for _, k := range strings.Fields(windowKeys(t, h)) {
+		if strings.HasSuffix(k, ":windows") {
+			return k
+		}
+	}
+	t.Fatalf("no hash of windows in %q", windowKeys(t, h))
+	return ""
 }

@@ -112,6 +112,39 @@ local function move_alone(key, pending, w)
   return n / 2
 end
 
+-- rename_new turns the hash of bucket b of a window in list (swap's list
+-- of {end, ended, has new entries, entries moved}) that nothing was moved
+-- from yet into the bucket's pending hash, which does not exist: every
+-- entry of such a window is new, so the hash becomes the pending hash
+-- (RENAME), and an open window's is written again with every field as ""
+-- (its users stay throttled there). Redis scans a listpack-encoded hash
+-- for each field it writes, so this spares one of the two writes of an
+-- open window's entries and both of an ended one's. A "" found there all
+-- the same (a count lost with the hash of windows) reaches the flush,
+-- which skips it, and the window's count covers it from then on. It
+-- returns the window's index in list and its number of entries, or 0, 0
+-- when no such window has a hash in this bucket.
+local function rename_new(tag, b, list, pending)
+  for i, w in ipairs(list) do
+    if w[3] and w[4] == 0 then
+      local key = window_key(tag, b, w[1])
+      local n = redis.call('HLEN', key)
+      if n > 0 then
+        redis.call('RENAME', key, pending)
+        if not w[2] then
+          local fields, marks = redis.call('HKEYS', pending), {}
+          for j, f in ipairs(fields) do
+            marks[2 * j - 1], marks[2 * j] = f, ''
+          end
+          hset_all(key, marks)
+        end
+        return i, n
+      end
+    end
+  end
+  return 0, 0
+end
+
 -- move_bucket moves every window's new entries of bucket b (the bucket of
 -- the pending hash given) and returns how many it moved; the moved entries
 -- stay in their windows as "".

@@ -1,5 +1,7 @@
 -- swap: moves the new entries of the shard's throttle windows into its
--- pending hashes (move.lua): an open window keeps its moved entries as ""
+-- pending hashes (move.lua; a window nothing was moved from yet, where the
+-- bucket has no pending hash, by renaming its hash: rename_new): an
+-- open window keeps its moved entries as ""
 -- (the users stay throttled until it ends), an ended one's hashes are
 -- deleted (its count of moved entries back to 0); a window's registration
 -- is deleted once it has been over for ARGV[3], so that until then a touch
@@ -31,28 +33,39 @@ local list, counts = {}, {}
 for _, w in ipairs(sizes) do
   local ended = (tonumber(w[1]) or 0) <= now
   if w[3] > w[2] or (ended and w[3] > 0) then
-    list[#list + 1] = {w[1], ended, w[3] > w[2]}
+    list[#list + 1] = {w[1], ended, w[3] > w[2], w[2]}
     counts[#list] = 0
   end
 end
 if #list > 0 then
   for b = 0, n - 1 do
     local pending = KEYS[b + 2]
-    if #list == 1 and redis.call('EXISTS', pending) == 0 then
+    local fresh, done = redis.call('EXISTS', pending) == 0, 0
+    if fresh then
+      local c
+      done, c = rename_new(tag, b, list, pending)
+      if done > 0 then
+        counts[done] = counts[done] + c
+        fresh = false
+      end
+    end
+    if done == 0 and fresh and #list == 1 then
       counts[1] = counts[1] + move_alone(window_key(tag, b, list[1][1]), pending, list[1])
-    else
+    elseif done == 0 or #list > 1 then
       local acc = {uids = {}, val = {}}
       for i, w in ipairs(list) do
-        local key = window_key(tag, b, w[1])
-        if w[2] then
-          if w[3] then counts[i] = counts[i] + collect(key, acc, nil) end
-          redis.call('UNLINK', key)
-        else
-          local marks = {}
-          local c = collect(key, acc, marks)
-          if c > 0 then
-            hset_all(key, marks)
-            counts[i] = counts[i] + c
+        if i ~= done then
+          local key = window_key(tag, b, w[1])
+          if w[2] then
+            if w[3] then counts[i] = counts[i] + collect(key, acc, nil) end
+            redis.call('UNLINK', key)
+          else
+            local marks = {}
+            local c = collect(key, acc, marks)
+            if c > 0 then
+              hset_all(key, marks)
+              counts[i] = counts[i] + c
+            end
           end
         end
       end
