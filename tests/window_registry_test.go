@@ -532,3 +532,59 @@ func windowsKey(t *testing.T, h *harness) string {
 	t.Fatalf("no hash of windows in %q", windowKeys(t, h))
 	return ""
 }
+
+// TestWindowCountWrongOrHashLost: a window's count of moved entries that
+// is not a number, or larger than what its hashes hold (two of them lost,
+// as an eviction or a DEL leaves it), holds back neither the swap nor a
+// late touch, and the entries written into the window after it are
+// flushed; the swap sets the count to the window's fields again.
+func TestWindowCountWrongOrHashLost(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 6)
+		h.clock.Set(mustTime("2026-03-01T10:00:10Z"))
+		p, _ := h.plugin(oneShardUncached(h))
+		flush := func(at string) string {
+			t.Helper()
+			h.clock.Set(mustTime(at))
+			res, err := p.Flush(ctx)
+			must(t, err)
+			return fmt.Sprintf("drained %d written %d stale %d rejected %d", res.Drained, res.Written, res.Stale, res.Rejected)
+		}
+		shard := keys.ForShard(h.prefix, 0, 1)
+		const end = 1772359260000 // 2026-03-01T10:01:00Z in Unix ms
+		count := func() string {
+			t.Helper()
+			v, err := h.r.Client.HGet(ctx, shard.Windows(), strconv.FormatInt(end, 10)).Result()
+			must(t, err)
+			return v
+		}
+		for id := 1; id <= 3; id++ {
+			touchRecorded(t, p, id)
+		}
+		equal(t, "first flush", flush("2026-03-01T10:00:10Z"), "drained 3 written 3 stale 0 rejected 0")
+		equal(t, "count after the first flush", count(), "3")
+
+		must(t, h.r.Client.HSet(ctx, shard.Windows(), strconv.FormatInt(end, 10), "x").Err())
+		h.clock.Set(mustTime("2026-03-01T10:00:20Z"))
+		touchRecorded(t, p, 4)
+		ok, err := p.TouchAt(ctx, 5, mustTime("2026-03-01T09:59:20Z")) // a late touch: the merge script
+		must(t, err)
+		equal(t, "late touch of user 5 recorded", ok, true)
+		equal(t, "flush after the count became \"x\"", flush("2026-03-01T10:00:20Z"), "drained 2 written 2 stale 0 rejected 0")
+		equal(t, "count after it", count(), "4")
+
+		for _, id := range []string{"1", "2"} {
+			_, b := keys.Locate(id, 1)
+			must(t, h.r.Client.Del(ctx, shard.Window(b, end)).Err())
+		}
+		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
+		touchRecorded(t, p, 6)
+		equal(t, "flush after two window hashes were lost", flush("2026-03-01T10:00:30Z"), "drained 1 written 1 stale 0 rejected 0")
+		equal(t, "count after it", count(), "3")
+		equal(t, "columns of users 1 to 6", columns(t, h, 6),
+			"2026-03-01T10:00:10Z 2026-03-01T10:00:10Z 2026-03-01T10:00:10Z 2026-03-01T10:00:20Z 2026-03-01T09:59:20Z 2026-03-01T10:00:30Z")
+		flush("2026-03-01T10:03:00Z")
+		nothingLeft(t, h)
+	})
+}

@@ -17,7 +17,7 @@ local now, keep = tonumber(ARGV[1]), tonumber(ARGV[2])
 local sizes = window_sizes(KEYS[#KEYS], 1, n)
 for _, w in ipairs(sizes) do
   local e = tonumber(w[1]) or 0
-  if w[3] > w[2] or (w[3] > 0 and e <= now) then return 1 end
+  if w[3] ~= w[2] or (w[3] > 0 and e <= now) then return 1 end
   if w[3] == 0 and e + keep <= now then redis.call('HDEL', KEYS[#KEYS], w[1]) end
 end
 return 0

@@ -4,8 +4,9 @@
 -- fail, active). A moved entry stays in its window as "" (the user is still
 -- throttled there), and the shard's hash of windows counts it
 -- (<tag>windows: window end in Unix ms -> entries moved), so that a
--- window whose hashes hold no more entries than that count has nothing to
--- move. The newest value wins in pending; a stored value a flush would
+-- window whose hashes hold as many entries as that count has nothing to
+-- move (more: new entries; fewer: a hash was lost, and what was written
+-- since may be new). The newest value wins in pending; a stored value a flush would
 -- refuse (not a number, or beyond the ceiling) is replaced; a window value
 -- that is not a number only fills an empty or unreadable pending entry, so
 -- that the flush refuses, counts and drops it.
@@ -121,9 +122,8 @@ end
 -- for each field it writes, so this spares one of the two writes of an
 -- open window's entries and both of an ended one's. A "" found there all
 -- the same (a count lost with the hash of windows) reaches the flush,
--- which skips it, and the window's count covers it from then on. It
--- returns the window's index in list and its number of entries, or 0, 0
--- when no such window has a hash in this bucket.
+-- which skips it. It returns the window's index in list and its number of
+-- entries, or 0, 0 when no such window has a hash in this bucket.
 local function rename_new(tag, b, list, pending)
   for i, w in ipairs(list) do
     if w[3] and w[4] == 0 then
@@ -158,7 +158,7 @@ local function move_bucket(pending, ceiling)
     local n = collect(key, acc, marks)
     if n > 0 then
       hset_all(key, marks)
-      redis.call('HINCRBY', windows, e, n)
+      redis.call('HSET', windows, e, (tonumber(redis.call('HGET', windows, e)) or 0) + n)
       total = total + n
     end
   end

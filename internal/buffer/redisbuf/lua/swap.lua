@@ -29,12 +29,17 @@ for i = n + 2, 2 * n + 1, 1000 do
 end
 local now, keep, ceiling = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local sizes, tag = window_sizes(windows, 2, n)
-local list, counts = {}, {}
+-- A window's hashes hold as many entries as its count says were moved
+-- unless some are new; fewer means a hash was lost (evicted, deleted) and
+-- what was written since may be new too. After the move every field of
+-- an open window is "", so its count becomes its number of fields: a
+-- count lost, wrong or not a number is right again.
+local list = {}
 for _, w in ipairs(sizes) do
   local ended = (tonumber(w[1]) or 0) <= now
-  if w[3] > w[2] or (ended and w[3] > 0) then
-    list[#list + 1] = {w[1], ended, w[3] > w[2], w[2]}
-    counts[#list] = 0
+  local new = w[3] ~= w[2]
+  if new or (ended and w[3] > 0) then
+    list[#list + 1] = {w[1], ended, new, w[2], w[3]}
   end
 end
 if #list > 0 then
@@ -42,42 +47,30 @@ if #list > 0 then
     local pending = KEYS[b + 2]
     local fresh, done = redis.call('EXISTS', pending) == 0, 0
     if fresh then
-      local c
-      done, c = rename_new(tag, b, list, pending)
-      if done > 0 then
-        counts[done] = counts[done] + c
-        fresh = false
-      end
+      done = rename_new(tag, b, list, pending)
+      fresh = done == 0
     end
     if done == 0 and fresh and #list == 1 then
-      counts[1] = counts[1] + move_alone(window_key(tag, b, list[1][1]), pending, list[1])
+      move_alone(window_key(tag, b, list[1][1]), pending, list[1])
     elseif done == 0 or #list > 1 then
       local acc = {uids = {}, val = {}}
       for i, w in ipairs(list) do
         if i ~= done then
           local key = window_key(tag, b, w[1])
           if w[2] then
-            if w[3] then counts[i] = counts[i] + collect(key, acc, nil) end
+            if w[3] then collect(key, acc, nil) end
             redis.call('UNLINK', key)
           else
             local marks = {}
-            local c = collect(key, acc, marks)
-            if c > 0 then
-              hset_all(key, marks)
-              counts[i] = counts[i] + c
-            end
+            if collect(key, acc, marks) > 0 then hset_all(key, marks) end
           end
         end
       end
       put(pending, acc, ceiling)
     end
   end
-  for i, w in ipairs(list) do
-    if w[2] then
-      redis.call('HSET', windows, w[1], 0)
-    else
-      redis.call('HINCRBY', windows, w[1], counts[i])
-    end
+  for _, w in ipairs(list) do
+    redis.call('HSET', windows, w[1], w[2] and 0 or w[5])
   end
 end
 for _, w in ipairs(sizes) do
