@@ -103,6 +103,9 @@ func (p *Plugin) scanOldest(ctx context.Context, n int, inflight bool, now time.
 	var unreadable map[string]struct{}
 	err := p.tracker.buf.Walk(ctx, n, inflight, p.cfg.BatchSize, func(kv []string) {
 		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] == "" { // a throttle window's mark, which the flush skips
+				continue
+			}
 			_, errID := p.users.ids.Parse(kv[i])
 			at, ok := buffer.ParseMicros(kv[i+1], now)
 			if errID != nil || !ok {

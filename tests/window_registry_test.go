@@ -120,7 +120,7 @@ func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 4)
-		cfg := oneShardUncached(h)
+		cfg := stallingConfig(h)
 		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
 		p, _ := h.plugin(cfg)
 		stall := &stallHook{match: ":window:", run: func() {
@@ -215,6 +215,15 @@ func oneShardUncached(h *harness) lastseen.Config {
 	return cfg
 }
 
+// stallingConfig is oneShardUncached with a TouchTimeout of a minute, for
+// the tests whose stallHook runs a flush inside a touch's Redis call: the
+// touch must outlast that flush on a loaded machine.
+func stallingConfig(h *harness) lastseen.Config {
+	cfg := oneShardUncached(h)
+	cfg.Buffer.TouchTimeout = time.Minute
+	return cfg
+}
+
 // throttling counts the users a throttle window still throttles on the
 // harness's clock.
 func throttling(h *harness) int {
@@ -270,7 +279,7 @@ func TestWindowStrayOnOtherFlusher(t *testing.T) {
 			forEachRedis(t, func(t *testing.T, h *harness) {
 				ctx := context.Background()
 				seedUsers(t, h.db, 4)
-				cfg := oneShardUncached(h)
+				cfg := stallingConfig(h)
 				h.clock.Set(mustTime(c.flusher))
 				f, _ := h.plugin(cfg)
 				tcfg := cfg
@@ -317,7 +326,7 @@ func TestWindowStrayReplyLost(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 4)
-		cfg := oneShardUncached(h)
+		cfg := stallingConfig(h)
 		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
 		p, _ := h.plugin(cfg)
 		stall := &stallHook{match: ":window:", lose: true, run: func() {
@@ -585,6 +594,31 @@ func TestWindowCountWrongOrHashLost(t *testing.T) {
 		equal(t, "columns of users 1 to 6", columns(t, h, 6),
 			"2026-03-01T10:00:10Z 2026-03-01T10:00:10Z 2026-03-01T10:00:10Z 2026-03-01T10:00:20Z 2026-03-01T09:59:20Z 2026-03-01T10:00:30Z")
 		flush("2026-03-01T10:03:00Z")
+		nothingLeft(t, h)
+	})
+}
+
+// TestBufferedMarkNeitherUnreadableNorRejected: a throttle window's mark
+// ("") that reaches a pending hash (a window renamed whole after its count
+// was lost) is neither unreadable to Status nor rejected by the flush,
+// beside a stored value that is both.
+func TestBufferedMarkNeitherUnreadableNorRejected(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		seedUsers(t, h.db, 2)
+		h.clock.Set(mustTime("2026-03-01T10:00:10Z"))
+		p, _ := h.plugin(oneShardUncached(h))
+		shard := keys.ForShard(h.prefix, 0, 1)
+		for id, v := range map[string]string{"1": "", "2": "junk"} {
+			_, b := keys.Locate(id, 1)
+			must(t, h.r.Client.HSet(ctx, shard.Pending(b), id, v).Err())
+		}
+		st, err := p.Status(ctx)
+		must(t, err)
+		equal(t, "status pending, unreadable", fmt.Sprint(st.Pending, " ", st.Unreadable), "2 1")
+		res, err := p.Flush(ctx)
+		must(t, err)
+		equal(t, "flush", fmt.Sprintf("drained %d written %d rejected %d", res.Drained, res.Written, res.Rejected), "drained 1 written 0 rejected 1")
 		nothingLeft(t, h)
 	})
 }
