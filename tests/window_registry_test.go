@@ -465,13 +465,7 @@ func TestWindowFirstMoveTurnsHashIntoPending(t *testing.T) {
 		seedUsers(t, h.db, 4)
 		h.clock.Set(mustTime("2026-03-01T10:00:10Z"))
 		p, _ := h.plugin(oneShardUncached(h))
-		flush := func(at string) string {
-			t.Helper()
-			h.clock.Set(mustTime(at))
-			res, err := p.Flush(ctx)
-			must(t, err)
-			return fmt.Sprintf("drained %d written %d stale %d rejected %d", res.Drained, res.Written, res.Stale, res.Rejected)
-		}
+		flush := func(at string) string { t.Helper(); return flushAt(t, h, p, at) }
 		// state is every window hash's fields and values (field=value,
 		// sorted) and the hash of windows, under the harness's prefix.
 		state := func() string {
@@ -553,13 +547,7 @@ func TestWindowCountWrongOrHashLost(t *testing.T) {
 		seedUsers(t, h.db, 6)
 		h.clock.Set(mustTime("2026-03-01T10:00:10Z"))
 		p, _ := h.plugin(oneShardUncached(h))
-		flush := func(at string) string {
-			t.Helper()
-			h.clock.Set(mustTime(at))
-			res, err := p.Flush(ctx)
-			must(t, err)
-			return fmt.Sprintf("drained %d written %d stale %d rejected %d", res.Drained, res.Written, res.Stale, res.Rejected)
-		}
+		flush := func(at string) string { t.Helper(); return flushAt(t, h, p, at) }
 		shard := keys.ForShard(h.prefix, 0, 1)
 		const end = 1772359260000 // 2026-03-01T10:01:00Z in Unix ms
 		count := func() string {
@@ -621,4 +609,14 @@ func TestBufferedMarkNeitherUnreadableNorRejected(t *testing.T) {
 		equal(t, "flush", fmt.Sprintf("drained %d written %d rejected %d", res.Drained, res.Written, res.Rejected), "drained 1 written 0 rejected 1")
 		nothingLeft(t, h)
 	})
+}
+
+// flushAt flushes p with the harness's clock set to at and returns the
+// result's counts as "drained N written N stale N rejected N".
+func flushAt(t *testing.T, h *harness, p *lastseen.Plugin, at string) string {
+	t.Helper()
+	h.clock.Set(mustTime(at))
+	res, err := p.Flush(context.Background())
+	must(t, err)
+	return fmt.Sprintf("drained %d written %d stale %d rejected %d", res.Drained, res.Written, res.Stale, res.Rejected)
 }
