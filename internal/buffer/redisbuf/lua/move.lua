@@ -86,7 +86,7 @@ end
 -- only window with entries to move, into the bucket's pending hash, which
 -- does not exist, and returns how many it moved: what collect and put do
 -- for one window, without their tables of ids and values. w is the
--- window's entry in swap's list: {end, ended, has new entries}. An ended
+-- window's entry in swap's list: {end, ended, has new entries, ...}. An ended
 -- window's hash is deleted; an open one keeps its moved entries as "".
 local function move_alone(key, pending, w)
   local ended, new = w[2], w[3]
@@ -114,7 +114,7 @@ local function move_alone(key, pending, w)
 end
 
 -- rename_new turns the hash of bucket b of a window in list (swap's list
--- of {end, ended, has new entries, entries moved}) that nothing was moved
+-- of {end, ended, has new entries, entries moved, entries}) that nothing was moved
 -- from yet into the bucket's pending hash, which does not exist: every
 -- entry of such a window is new, so the hash becomes the pending hash
 -- (RENAME), and an open window's is written again with every field as ""
@@ -122,8 +122,8 @@ end
 -- for each field it writes, so this spares one of the two writes of an
 -- open window's entries and both of an ended one's. A "" found there all
 -- the same (a count lost with the hash of windows) reaches the flush,
--- which skips it. It returns the window's index in list and its number of
--- entries, or 0, 0 when no such window has a hash in this bucket.
+-- which skips it. It returns the window's index in list, or 0 when no
+-- such window has a hash in this bucket.
 local function rename_new(tag, b, list, pending)
   for i, w in ipairs(list) do
     if w[3] and w[4] == 0 then
@@ -138,11 +138,11 @@ local function rename_new(tag, b, list, pending)
           end
           hset_all(key, marks)
         end
-        return i, n
+        return i
       end
     end
   end
-  return 0, 0
+  return 0
 end
 
 -- move_bucket moves every window's new entries of bucket b (the bucket of
