@@ -69,7 +69,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -277,9 +276,11 @@ func withDefaults(o Options) Options {
 
 // redis runs fn, one Redis call or pipeline, on the buffer's client,
 // bounded by ctx (client.do). When Close swapped the buffer's own client
-// for the app's while fn ran, fn fails with redis.ErrClosed (the client
-// was closed before the call took a connection) or net.ErrClosed (its
-// connection was closed under it) and runs once more on the app's client.
+// for the app's while fn ran, fn fails with whatever the closing client
+// gives (redis.ErrClosed before the call took a connection, net.ErrClosed
+// for a connection closed under it, a Cluster's "connection marked for
+// handoff") and runs once more on the app's client, unless Redis itself
+// answered with an error or ctx ended.
 func (b *Buffer) redis(ctx context.Context, fn func(context.Context, *client) error) error {
 	_, err := send(b, ctx, fn, func(ctx context.Context, c *client, fn func(context.Context, *client) error) (struct{}, error) {
 		return struct{}{}, fn(ctx, c)
@@ -293,7 +294,8 @@ func send[A, R any](b *Buffer, ctx context.Context, a A, fn func(context.Context
 	for {
 		c := b.rdb.Load()
 		r, err := run(ctx, c, a, fn)
-		if err == nil || !(errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed)) || b.rdb.Load() == c {
+		var reply redis.Error
+		if err == nil || b.rdb.Load() == c || ctx.Err() != nil || errors.As(err, &reply) {
 			return r, err
 		}
 	}
