@@ -147,12 +147,9 @@ type FlushConfig struct {
 	// parameters each; halved while statements run past their 20s bound).
 	// Lower it when a statement holds row locks too long. Default 1000.
 	BatchSize int
-	// Concurrency is how many batches one flush writes at once, each on its
-	// own connection. One shard more than that is flushed at a time: its
-	// lock, swap and first batch are prepared in Redis while the other
-	// shards' statements run, so a connection never waits on Redis between
-	// two shards. Raise it when a flush cannot keep up. Default 2 (1 with
-	// one shard); at most Buffer.Shards.
+	// Concurrency is how many shards one flush writes at once, each on its
+	// own connection. Raise it when a flush cannot keep up. Default 2 (1
+	// with one shard); at most Buffer.Shards.
 	Concurrency int
 	// Timeout is the deadline of one scheduled flush and of the final
 	// flush in Close. Default 5m.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
 )
 
 // FlushResult counts what one Flush did. Drained = Written + Unknown +
@@ -145,24 +144,19 @@ func (p *Plugin) backlogToTable(ctx context.Context, res *FlushResult) []error {
 	return nil
 }
 
-// flushShards flushes the active shards into res, and returns their errors
-// in the order of active (shard order). FlushConcurrency statements run at
-// once (one slot each, taken around a batch's write), and one shard more
-// than that is flushed at a time: its lock, swap, scan and batch are
-// prepared while the others' statements run, and it takes the first slot
-// freed, so the database never waits on Redis between shards. Shards hold
-// disjoint users, so concurrent shard flushes never touch the same row and
-// cannot deadlock one another.
+// flushShards flushes the active shards, FlushConcurrency at a time, into
+// res, and returns their errors in the order of active (shard order).
+// Shards hold disjoint users, so concurrent shard flushes never touch the
+// same row and cannot deadlock one another.
 func (p *Plugin) flushShards(ctx context.Context, active []int, res *FlushResult) []error {
 	var mu sync.Mutex
 	byShard := make([]error, len(active))
-	slots := semaphore.NewWeighted(int64(p.cfg.FlushConcurrency))
 	var g errgroup.Group
-	g.SetLimit(p.cfg.FlushConcurrency + 1)
+	g.SetLimit(p.cfg.FlushConcurrency)
 	for i, n := range active {
 		g.Go(func() error {
 			sctx, end := p.observeFlushShard(ctx, n)
-			r, err := p.flushShard(sctx, n, slots)
+			r, err := p.flushShard(sctx, n)
 			end(r, err)
 			mu.Lock()
 			defer mu.Unlock()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/lastseen/lastseen/internal/buffer"
 	"github.com/lastseen/lastseen/internal/clip"
-	"golang.org/x/sync/semaphore"
 )
 
 // entry is one pending timestamp as stored in Redis and as bound for SQL,
@@ -31,9 +30,8 @@ type entry struct {
 type shardRun struct {
 	p     *Plugin
 	shard int
-	lease buffer.ShardLease   // the shard's lock and the buffer's operations under it
-	slots *semaphore.Weighted // the flush's statement slots, one taken around each batch's write
-	res   FlushResult         // what this run did, merged into the flush's result
+	lease buffer.ShardLease // the shard's lock and the buffer's operations under it
+	res   FlushResult       // what this run did, merged into the flush's result
 
 	// The drain of one in-flight hash (reset by drain).
 	now          time.Time           // the clock when the drain started, for buffer.ParseMicros
@@ -56,7 +54,7 @@ type shardRun struct {
 // lock alive (ShardLease.Keep: with Redis a refresh every LockTTL/3). When
 // the lock is lost meanwhile, the run stops and returns an error wrapping
 // buffer.ErrLockLost.
-func (p *Plugin) flushShard(ctx context.Context, n int, slots *semaphore.Weighted) (FlushResult, error) {
+func (p *Plugin) flushShard(ctx context.Context, n int) (FlushResult, error) {
 	lease, err := p.tracker.buf.LockShard(ctx, n)
 	if errors.Is(err, buffer.ErrNotObtained) {
 		return FlushResult{Skipped: 1}, nil
@@ -66,7 +64,7 @@ func (p *Plugin) flushShard(ctx context.Context, n int, slots *semaphore.Weighte
 	}
 	defer lease.Release(ctx)
 	run, stop := lease.Keep(ctx, buffer.ErrLockLost)
-	r := &shardRun{p: p, shard: n, lease: lease, slots: slots, res: FlushResult{Shards: 1}}
+	r := &shardRun{p: p, shard: n, lease: lease, res: FlushResult{Shards: 1}}
 	err = r.run(run)
 	lost := errors.Is(context.Cause(run), buffer.ErrLockLost)
 	stop()
@@ -247,11 +245,7 @@ func (r *shardRun) writeOut(ctx context.Context) error {
 	if len(r.batch) == 0 {
 		return nil
 	}
-	if err := r.slots.Acquire(ctx, 1); err != nil { // ctx ended: nothing of the batch was written
-		return context.Cause(ctx)
-	}
 	br, refused, err := r.p.writeBatch(ctx, r.batch)
-	r.slots.Release(1)
 	r.res.add(br)
 	if err != nil {
 		return err
