@@ -497,7 +497,7 @@ func runInstanceChild(t *testing.T, spec *childSpec) {
 	ctx := context.Background()
 	p := childPlugin(t, spec, lastseen.Config{
 		Throttle: 20 * time.Millisecond,
-		Buffer:   lastseen.BufferConfig{TouchTimeout: 2 * time.Second},
+		Buffer:   lastseen.BufferConfig{TouchTimeout: harnessTouchTimeout},
 		Flush:    lastseen.FlushConfig{BatchSize: 50},
 		Sessions: lastseen.SessionConfig{BatchSize: 100},
 		Test:     lastseen.TestConfig{Seam: &testseam.Seam{PurgePause: -1}},

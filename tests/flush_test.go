@@ -82,7 +82,6 @@ func TestFlushConcurrentTouchesLoseNothing(t *testing.T) {
 		cfg := h.config()
 		cfg.Throttle = time.Millisecond // markers expire all the time: many recorded touches per user
 		cfg.Buffer.LocalCacheSize = -1
-		cfg.Buffer.TouchTimeout = time.Minute // a touch waits out the concurrent flushes' scripts (miniredis under -race), it never times out
 		cfg.Flush.BatchSize = 37
 		p, db := h.plugin(cfg)
 		seedUsers(t, db, users)

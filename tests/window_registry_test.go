@@ -120,7 +120,7 @@ func TestWindowDeletedWhileTouchInFlight(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 4)
-		cfg := stallingConfig(h)
+		cfg := oneShardUncached(h)
 		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
 		p, _ := h.plugin(cfg)
 		stall := &stallHook{match: ":window:", run: func() {
@@ -215,15 +215,6 @@ func oneShardUncached(h *harness) lastseen.Config {
 	return cfg
 }
 
-// stallingConfig is oneShardUncached with a TouchTimeout of a minute, for
-// the tests whose stallHook runs a flush inside a touch's Redis call: the
-// touch must outlast that flush on a loaded machine.
-func stallingConfig(h *harness) lastseen.Config {
-	cfg := oneShardUncached(h)
-	cfg.Buffer.TouchTimeout = time.Minute
-	return cfg
-}
-
 // throttling counts the users a throttle window still throttles on the
 // harness's clock.
 func throttling(h *harness) int {
@@ -279,7 +270,7 @@ func TestWindowStrayOnOtherFlusher(t *testing.T) {
 			forEachRedis(t, func(t *testing.T, h *harness) {
 				ctx := context.Background()
 				seedUsers(t, h.db, 4)
-				cfg := stallingConfig(h)
+				cfg := oneShardUncached(h)
 				h.clock.Set(mustTime(c.flusher))
 				f, _ := h.plugin(cfg)
 				tcfg := cfg
@@ -326,7 +317,7 @@ func TestWindowStrayReplyLost(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		seedUsers(t, h.db, 4)
-		cfg := stallingConfig(h)
+		cfg := oneShardUncached(h)
 		h.clock.Set(mustTime("2026-03-01T10:00:30Z"))
 		p, _ := h.plugin(cfg)
 		stall := &stallHook{match: ":window:", lose: true, run: func() {
