@@ -253,18 +253,18 @@ func TestTouchRunsOnCallersGoroutine(t *testing.T) {
 // closed connections fail with "use of closed network connection" rather
 // than redis.ErrClosed.
 func TestTouchesRacingCloseGoOnAppClient(t *testing.T) {
-	apps := map[string]func() redis.UniversalClient{
-		"redis": func() redis.UniversalClient {
+	apps := map[string]func(t *testing.T) redis.UniversalClient{ // t: the subtest's, which Need skips
+		"redis": func(t *testing.T) redis.UniversalClient {
 			return redis.NewClient(&redis.Options{Addr: testenv.Need(t, testenv.EnvRedis)})
 		},
-		"cluster": func() redis.UniversalClient {
+		"cluster": func(t *testing.T) redis.UniversalClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(testenv.Need(t, testenv.EnvRedisCluster), ",")})
 		},
 	}
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			for round := range 5 {
-				app := apps[kind]()
+				app := apps[kind](t)
 				prefix := testenv.RandomName("closerace")
 				t.Cleanup(func() {
 					_ = testenv.DeleteKeys(context.Background(), app, prefix+"*")
