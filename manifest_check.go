@@ -17,6 +17,7 @@ import (
 	"github.com/lastseen/lastseen/internal/dialect"
 	"github.com/lastseen/lastseen/internal/idcodec"
 	"github.com/lastseen/lastseen/internal/keys"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
 )
@@ -99,10 +100,7 @@ func (p *Plugin) manifest() []manifestField {
 // values are the manifest format's; "" is an unset rule.
 func (p *Plugin) manifestSettings() []string {
 	m, c := p.users.model, p.cfg
-	loc := ""
-	if c.ColumnLocation != nil {
-		loc = c.ColumnLocation.String()
-	}
+	loc := manifestZone(m.enc.Location(), p.now())
 	kind := map[idcodec.Kind]string{idcodec.Signed: "signed", idcodec.Unsigned: "unsigned"}[p.users.ids.Kind]
 	kv := []string{
 		"id_column", m.pk.DBName,
@@ -310,4 +308,21 @@ func (p *Plugin) restoreManifest(ctx context.Context) error {
 	defer p.manifestMu.Unlock()
 	p.log.Warn("lastseen: the buffer's manifest is gone (Redis lost its data?); writing it again", "key", manifestKey(p.cfg.Prefix))
 	return p.checkManifest(ctx) // writing it marks it present again (Manifest), whatever it says
+}
+
+// manifestZone is the name the operator tools load the app's column
+// location by (time.LoadLocation): "" for nil (the driver's location),
+// else its IANA name (for time.Local, GORM's default NowFunc on PostgreSQL
+// in an app run with TZ=Europe/Berlin, the zone TZ or /etc/localtime
+// names: timecol.ZoneName), else the location's own name: "Local" for a
+// local zone with no name found, which the tools refuse rather than take
+// their own zone for the app's.
+func manifestZone(loc *time.Location, now time.Time) string {
+	if loc == nil {
+		return ""
+	}
+	if name, ok := timecol.ZoneName(loc, now); ok {
+		return name
+	}
+	return loc.String()
 }

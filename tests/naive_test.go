@@ -3,6 +3,8 @@ package tests
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +12,9 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/tests/testenv"
+	"github.com/redis/go-redis/v9"
 	mysqldriver "gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -116,7 +120,8 @@ func TestNaiveColumnLocation(t *testing.T) {
 // PostgreSQL naive timestamp as Berlin wall time, as pgx writes the app's
 // own GORM times beside it, and reads it back as the same instant; MySQL's
 // driver converts every value to the DSN's loc (UTC here), so its column
-// keeps UTC wall times, as the app's own do.
+// keeps UTC wall times, as the app's own do. The buffer's manifest names
+// the zone on PostgreSQL, for the operator tools.
 func TestNaiveColumnFollowsNowFunc(t *testing.T) {
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	must(t, err)
@@ -137,6 +142,10 @@ func TestNaiveColumnFollowsNowFunc(t *testing.T) {
 		must(t, err)
 		_, err = p.Flush(ctx)
 		must(t, err)
+		// The operator tools flush as the app does: its manifest names the zone.
+		loc, err := h.r.Client.HGet(ctx, h.prefix+":manifest", "location").Result()
+		must(t, err)
+		equal(t, "manifest location", loc, map[string]string{"postgres": "Europe/Berlin"}[h.dialect])
 		if wall := map[string]string{"postgres": "to_char(seen, 'YYYY-MM-DD HH24:MI:SS')",
 			"mysql": "DATE_FORMAT(seen, '%Y-%m-%d %H:%i:%s')"}[h.dialect]; wall != "" {
 			var got []string
@@ -280,4 +289,42 @@ func TestNaiveColumnCreatedAfterUse(t *testing.T) {
 	many, err := p.LastSeenMany(ctx, []any{int64(1)})
 	must(t, err)
 	equal(t, "LastSeenMany", many[0].UTC().Format(time.RFC3339), "2026-03-01T09:00:00Z")
+}
+
+// TestManifestNamesLocalZone: an app run with TZ=Europe/Berlin and GORM's
+// default NowFunc (time.Local) writes a PostgreSQL naive timestamp as
+// Berlin wall time; its buffer's manifest names that zone, so that an
+// operator command run elsewhere (in UTC) flushes as the app does. Before,
+// the manifest named no zone, and such a flush compared UTC wall times with
+// Berlin ones: a touch an hour older than the column's Berlin wall time
+// was counted Stale and lost. The app runs as a child process, since
+// time.Local is fixed at a process's start.
+func TestManifestNamesLocalZone(t *testing.T) {
+	const envChild = "LASTSEEN_LOCAL_ZONE_CHILD"
+	if prefix := os.Getenv(envChild); prefix != "" { // the app
+		db, err := gorm.Open(postgres.Open(os.Getenv(testenv.EnvPostgres)), &gorm.Config{})
+		must(t, err)
+		rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(testenv.EnvRedis)})
+		defer rdb.Close()
+		p := lastseen.New(lastseen.Config{Redis: rdb, Buffer: lastseen.BufferConfig{Prefix: prefix},
+			Flush: lastseen.FlushConfig{Schedule: "off"}, Sessions: lastseen.SessionConfig{Schedule: "off"}})
+		must(t, db.Use(p))
+		must(t, p.Close(context.Background()))
+		return
+	}
+	dsn, addr := testenv.Need(t, testenv.EnvPostgres), testenv.Need(t, testenv.EnvRedis)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	for _, c := range []struct{ tz, want string }{{"Europe/Berlin", "Europe/Berlin"}, {"UTC", ""}} {
+		prefix := testenv.RandomName("localzone")
+		t.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), rdb, prefix+"*") })
+		cmd := exec.Command(os.Args[0], "-test.run=^TestManifestNamesLocalZone$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "TZ="+c.tz, envChild+"="+prefix, testenv.EnvPostgres+"="+dsn, testenv.EnvRedis+"="+addr)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("TZ=%s: the app: %v\n%s", c.tz, err, out)
+		}
+		loc, err := rdb.HGet(context.Background(), prefix+":manifest", "location").Result()
+		must(t, err)
+		equal(t, "manifest location with TZ="+c.tz, loc, c.want)
+	}
 }

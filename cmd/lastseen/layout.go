@@ -77,7 +77,11 @@ func (l *layout) config(b bufferInfo, base lastseen.Config) (lastseen.Config, er
 	if c.Throttle, err = time.ParseDuration(b.get("throttle")); err != nil {
 		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: throttle %q: %w", b.Prefix, b.get("throttle"), err)
 	}
-	if loc := b.get("location"); loc != "" {
+	switch loc := b.get("location"); loc {
+	case "":
+	case "Local": // the app's own local zone, which it could not name: this process's may differ
+		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: the app writes naive timestamps in its local time zone, which it could not name (TZ unset, /etc/localtime not a link into zoneinfo): set Flush.ColumnLocation in the app, or run it with TZ set, and start it again", b.Prefix)
+	default:
 		if c.Flush.ColumnLocation, err = time.LoadLocation(loc); err != nil {
 			return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: the app's column location: %w", b.Prefix, err)
 		}

@@ -398,3 +398,35 @@ func TestOpsDerivedPrefix(t *testing.T) {
 		equal(t, "total", total, "total  1        0          2026-03-01T09:00:00Z (30m0s ago)")
 	})
 }
+
+// TestLayoutColumnLocation: the commands load the app's column location
+// by the name its manifest records, and refuse a local zone the app could
+// not name (its manifest says "Local") instead of taking their own.
+func TestLayoutColumnLocation(t *testing.T) {
+	for _, c := range []struct{ loc, want, err string }{
+		{"", "<nil>", ""},
+		{"Europe/Berlin", "Europe/Berlin", ""},
+		{"Local", "", `lastseen: buffer "app": the app writes naive timestamps in its local time zone, which it could not name (TZ unset, /etc/localtime not a link into zoneinfo): set Flush.ColumnLocation in the app, or run it with TZ set, and start it again`},
+		{"Nowhere/Zone", "", `lastseen: buffer "app": the app's column location: unknown time zone Nowhere/Zone`},
+	} {
+		b := bufferInfo{Prefix: "app", m: map[string]string{"table": "users", "column": "last_seen_at", "id_column": "id",
+			"key_kind": "signed", "encoding": "time", "shards": "16", "batch": "1000", "throttle": "5m0s", "location": c.loc}}
+		cfg, err := newLayout().config(b, lastseen.Config{})
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("location %q: err = %v, want %s", c.loc, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("location %q: %v", c.loc, err)
+		}
+		got := "<nil>"
+		if cfg.Flush.ColumnLocation != nil {
+			got = cfg.Flush.ColumnLocation.String()
+		}
+		if got != c.want {
+			t.Errorf("location %q: ColumnLocation %s, want %s", c.loc, got, c.want)
+		}
+	}
+}
