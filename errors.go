@@ -29,9 +29,10 @@ var (
 	// ErrLocked: another instance holds the purge lock (PurgeExpiredSessions)
 	// or the rule's lock (RunRule).
 	ErrLocked = errors.New("lastseen: another instance holds the lock")
-	// ErrInvalidTime: a zero time, one before 1970 or more than an hour
-	// ahead of the plugin's clock, or an Online window or ActiveUsers range
-	// out of bounds.
+	// ErrInvalidTime: a zero time, one before 1970-01-01T00:00:01Z (the
+	// earliest MySQL's TIMESTAMP stores, so every column type takes every
+	// accepted time) or more than an hour ahead of the plugin's clock, or an
+	// Online window or ActiveUsers range out of bounds.
 	ErrInvalidTime = errors.New("lastseen: invalid time")
 	// ErrSchema (wrapped, naming the Config field to fix): the table is
 	// missing or lacks a configured column; touches stay buffered.

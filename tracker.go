@@ -116,8 +116,8 @@ func quickKey(id any) (cacheKey, bool) {
 }
 
 func (t *tracker) checkTime(at, now time.Time) error {
-	if at.IsZero() || at.Unix() <= 0 {
-		return fmt.Errorf("%w: %s is before 1970", ErrInvalidTime, at.Format(time.RFC3339Nano))
+	if at.IsZero() || at.Unix() <= 0 { // MySQL's TIMESTAMP starts at 1970-01-01T00:00:01Z
+		return fmt.Errorf("%w: %s is before 1970-01-01T00:00:01Z", ErrInvalidTime, at.Format(time.RFC3339Nano))
 	}
 	if limit := now.Add(maxClockSkew); at.After(limit) {
 		return fmt.Errorf("%w: %s is more than %v ahead of the clock", ErrInvalidTime, at.UTC().Format(time.RFC3339Nano), maxClockSkew)

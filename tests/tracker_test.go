@@ -608,7 +608,7 @@ func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 	}
 
 	_, err = unsigned.TouchAt(ctx, big, time.Time{})
-	equal(t, "zero time for a cached user", fmt.Sprint(err), "lastseen: invalid time: 0001-01-01T00:00:00Z is before 1970")
+	equal(t, "zero time for a cached user", fmt.Sprint(err), "lastseen: invalid time: 0001-01-01T00:00:00Z is before 1970-01-01T00:00:01Z")
 	equal(t, "errors.Is ErrInvalidTime", errors.Is(err, lastseen.ErrInvalidTime), true)
 	want := int64(1)
 	if h.dialect == "mysql" {
@@ -617,8 +617,9 @@ func testTouchCacheKeepsValidation(t *testing.T, h *harness) {
 	equal(t, "invalid touches counted", unsigned.Stats().Invalid, want)
 }
 
-// TestTouchAtTimes: TouchAt refuses a zero time, a time before 1970 and one
-// more than an hour ahead of the clock, with ErrInvalidTime.
+// TestTouchAtTimes: TouchAt refuses a zero time, a time before
+// 1970-01-01T00:00:01Z and one more than an hour ahead of the clock, with
+// ErrInvalidTime.
 func TestTouchAtTimes(t *testing.T) {
 	h := newHarness(t, testenv.SQLite(), testenv.Miniredis())
 	ctx := context.Background()
@@ -627,12 +628,14 @@ func TestTouchAtTimes(t *testing.T) {
 		at   time.Time
 		want string // "" for accepted
 	}{
-		{time.Time{}, "lastseen: invalid time: 0001-01-01T00:00:00Z is before 1970"},
-		{mustTime("1969-12-31T23:59:59Z"), "lastseen: invalid time: 1969-12-31T23:59:59Z is before 1970"},
-		{mustTime("1900-01-01T00:00:00Z"), "lastseen: invalid time: 1900-01-01T00:00:00Z is before 1970"},
+		{time.Time{}, "lastseen: invalid time: 0001-01-01T00:00:00Z is before 1970-01-01T00:00:01Z"},
+		{mustTime("1969-12-31T23:59:59Z"), "lastseen: invalid time: 1969-12-31T23:59:59Z is before 1970-01-01T00:00:01Z"},
+		{mustTime("1900-01-01T00:00:00Z"), "lastseen: invalid time: 1900-01-01T00:00:00Z is before 1970-01-01T00:00:01Z"},
 		{mustTime("2026-03-01T10:30:00.000001Z"), "lastseen: invalid time: 2026-03-01T10:30:00.000001Z is more than 1h0m0s ahead of the clock"},
 		{mustTime("9999-12-31T23:59:59Z"), "lastseen: invalid time: 9999-12-31T23:59:59Z is more than 1h0m0s ahead of the clock"},
 		{time.Date(2026, 3, 1, 19, 30, 1, 0, time.FixedZone("JST", 9*3600)), "lastseen: invalid time: 2026-03-01T10:30:01Z is more than 1h0m0s ahead of the clock"},
+		{mustTime("1970-01-01T00:00:00Z"), "lastseen: invalid time: 1970-01-01T00:00:00Z is before 1970-01-01T00:00:01Z"},
+		{mustTime("1970-01-01T00:00:00.999999Z"), "lastseen: invalid time: 1970-01-01T00:00:00.999999Z is before 1970-01-01T00:00:01Z"},
 		{mustTime("1970-01-01T00:00:01Z"), ""},
 		{mustTime("2026-03-01T10:30:00Z"), ""},
 	} {
@@ -645,7 +648,7 @@ func TestTouchAtTimes(t *testing.T) {
 		equal(t, c.at.String()+" error", fmt.Sprint(err), c.want)
 		equal(t, c.at.String()+" errors.Is ErrInvalidTime", errors.Is(err, lastseen.ErrInvalidTime), true)
 	}
-	equal(t, "invalid", p.Stats().Invalid, 6)
+	equal(t, "invalid", p.Stats().Invalid, 8)
 }
 
 // TestInitializeWithRedisDown: a Redis that is configured but unreachable at
