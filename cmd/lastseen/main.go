@@ -42,7 +42,7 @@ const (
 type cli struct {
 	Demo    demoCmd    `cmd:"" help:"Run a realistic workload through the HTTP middleware and print a summary (SQLite and in-process Redis unless --postgres/--redis are given)."`
 	Status  statusCmd  `cmd:"" help:"Print pending users per shard, the oldest pending age, the users table's health (indexes on the last-seen column, HOT share, fillfactor), the expired sessions and the rows each inactivity rule finds inactive."`
-	Flush   flushCmd   `cmd:"" help:"Flush pending timestamps into the database now. The app's Config.OnBatch hook does not run here: derived columns are not updated."`
+	Flush   flushCmd   `cmd:"" help:"Flush pending timestamps of a Redis buffer into the database now. An app without Redis keeps its buffer in its own memory, which only the app flushes (its schedule, Plugin.Flush, Close). The app's Config.OnBatch hook does not run here: derived columns are not updated."`
 	Purge   purgeCmd   `cmd:"" help:"Delete expired sessions now, by the app's rule, and run the app's inactivity rules that delete (--dry-run: count what they would act on; a rule with the app's Action is only counted)."`
 	Buffers buffersCmd `cmd:"" help:"List the buffers in a Redis: prefix, tracked table and column, model, shards, pending and in-flight counts."`
 	Drop    dropCmd    `cmd:"" help:"Delete an abandoned buffer (refused while it holds timestamps, unless --force)."`
