@@ -310,19 +310,23 @@ func (p *Plugin) restoreManifest(ctx context.Context) error {
 	return p.checkManifest(ctx) // writing it marks it present again (Manifest), whatever it says
 }
 
-// manifestZone is the name the operator tools load the app's column
-// location by (time.LoadLocation): "" for nil (the driver's location),
-// else its IANA name (for time.Local, GORM's default NowFunc on PostgreSQL
-// in an app run with TZ=Europe/Berlin, the zone TZ or /etc/localtime
-// names: timecol.ZoneName), else the location's own name: "Local" for a
-// local zone with no name found, which the tools refuse rather than take
-// their own zone for the app's.
+// manifestZone is how the operator tools load the app's column location:
+// "" for nil (the driver's location), else its IANA name (for time.Local,
+// GORM's default NowFunc on PostgreSQL in an app run with
+// TZ=Europe/Berlin, the zone TZ or /etc/localtime names:
+// timecol.ZoneName), else, for a zone without DST (time.FixedZone), its
+// offset as "+01:00", else the location's own name ("Local" for a local
+// zone with no name found), which the tools refuse for a naive column
+// rather than take their own zone for the app's.
 func manifestZone(loc *time.Location, now time.Time) string {
 	if loc == nil {
 		return ""
 	}
 	if name, ok := timecol.ZoneName(loc, now); ok {
 		return name
+	}
+	if !timecol.HasDST(loc, now) {
+		return now.In(loc).Format("-07:00")
 	}
 	return loc.String()
 }

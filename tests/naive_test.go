@@ -315,7 +315,11 @@ func TestManifestNamesLocalZone(t *testing.T) {
 	dsn, addr := testenv.Need(t, testenv.EnvPostgres), testenv.Need(t, testenv.EnvRedis)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	for _, c := range []struct{ tz, want string }{{"Europe/Berlin", "Europe/Berlin"}, {"UTC", ""}} {
+	cases := []struct{ tz, want string }{{"Europe/Berlin", "Europe/Berlin"}, {":Asia/Tokyo", "Asia/Tokyo"}, {"UTC", ""}}
+	if _, err := os.Stat("/usr/share/zoneinfo/America/New_York"); err == nil { // Go names such a local zone by its path
+		cases = append(cases, struct{ tz, want string }{"/usr/share/zoneinfo/America/New_York", "America/New_York"})
+	}
+	for _, c := range cases {
 		prefix := testenv.RandomName("localzone")
 		t.Cleanup(func() { _ = testenv.DeleteKeys(context.Background(), rdb, prefix+"*") })
 		cmd := exec.Command(os.Args[0], "-test.run=^TestManifestNamesLocalZone$", "-test.count=1")

@@ -108,7 +108,10 @@ func (c *connFlags) openDB(ctx context.Context, namer schema.Namer) (*gorm.DB, e
 	default:
 		return nil, errNoDB
 	}
-	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard, NamingStrategy: namer})
+	// NowFunc in UTC: the app's zone comes from its manifest, never this
+	// process's own.
+	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard, NamingStrategy: namer,
+		NowFunc: func() time.Time { return time.Now().UTC() }})
 	if err != nil {
 		return nil, fmt.Errorf("lastseen: open %s: %w", c.dbName(), err)
 	}

@@ -18,6 +18,10 @@ type layout struct {
 	tables  map[string]string            // Go type name without type arguments -> table
 	columns map[string]map[string]string // table -> Go field name -> column
 	slots   map[string]int               // a rule's table -> its ruleRow's table slot
+	// naive reports whether a column of the database holds wall times
+	// (PostgreSQL timestamp, MySQL DATETIME); nil takes every column for
+	// one.
+	naive func(table, column string) (bool, error)
 }
 
 func newLayout() *layout {
@@ -77,14 +81,8 @@ func (l *layout) config(b bufferInfo, base lastseen.Config) (lastseen.Config, er
 	if c.Throttle, err = time.ParseDuration(b.get("throttle")); err != nil {
 		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: throttle %q: %w", b.Prefix, b.get("throttle"), err)
 	}
-	switch loc := b.get("location"); loc {
-	case "":
-	case "Local": // the app's own local zone, which it could not name: this process's may differ
-		return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: the app writes naive timestamps in its local time zone, which it could not name (TZ unset, /etc/localtime not a link into zoneinfo): set Flush.ColumnLocation in the app, or run it with TZ set, and start it again", b.Prefix)
-	default:
-		if c.Flush.ColumnLocation, err = time.LoadLocation(loc); err != nil {
-			return lastseen.Config{}, fmt.Errorf("lastseen: buffer %q: the app's column location: %w", b.Prefix, err)
-		}
+	if c.Flush.ColumnLocation, err = l.location(b); err != nil {
+		return lastseen.Config{}, err
 	}
 	if c.Rules, err = l.rules(b); err != nil {
 		return lastseen.Config{}, err
@@ -239,4 +237,41 @@ func (l *layout) ruleSlot(table string) (int, error) {
 	}
 	l.slots[table] = len(l.slots)
 	return l.slots[table], nil
+}
+
+// location is the app's column location as b's manifest names it: "" is
+// nil (the driver's location), "+01:00" a fixed offset, else an IANA name.
+// A name that does not load ("Local": the app's local zone, which it could
+// not name) is an error when one of b's time columns is naive, and nil
+// otherwise: only wall times depend on it.
+func (l *layout) location(b bufferInfo) (*time.Location, error) {
+	loc := b.get("location")
+	if loc == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse("-07:00", loc); err == nil && len(loc) == len("+01:00") {
+		_, off := t.Zone()
+		return time.FixedZone(loc, off), nil
+	}
+	named, err := time.LoadLocation(loc)
+	if err == nil && loc != "Local" { // LoadLocation("Local") is this process's zone, not the app's
+		return named, nil
+	}
+	for _, c := range [][3]string{{"table", "column", "encoding"}, {"sessions_table", "expires_column", "expires_encoding"},
+		{"sessions_table", "active_column", "active_encoding"}} {
+		table, column := b.get(c[0]), b.get(c[1])
+		if column == "" || b.get(c[2]) != "time" {
+			continue
+		}
+		naive := true
+		if l.naive != nil {
+			if naive, err = l.naive(table, column); err != nil {
+				return nil, fmt.Errorf("lastseen: buffer %q: the type of column %s.%s: %w", b.Prefix, table, column, err)
+			}
+		}
+		if naive {
+			return nil, fmt.Errorf("lastseen: buffer %q: column %s.%s holds wall times in the app's zone %q, which the app could not name (TZ unset, /etc/localtime not a link into zoneinfo): set Flush.ColumnLocation in the app, or run it with TZ set, and start it again", b.Prefix, table, column, loc)
+		}
+	}
+	return nil, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lastseen/lastseen"
 	"github.com/lastseen/lastseen/internal/dialect"
+	"github.com/lastseen/lastseen/internal/timecol"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -124,6 +125,7 @@ func (e *opsEnv) fromManifest(ctx context.Context, conn *connFlags, f *targetFla
 	if e.buf, err = sel.pick(all); err != nil {
 		return nil, err
 	}
+	l.naive = func(table, column string) (bool, error) { return naiveColumn(ctx, e.db, table, column) }
 	if e.cfg, err = l.config(e.buf, base); err != nil {
 		return nil, err
 	}
@@ -227,4 +229,20 @@ func (e *opsEnv) checkSessions() error {
 		}
 	}
 	return nil
+}
+
+// naiveColumn reports whether column of table holds wall times
+// (PostgreSQL timestamp, MySQL DATETIME), by the catalog.
+func naiveColumn(ctx context.Context, db *gorm.DB, table, column string) (bool, error) {
+	cols, err := db.WithContext(ctx).Migrator().ColumnTypes(table)
+	if err != nil {
+		return false, err
+	}
+	d := dialect.Lookup(db.Dialector.Name())
+	for _, c := range cols {
+		if c.Name() == column {
+			return d.Classify(strings.ToLower(c.DatabaseTypeName())) == timecol.ClassNaive, nil
+		}
+	}
+	return false, fmt.Errorf("no such column")
 }

@@ -400,14 +400,31 @@ func TestOpsDerivedPrefix(t *testing.T) {
 }
 
 // TestLayoutColumnLocation: the commands load the app's column location
-// by the name its manifest records, and refuse a local zone the app could
-// not name (its manifest says "Local") instead of taking their own.
+// as its manifest records it (an IANA name or a fixed offset), and refuse
+// a zone the app could not name (its manifest says "Local") for a naive
+// column instead of taking their own; a column that holds instants (a
+// timestamptz) or an integer encoding does not depend on it.
 func TestLayoutColumnLocation(t *testing.T) {
+	for _, c := range []struct {
+		naive    bool
+		encoding string
+	}{{false, "time"}, {true, "unixmilli"}} {
+		l := newLayout()
+		l.naive = func(string, string) (bool, error) { return c.naive, nil }
+		b := bufferInfo{Prefix: "app", m: map[string]string{"table": "users", "column": "last_seen_at", "id_column": "id",
+			"key_kind": "signed", "encoding": c.encoding, "shards": "16", "batch": "1000", "throttle": "5m0s", "location": "Local"}}
+		cfg, err := l.config(b, lastseen.Config{})
+		if err != nil || cfg.Flush.ColumnLocation != nil {
+			t.Errorf("Local, naive %v, encoding %s: ColumnLocation %v, err %v; want nil, nil", c.naive, c.encoding, cfg.Flush.ColumnLocation, err)
+		}
+	}
 	for _, c := range []struct{ loc, want, err string }{
 		{"", "<nil>", ""},
-		{"Europe/Berlin", "Europe/Berlin", ""},
-		{"Local", "", `lastseen: buffer "app": the app writes naive timestamps in its local time zone, which it could not name (TZ unset, /etc/localtime not a link into zoneinfo): set Flush.ColumnLocation in the app, or run it with TZ set, and start it again`},
-		{"Nowhere/Zone", "", `lastseen: buffer "app": the app's column location: unknown time zone Nowhere/Zone`},
+		{"Europe/Berlin", "Europe/Berlin +7200", ""},
+		{"+01:00", "+01:00 +3600", ""},
+		{"-05:30", "-05:30 -19800", ""},
+		{"Local", "", `lastseen: buffer "app": column users.last_seen_at holds wall times in the app's zone "Local", which the app could not name (TZ unset, /etc/localtime not a link into zoneinfo): set Flush.ColumnLocation in the app, or run it with TZ set, and start it again`},
+		{"Nowhere/Zone", "", `lastseen: buffer "app": column users.last_seen_at holds wall times in the app's zone "Nowhere/Zone", which the app could not name (TZ unset, /etc/localtime not a link into zoneinfo): set Flush.ColumnLocation in the app, or run it with TZ set, and start it again`},
 	} {
 		b := bufferInfo{Prefix: "app", m: map[string]string{"table": "users", "column": "last_seen_at", "id_column": "id",
 			"key_kind": "signed", "encoding": "time", "shards": "16", "batch": "1000", "throttle": "5m0s", "location": c.loc}}
@@ -422,8 +439,9 @@ func TestLayoutColumnLocation(t *testing.T) {
 			t.Fatalf("location %q: %v", c.loc, err)
 		}
 		got := "<nil>"
-		if cfg.Flush.ColumnLocation != nil {
-			got = cfg.Flush.ColumnLocation.String()
+		if l := cfg.Flush.ColumnLocation; l != nil {
+			_, off := time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC).In(l).Zone() // offset in July, in seconds
+			got = fmt.Sprintf("%s %+d", l, off)
 		}
 		if got != c.want {
 			t.Errorf("location %q: ColumnLocation %s, want %s", c.loc, got, c.want)

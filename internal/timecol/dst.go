@@ -77,7 +77,7 @@ func ZoneName(loc *time.Location, now time.Time) (string, bool) {
 	if loc == nil {
 		return "", false
 	}
-	name := loc.String()
+	name := zoneOfPath(strings.TrimPrefix(loc.String(), ":")) // Go names a local zone from TZ=/path/to/zoneinfo/X by its path
 	if name == "Local" {
 		name = localName()
 	}
